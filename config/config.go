@@ -1,0 +1,150 @@
+// Package config loads the stage's one YAML file: strict decoding (unknown
+// keys are errors with their line), ${ENV_VAR} interpolation for secrets,
+// documented defaults, and validation that reports every problem at once with
+// its YAML path.
+//
+// The key names are a contract: other tools write these files. Add keys, never
+// rename them.
+package config
+
+// Config is the whole stage configuration.
+type Config struct {
+	Kafka        Kafka        `yaml:"kafka"`
+	Events       Events       `yaml:"events"`
+	Window       Window       `yaml:"window"`
+	Histograms   []Histogram  `yaml:"histograms"`
+	Contribution Contribution `yaml:"contribution"`
+	Privacy      Privacy      `yaml:"privacy"`
+	State        State        `yaml:"state"`
+	Log          Log          `yaml:"log"`
+	Generator    Generator    `yaml:"generator"`
+}
+
+// Kafka says where events come from and where releases go.
+type Kafka struct {
+	// Brokers lists bootstrap brokers (host:port). Empty (the default) starts
+	// an embedded in-process Kafka-protocol broker on loopback.
+	Brokers []string `yaml:"brokers"`
+	// GroupID is the consumer group. Default "dp-stage".
+	GroupID string `yaml:"group_id"`
+	// InputTopic holds the raw events. Default "events".
+	InputTopic string `yaml:"input_topic"`
+	// OutputTopic receives one JSON message per release. Default
+	// "private-histograms".
+	OutputTopic string `yaml:"output_topic"`
+	// DeadLetterTopic, when set, receives every malformed event with the
+	// reason in a header. Default empty (malformed events are only counted).
+	DeadLetterTopic string `yaml:"dead_letter_topic"`
+	// InputPartitions is how many partitions the embedded broker creates for
+	// the input topic. Default 4. Ignored with external brokers.
+	InputPartitions int `yaml:"input_partitions"`
+}
+
+// Events describes the raw event messages.
+type Events struct {
+	// Format of the message value. Only "json" (the default): one flat JSON
+	// object per message.
+	Format string `yaml:"format"`
+	// TimeField holds the event time: an RFC 3339 string or Unix epoch
+	// milliseconds. Default "ts".
+	TimeField string `yaml:"time_field"`
+	// UserField holds the privacy unit's identifier. Default "user_id".
+	UserField string `yaml:"user_field"`
+	// MaxMessageBytes: larger messages are dropped as oversized. Default 65536.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+}
+
+// Window configures tumbling event-time windows.
+type Window struct {
+	// Size of a tumbling window. Default 1m.
+	Size Duration `yaml:"size"`
+	// AllowedLateness: the watermark trails the largest event time seen by
+	// this much. Default 5s.
+	AllowedLateness Duration `yaml:"allowed_lateness"`
+	// IdlePartitionTimeout: a partition with no message for this long (wall
+	// clock) stops holding back the watermark. Default 10s.
+	IdlePartitionTimeout Duration `yaml:"idle_partition_timeout"`
+}
+
+// Histogram declares one released histogram. Bins and groups are public.
+type Histogram struct {
+	// Name identifies the histogram in the output. Required, unique.
+	Name string `yaml:"name"`
+	// Field is the event field holding the bin value. Required.
+	Field string `yaml:"field"`
+	// Bins is the public list of bin values, in output order. At least 2,
+	// no duplicates.
+	Bins []string `yaml:"bins"`
+	// OverflowBin, when set (it must be one of Bins), receives values not
+	// among Bins; without it such events are dropped and counted.
+	OverflowBin string `yaml:"overflow_bin"`
+	// GroupBy is the optional event field that splits the histogram into
+	// groups. Empty: one group, named "*".
+	GroupBy string `yaml:"group_by"`
+	// Groups is the public list of groups (required with GroupBy). A release
+	// is made for every listed group at every window, with or without events.
+	Groups []string `yaml:"groups"`
+}
+
+// Contribution bounds each user's contribution before counting.
+type Contribution struct {
+	// MaxEventsPerUser: per window, per histogram. Default 1.
+	MaxEventsPerUser int `yaml:"max_events_per_user"`
+	// MaxGroupsPerUser: per window, per histogram, a user's events count
+	// toward at most this many groups. Default 1.
+	MaxGroupsPerUser int `yaml:"max_groups_per_user"`
+	// MaxTrackedUsers caps the (user, window) pairs the bounder tracks;
+	// beyond it new users' events are dropped (never miscounted). Default
+	// 2,000,000.
+	MaxTrackedUsers int `yaml:"max_tracked_users"`
+}
+
+// Privacy configures the mechanism and the budget.
+type Privacy struct {
+	// Mechanism: dirichlet (default) | gaussian | laplace.
+	Mechanism string `yaml:"mechanism"`
+	// Calibration (dirichlet only): concentrated (default) | diffuse |
+	// closed-form.
+	Calibration string `yaml:"calibration"`
+	// Neighbour relation between datasets: replace (default; one user's
+	// events replaced by another's) | add_remove (one user added or removed).
+	Neighbour string `yaml:"neighbour"`
+	// Order is the RDP order λ > 1 used for calibration. Default 2.
+	Order float64 `yaml:"order"`
+	// Budget is the total guarantee per user per period.
+	Budget Budget `yaml:"budget"`
+}
+
+// Budget is the total (ε, δ)-DP guarantee for one user over one period.
+type Budget struct {
+	Epsilon float64  `yaml:"epsilon"` // > 0. Required.
+	Delta   float64  `yaml:"delta"`   // in (0, 1). Default 1e-6.
+	Period  Duration `yaml:"period"`  // Default 24h; a whole number of windows.
+}
+
+// State is where durable state (budget ledger, release log) lives.
+type State struct {
+	// Dir holds the state database. Default "./stage-state".
+	Dir string `yaml:"dir"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Format: json (default, for production) | console (for humans).
+	Format string `yaml:"format"`
+	// Level: debug | info (default) | warn | error.
+	Level string `yaml:"level"`
+}
+
+// Generator is the built-in synthetic event producer used by the demo. Off by
+// default; it only ever writes to the input topic.
+type Generator struct {
+	Enabled bool `yaml:"enabled"`
+	// Users in the synthetic population. Default 300.
+	Users int `yaml:"users"`
+	// EventsPerSecond produced (wall clock). Default 200.
+	EventsPerSecond int `yaml:"events_per_second"`
+	// TimeScale: event time advances this many times faster than wall clock,
+	// so windows close quickly in the demo. Default 1.
+	TimeScale float64 `yaml:"time_scale"`
+}

@@ -1,0 +1,93 @@
+// Package mechanism turns a window's count vector into a private normalized
+// histogram. Every mechanism the stage can use implements [Mechanism]:
+// calibrated once from a [Spec] (a target (λ, ε)-RDP and the sensitivities the
+// caller derived from its contribution bounds), then released many times, and
+// able to report its whole RDP curve ε(λ′) so that the budget accountant can
+// compose releases at every order.
+//
+// The mathematics follows the papers in shared/papers:
+//   - 000 (Ponnoprat, Differential Privacy of Dirichlet Posterior Sampling):
+//     Theorem 2 / eq. (8), eq. (9), Corollary 3 / eq. (10), eq. (19);
+//   - 001 (Ponnoprat, Dirichlet Mechanism for DP KL Divergence Minimization):
+//     Algorithm 1, Lemma 2, Remarks 1–2.
+package mechanism
+
+// Kind names a mechanism. The strings are a contract (config files and the
+// `stage calibrate` JSON use them).
+type Kind string
+
+const (
+	// Dirichlet releases one draw y ~ Dir(r·x + α) (000 eq. (4), Corollary 3).
+	Dirichlet Kind = "dirichlet"
+	// Gaussian adds discrete Gaussian noise to the counts and projects the
+	// result onto the simplex.
+	Gaussian Kind = "gaussian"
+	// Laplace adds discrete Laplace noise to the counts and projects the
+	// result onto the simplex.
+	Laplace Kind = "laplace"
+)
+
+// Calibration names how the Dirichlet mechanism's (r, α) are solved from the
+// target (λ, ε). The strings are a contract.
+type Calibration string
+
+const (
+	// Concentrated: r = 1 and the smallest α_m with
+	// ½·λ·Δ2²·ψ′(α_m − (λ−1)Δ∞) = ε (000 Theorem 2, eq. (8)).
+	Concentrated Calibration = "concentrated"
+	// ClosedForm: r = 1 and α_m = λΔ2²/(2ε) + (λ−1)Δ∞ + 1 (000 eq. (9)).
+	ClosedForm Calibration = "closed-form"
+	// Diffuse: 001 Algorithm 1, r solving ε = ½·λ·r²·Δ2²·ψ′(1 + rb + 3(λ−1)rΔ∞)
+	// and α = 1 + 4(λ−1)rΔ∞ (b = 0 unless a lower bound is known, Remark 2).
+	Diffuse Calibration = "diffuse"
+)
+
+// Sensitivity bounds how much one privacy unit can change the count vector
+// handed to a mechanism, under the neighbour relation in force. The caller
+// derives it from its contribution bounds; a mechanism never assumes it.
+type Sensitivity struct {
+	L1   float64 // Δ1 = sup ‖x − x′‖₁
+	L2Sq float64 // Δ2² = sup ‖x − x′‖₂²
+	LInf float64 // Δ∞ = sup ‖x − x′‖∞
+}
+
+// Spec is what a mechanism is calibrated from.
+type Spec struct {
+	Kind        Kind
+	Calibration Calibration // Dirichlet only; empty means Concentrated
+	Order       float64     // RDP order λ > 1 the target is stated at
+	RDPEpsilon  float64     // target ε > 0 of one release at Order
+	Sensitivity Sensitivity
+	// LowerBound is Remark 2's (001) known lower bound b ≥ 0 on every count;
+	// Diffuse only. Zero unless the data guarantees it.
+	LowerBound float64
+}
+
+// Params are the calibrated noise parameters. Only the fields of the
+// mechanism's kind are set.
+type Params struct {
+	Alpha float64 // Dirichlet: prior α (the same for every bin)
+	R     float64 // Dirichlet: concentration r
+	Sigma float64 // Gaussian: standard deviation of the noise on each count
+	Scale float64 // Laplace: scale b of the noise on each count
+}
+
+// Mechanism is a calibrated mechanism. Implementations are immutable after
+// New and safe for concurrent use; randomness comes from the caller's *Rand,
+// one per goroutine, so no lock serializes releases.
+type Mechanism interface {
+	// Spec returns the spec the mechanism was calibrated from.
+	Spec() Spec
+	// Params returns the calibrated noise parameters.
+	Params() Params
+	// RDP returns the ε(λ) of one release at order λ > 1, for the
+	// sensitivities of the spec; +Inf where no bound applies.
+	RDP(order float64) float64
+	// MaxOrder is the supremum of the orders at which RDP is finite (+Inf if
+	// it is finite at every order).
+	MaxOrder() float64
+	// Release writes one private normalized histogram of counts into out,
+	// which must have len(counts) ≥ 2 entries. counts must be finite and ≥ 0.
+	// The output is a point of the simplex.
+	Release(rng *Rand, counts []float64, out []float64) error
+}
