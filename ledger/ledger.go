@@ -1,0 +1,332 @@
+// Package ledger is the stage's durable memory: which releases were made,
+// with which values, and how much privacy budget each period has spent. It
+// is what lets the stage keep its two promises across crashes and restarts:
+//
+//   - a window is released at most once: the released values are recorded
+//     before they are published, and after a restart a recorded release is
+//     published again with the same values, never with fresh noise;
+//   - privacy spent is never forgotten: the charge of a release is written in
+//     the same transaction as its record, so the budget restored at start-up
+//     is exactly the sum of the recorded releases' charges.
+//
+// The unit of recording is a [Unit]: everything one histogram releases for one
+// window (one message per declared group, or one status message when the
+// budget refused the release). The ledger is a bbolt database file under the
+// configured state directory.
+package ledger
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Errors returned when opening the ledger.
+var (
+	// ErrLocked: another process holds the state database. Stop the other
+	// stage instance or point state.dir elsewhere.
+	ErrLocked = errors.New("ledger: state database is locked by another process")
+	// ErrIncompatible: the database was written by an incompatible version.
+	ErrIncompatible = errors.New("ledger: state database has an incompatible schema")
+)
+
+// Errors returned by recording.
+var (
+	// ErrAlreadyRecorded: a unit with the same key exists; the caller must
+	// republish the recorded unit instead of drawing again.
+	ErrAlreadyRecorded = errors.New("ledger: unit already recorded")
+)
+
+const schemaVersion = 1
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketUnits   = []byte("units")
+	bucketPeriods = []byte("periods")
+	keySchema     = []byte("schema")
+)
+
+// Status says what a unit recorded.
+type Status string
+
+const (
+	// StatusReleased: the unit holds private releases.
+	StatusReleased Status = "released"
+	// StatusBudgetExhausted: the budget refused the release; the unit holds
+	// the status message that says so, and charged nothing.
+	StatusBudgetExhausted Status = "budget_exhausted"
+)
+
+// Curve is an RDP curve on a grid of orders: Epsilons[i] is the RDP ε at
+// Orders[i]. +Inf is stored as JSON null.
+type Curve struct {
+	Orders   []float64 `json:"orders"`
+	Epsilons []float64 `json:"-"`
+}
+
+type curveJSON struct {
+	Orders   []float64  `json:"orders"`
+	Epsilons []*float64 `json:"epsilons"`
+}
+
+// MarshalJSON stores +Inf as null, which JSON cannot otherwise carry.
+func (c Curve) MarshalJSON() ([]byte, error) {
+	out := curveJSON{Orders: c.Orders, Epsilons: make([]*float64, len(c.Epsilons))}
+	for i, e := range c.Epsilons {
+		if !math.IsInf(e, 1) {
+			v := e
+			out.Epsilons[i] = &v
+		}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads null as +Inf.
+func (c *Curve) UnmarshalJSON(b []byte) error {
+	var in curveJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	if len(in.Orders) != len(in.Epsilons) {
+		return fmt.Errorf("ledger: curve has %d orders but %d epsilons", len(in.Orders), len(in.Epsilons))
+	}
+	c.Orders = in.Orders
+	c.Epsilons = make([]float64, len(in.Epsilons))
+	for i, e := range in.Epsilons {
+		if e == nil {
+			c.Epsilons[i] = math.Inf(1)
+		} else {
+			c.Epsilons[i] = *e
+		}
+	}
+	return nil
+}
+
+// Unit is what one histogram releases for one window.
+type Unit struct {
+	Histogram   string `json:"histogram"`
+	WindowStart int64  `json:"window_start_ms"`
+	WindowEnd   int64  `json:"window_end_ms"`
+	// Period is the start (Unix ms) of the budget period charged.
+	Period int64  `json:"period_ms"`
+	Status Status `json:"status"`
+	// Charge is the RDP curve added to the period's spend by this unit
+	// (empty for StatusBudgetExhausted).
+	Charge Curve `json:"charge"`
+	// Messages are the exact output messages, in publish order.
+	Messages []Message `json:"messages"`
+	// Published is set once every message was acknowledged by the output
+	// topic.
+	Published bool `json:"published"`
+	// RecordedAt is wall-clock time of recording, for operators.
+	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// Message is one output record.
+type Message struct {
+	Key   []byte `json:"key"`
+	Value []byte `json:"value"`
+}
+
+// Key identifies a unit: histogram name and window start.
+func (u *Unit) Key() []byte { return UnitKey(u.Histogram, u.WindowStart) }
+
+// UnitKey orders units by window start, then histogram.
+func UnitKey(histogram string, windowStart int64) []byte {
+	k := make([]byte, 8, 8+len(histogram))
+	binary.BigEndian.PutUint64(k, uint64(windowStart)^(1<<63)) // sign flip keeps negative times ordered
+	return append(k, histogram...)
+}
+
+// Ledger is the durable state. Its methods are safe for concurrent use
+// (bbolt serializes writers).
+type Ledger struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the ledger in dir.
+func Open(dir string) (*Ledger, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("ledger: create state dir %q: %w", dir, err)
+	}
+	path := filepath.Join(dir, "stage.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		}
+		return nil, fmt.Errorf("ledger: open %q: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		v := meta.Get(keySchema)
+		if v == nil {
+			return meta.Put(keySchema, []byte{schemaVersion})
+		}
+		if len(v) != 1 || v[0] != schemaVersion {
+			return ErrIncompatible
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("ledger: initialise %q: %w", path, err)
+	}
+	return &Ledger{db: db}, nil
+}
+
+// Close closes the database.
+func (l *Ledger) Close() error { return l.db.Close() }
+
+// Lookup returns the recorded unit for (histogram, windowStart), if any.
+func (l *Ledger) Lookup(histogram string, windowStart int64) (*Unit, bool, error) {
+	var u *Unit
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketUnits).Get(UnitKey(histogram, windowStart))
+		if v == nil {
+			return nil
+		}
+		u = new(Unit)
+		return json.Unmarshal(v, u)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("ledger: lookup %s@%d: %w", histogram, windowStart, err)
+	}
+	return u, u != nil, nil
+}
+
+// Record durably stores u and, in the same transaction, sets the spend of
+// u.Period to spentAfter (the period's spend including u.Charge). The caller
+// has checked spentAfter against the budget. Record refuses a unit whose key
+// is already recorded (ErrAlreadyRecorded): a window is released at most once.
+func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
+	val, err := json.Marshal(u)
+	if err != nil {
+		return fmt.Errorf("ledger: encode unit: %w", err)
+	}
+	spent, err := json.Marshal(spentAfter)
+	if err != nil {
+		return fmt.Errorf("ledger: encode spend: %w", err)
+	}
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		units := tx.Bucket(bucketUnits)
+		key := u.Key()
+		if units.Get(key) != nil {
+			return ErrAlreadyRecorded
+		}
+		if err := units.Put(key, val); err != nil {
+			return err
+		}
+		if u.Status == StatusReleased {
+			return tx.Bucket(bucketPeriods).Put(periodKey(u.Period), spent)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: record %s@%d: %w", u.Histogram, u.WindowStart, err)
+	}
+	return nil
+}
+
+// MarkPublished records that every message of the unit was acknowledged.
+func (l *Ledger) MarkPublished(histogram string, windowStart int64) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		units := tx.Bucket(bucketUnits)
+		key := UnitKey(histogram, windowStart)
+		v := units.Get(key)
+		if v == nil {
+			return fmt.Errorf("no unit recorded")
+		}
+		var u Unit
+		if err := json.Unmarshal(v, &u); err != nil {
+			return err
+		}
+		if u.Published {
+			return nil
+		}
+		u.Published = true
+		nv, err := json.Marshal(&u)
+		if err != nil {
+			return err
+		}
+		return units.Put(key, nv)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: mark %s@%d published: %w", histogram, windowStart, err)
+	}
+	return nil
+}
+
+// Spent returns the recorded spend of the period starting at period (Unix
+// ms), and whether any was recorded.
+func (l *Ledger) Spent(period int64) (Curve, bool, error) {
+	var c Curve
+	var ok bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketPeriods).Get(periodKey(period))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &c)
+	})
+	if err != nil {
+		return Curve{}, false, fmt.Errorf("ledger: read spend of period %d: %w", period, err)
+	}
+	return c, ok, nil
+}
+
+// Units calls fn for every recorded unit in (window start, histogram) order
+// until fn returns false.
+func (l *Ledger) Units(fn func(*Unit) bool) error {
+	return l.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketUnits).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var u Unit
+			if err := json.Unmarshal(v, &u); err != nil {
+				return fmt.Errorf("ledger: decode unit %x: %w", k, err)
+			}
+			if !fn(&u) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// LastWindow returns the largest recorded window start, if any unit exists.
+func (l *Ledger) LastWindow() (int64, bool, error) {
+	var last int64
+	var ok bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketUnits).Cursor().Last()
+		if k == nil {
+			return nil
+		}
+		if len(k) < 8 {
+			return fmt.Errorf("ledger: malformed unit key %x", k)
+		}
+		last = int64(binary.BigEndian.Uint64(k[:8]) ^ (1 << 63))
+		ok = true
+		return nil
+	})
+	return last, ok, err
+}
+
+func periodKey(p int64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, uint64(p)^(1<<63))
+	return k
+}

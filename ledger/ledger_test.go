@@ -1,0 +1,87 @@
+package ledger
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestRecordLookupRepublish(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := Curve{Orders: []float64{2, 3}, Epsilons: []float64{0.5, math.Inf(1)}}
+	u := &Unit{Histogram: "pages", WindowStart: -60000, WindowEnd: 0, Period: -86400000,
+		Status: StatusReleased, Charge: charge,
+		Messages: []Message{{Key: []byte("pages/US"), Value: []byte(`{"p":1}`)}}}
+	if err := l.Record(u, charge); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Record(u, charge); !errors.Is(err, ErrAlreadyRecorded) {
+		t.Fatalf("second record: got %v, want ErrAlreadyRecorded", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopen: the unit, its values and the spend survive.
+	l, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got, ok, err := l.Lookup("pages", -60000)
+	if err != nil || !ok {
+		t.Fatalf("lookup: ok=%v err=%v", ok, err)
+	}
+	if got.Published || string(got.Messages[0].Value) != `{"p":1}` {
+		t.Fatalf("unexpected unit %+v", got)
+	}
+	if !math.IsInf(got.Charge.Epsilons[1], 1) || got.Charge.Epsilons[0] != 0.5 {
+		t.Fatalf("charge not preserved: %+v", got.Charge)
+	}
+	spent, ok, err := l.Spent(-86400000)
+	if err != nil || !ok || spent.Epsilons[0] != 0.5 {
+		t.Fatalf("spent: %+v ok=%v err=%v", spent, ok, err)
+	}
+	if err := l.MarkPublished("pages", -60000); err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ = l.Lookup("pages", -60000)
+	if !got.Published {
+		t.Fatal("not marked published")
+	}
+	last, ok, err := l.LastWindow()
+	if err != nil || !ok || last != -60000 {
+		t.Fatalf("last window = %d ok=%v err=%v", last, ok, err)
+	}
+}
+
+func TestExhaustedUnitChargesNothing(t *testing.T) {
+	l, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	u := &Unit{Histogram: "h", WindowStart: 0, Period: 0, Status: StatusBudgetExhausted}
+	if err := l.Record(u, Curve{Orders: []float64{2}, Epsilons: []float64{9}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := l.Spent(0); ok {
+		t.Fatal("an exhausted unit must not write a spend")
+	}
+}
+
+func TestLockedByAnotherOpen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := Open(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: got %v, want ErrLocked", err)
+	}
+}
