@@ -1,10 +1,3 @@
-// Package config loads the stage's one YAML file: strict decoding (unknown
-// keys are errors with their line), ${ENV_VAR} interpolation for secrets,
-// documented defaults, and validation that reports every problem at once with
-// its YAML path.
-//
-// The key names are a contract: other tools write these files. Add keys, never
-// rename them.
 package config
 
 // Config is the whole stage configuration.
@@ -18,6 +11,10 @@ type Config struct {
 	State        State        `yaml:"state"`
 	Log          Log          `yaml:"log"`
 	Generator    Generator    `yaml:"generator"`
+
+	// meta records what the file said (which keys it set, which values came
+	// from the environment); nil for a Config built in Go.
+	meta *meta
 }
 
 // Kafka says where events come from and where releases go.
@@ -38,6 +35,44 @@ type Kafka struct {
 	// InputPartitions is how many partitions the embedded broker creates for
 	// the input topic. Default 4. Ignored with external brokers.
 	InputPartitions int `yaml:"input_partitions"`
+	// TLS secures the connection to external brokers. Off by default.
+	TLS TLS `yaml:"tls"`
+	// SASL authenticates to external brokers. Off by default (no mechanism,
+	// no username, no password).
+	SASL SASL `yaml:"sasl"`
+}
+
+// TLS configures transport security towards the brokers. Every setting but
+// Enabled is ignored while Enabled is false.
+type TLS struct {
+	// Enabled turns TLS on. Default false.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM bundle of the certificate authorities that sign the
+	// brokers' certificates. Empty: the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate and its private key
+	// (PEM), for brokers that require client authentication. Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked against the brokers'
+	// certificates. Empty: the host of each broker address.
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify disables verification of the brokers' certificates.
+	// For tests only. Default false.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// SASL configures authentication towards the brokers. It is on when any of
+// its keys is set, and then all three are required.
+type SASL struct {
+	// Mechanism: plain | scram-sha-256 | scram-sha-512.
+	Mechanism string `yaml:"mechanism"`
+	// Username to authenticate as.
+	Username string `yaml:"username"`
+	// Password may only be given as a ${ENV_VAR} reference: a literal
+	// password in the file is an error. Never printed (see [SASL.String],
+	// [Config.Redacted]).
+	Password string `yaml:"password" secret:"true"`
 }
 
 // Events describes the raw event messages.

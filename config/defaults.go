@@ -1,0 +1,117 @@
+package config
+
+import (
+	"slices"
+	"time"
+)
+
+// The defaults ApplyDefaults fills in.
+const (
+	DefaultGroupID              = "dp-stage"
+	DefaultInputTopic           = "events"
+	DefaultOutputTopic          = "private-histograms"
+	DefaultInputPartitions      = 4
+	DefaultFormat               = FormatJSON
+	DefaultTimeField            = "ts"
+	DefaultUserField            = "user_id"
+	DefaultMaxMessageBytes      = 65536
+	DefaultWindowSize           = Duration(time.Minute)
+	DefaultAllowedLateness      = Duration(5 * time.Second)
+	DefaultIdlePartitionTimeout = Duration(10 * time.Second)
+	DefaultMaxEventsPerUser     = 1
+	DefaultMaxGroupsPerUser     = 1
+	DefaultMaxTrackedUsers      = 2_000_000
+	DefaultMechanism            = MechanismDirichlet
+	DefaultCalibration          = CalibrationConcentrated
+	DefaultNeighbour            = NeighbourReplace
+	DefaultOrder                = 2.0
+	DefaultDelta                = 1e-6
+	DefaultPeriod               = Duration(24 * time.Hour)
+	DefaultStateDir             = "./stage-state"
+	DefaultLogFormat            = LogFormatJSON
+	DefaultLogLevel             = LogLevelInfo
+	DefaultGeneratorUsers       = 300
+	DefaultGeneratorEPS         = 200
+	DefaultGeneratorTimeScale   = 1.0
+)
+
+// ApplyDefaults fills in every setting the file left out, with the defaults
+// documented on the fields (and listed as the Default* constants). A value
+// the file gave explicitly is kept even when it is zero or empty
+// (allowed_lateness: 0s stays 0; max_events_per_user: 0 stays 0 and fails
+// validation): for a Config from [Parse] or [Load], "left out" means absent
+// or null in the file; for a Config built in Go, a zero value. Calling it
+// again changes nothing.
+//
+// privacy.calibration defaults to concentrated only for the dirichlet
+// mechanism; it stays empty for gaussian and laplace, where it has no
+// meaning. privacy.budget.epsilon has no default. Histograms get no
+// implicit group here: see [Histogram.GroupNames].
+func (c *Config) ApplyDefaults() {
+	str := func(p *string, path, def string) {
+		if *p == "" && !c.isSet(path) {
+			*p = def
+		}
+	}
+	num := func(p *int, path string, def int) {
+		if *p == 0 && !c.isSet(path) {
+			*p = def
+		}
+	}
+	flt := func(p *float64, path string, def float64) {
+		if *p == 0 && !c.isSet(path) {
+			*p = def
+		}
+	}
+	dur := func(p *Duration, path string, def Duration) {
+		if *p == 0 && !c.isSet(path) {
+			*p = def
+		}
+	}
+
+	str(&c.Kafka.GroupID, "kafka.group_id", DefaultGroupID)
+	str(&c.Kafka.InputTopic, "kafka.input_topic", DefaultInputTopic)
+	str(&c.Kafka.OutputTopic, "kafka.output_topic", DefaultOutputTopic)
+	num(&c.Kafka.InputPartitions, "kafka.input_partitions", DefaultInputPartitions)
+
+	str(&c.Events.Format, "events.format", DefaultFormat)
+	str(&c.Events.TimeField, "events.time_field", DefaultTimeField)
+	str(&c.Events.UserField, "events.user_field", DefaultUserField)
+	num(&c.Events.MaxMessageBytes, "events.max_message_bytes", DefaultMaxMessageBytes)
+
+	dur(&c.Window.Size, "window.size", DefaultWindowSize)
+	dur(&c.Window.AllowedLateness, "window.allowed_lateness", DefaultAllowedLateness)
+	dur(&c.Window.IdlePartitionTimeout, "window.idle_partition_timeout", DefaultIdlePartitionTimeout)
+
+	num(&c.Contribution.MaxEventsPerUser, "contribution.max_events_per_user", DefaultMaxEventsPerUser)
+	num(&c.Contribution.MaxGroupsPerUser, "contribution.max_groups_per_user", DefaultMaxGroupsPerUser)
+	num(&c.Contribution.MaxTrackedUsers, "contribution.max_tracked_users", DefaultMaxTrackedUsers)
+
+	str(&c.Privacy.Mechanism, "privacy.mechanism", DefaultMechanism)
+	if c.Privacy.Mechanism == MechanismDirichlet {
+		str(&c.Privacy.Calibration, "privacy.calibration", DefaultCalibration)
+	}
+	str(&c.Privacy.Neighbour, "privacy.neighbour", DefaultNeighbour)
+	flt(&c.Privacy.Order, "privacy.order", DefaultOrder)
+	flt(&c.Privacy.Budget.Delta, "privacy.budget.delta", DefaultDelta)
+	dur(&c.Privacy.Budget.Period, "privacy.budget.period", DefaultPeriod)
+
+	str(&c.State.Dir, "state.dir", DefaultStateDir)
+
+	str(&c.Log.Format, "log.format", DefaultLogFormat)
+	str(&c.Log.Level, "log.level", DefaultLogLevel)
+
+	num(&c.Generator.Users, "generator.users", DefaultGeneratorUsers)
+	num(&c.Generator.EventsPerSecond, "generator.events_per_second", DefaultGeneratorEPS)
+	flt(&c.Generator.TimeScale, "generator.time_scale", DefaultGeneratorTimeScale)
+}
+
+// GroupNames returns the groups a release is made for at every window: the
+// declared Groups, or the single implicit group "*" ([ImplicitGroup]) when
+// GroupBy is empty. The result is a copy.
+func (h Histogram) GroupNames() []string {
+	if h.GroupBy == "" {
+		return []string{ImplicitGroup}
+	}
+	return slices.Clone(h.Groups)
+}

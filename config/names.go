@@ -1,0 +1,47 @@
+package config
+
+// The accepted values of the enumerated keys. The strings are a contract
+// (they match package mechanism's Kind and Calibration strings).
+const (
+	FormatJSON = "json" // events.format
+
+	MechanismDirichlet = "dirichlet" // privacy.mechanism
+	MechanismGaussian  = "gaussian"
+	MechanismLaplace   = "laplace"
+
+	CalibrationConcentrated = "concentrated" // privacy.calibration (dirichlet only)
+	CalibrationDiffuse      = "diffuse"
+	CalibrationClosedForm   = "closed-form"
+
+	NeighbourReplace   = "replace" // privacy.neighbour
+	NeighbourAddRemove = "add_remove"
+
+	SASLPlain       = "plain" // kafka.sasl.mechanism
+	SASLScramSHA256 = "scram-sha-256"
+	SASLScramSHA512 = "scram-sha-512"
+
+	LogFormatJSON    = "json" // log.format
+	LogFormatConsole = "console"
+
+	LogLevelDebug = "debug" // log.level
+	LogLevelInfo  = "info"
+	LogLevelWarn  = "warn"
+	LogLevelError = "error"
+)
+
+// ImplicitGroup is the name of the single group of a histogram without
+// group_by.
+const ImplicitGroup = "*"
+
+// RedactedValue replaces secrets and values from the environment in
+// [Config.Redacted] and [Config.String].
+const RedactedValue = "[redacted]"
+
+var (
+	mechanisms   = []string{MechanismDirichlet, MechanismGaussian, MechanismLaplace}
+	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm}
+	neighbours   = []string{NeighbourReplace, NeighbourAddRemove}
+	saslMechs    = []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}
+	logFormats   = []string{LogFormatJSON, LogFormatConsole}
+	logLevels    = []string{LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError}
+)

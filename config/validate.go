@@ -1,0 +1,416 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Problem is one thing wrong with a config file.
+type Problem struct {
+	// Path is the YAML path of the offending value, e.g.
+	// "histograms[1].bins"; empty for the document as a whole.
+	Path string
+	// Message says what is wrong. It never contains a value that came from
+	// the environment.
+	Message string
+	// Line is the 1-based line in the file for problems found while
+	// decoding; 0 for problems found by [Config.Validate].
+	Line int
+}
+
+// String formats the problem as "path: line N: message" (parts omitted when
+// empty).
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Path != "" {
+		b.WriteString(p.Path)
+		b.WriteString(": ")
+	}
+	if p.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", p.Line)
+	}
+	b.WriteString(p.Message)
+	return b.String()
+}
+
+// ValidationError lists every problem found in a config.
+type ValidationError struct {
+	Problems []Problem
+}
+
+// Error lists the problems one per line, after a count.
+func (e *ValidationError) Error() string {
+	var b strings.Builder
+	if len(e.Problems) == 1 {
+		b.WriteString("invalid config: 1 problem")
+	} else {
+		fmt.Fprintf(&b, "invalid config: %d problems", len(e.Problems))
+	}
+	for _, p := range e.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+type checker struct {
+	c     *Config
+	probs []Problem
+}
+
+func (k *checker) add(path, format string, args ...any) {
+	k.probs = append(k.probs, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// show quotes a value for a message, unless it came from the environment.
+func (k *checker) show(path, value string) string {
+	if k.c.fromEnvOrParent(path) {
+		return "(value from the environment)"
+	}
+	return strconv.Quote(value)
+}
+
+func (c *Config) fromEnvOrParent(path string) bool {
+	if c.fromEnv(path) {
+		return true
+	}
+	if i := strings.LastIndexByte(path, '['); i > 0 && strings.HasSuffix(path, "]") {
+		return c.fromEnv(path[:i])
+	}
+	return false
+}
+
+func (k *checker) nonEmpty(path, v string) bool {
+	if v == "" {
+		k.add(path, "must not be empty")
+		return false
+	}
+	return true
+}
+
+func (k *checker) atLeast1(path string, v int) {
+	if v < 1 {
+		k.add(path, "must be at least 1")
+	}
+}
+
+func (k *checker) oneOf(path, v string, allowed []string) bool {
+	if slices.Contains(allowed, v) {
+		return true
+	}
+	if v == "" {
+		k.add(path, "must be one of %s", strings.Join(allowed, ", "))
+	} else {
+		k.add(path, "must be one of %s, got %s", strings.Join(allowed, ", "), k.show(path, v))
+	}
+	return false
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Validate checks the whole configuration and reports every problem at once
+// as a *[ValidationError] (nil when there is none), each with its YAML path.
+// It expects defaults to have been applied ([Parse] and [Load] do). It reads
+// the TLS files named by an enabled kafka.tls, and nothing else outside the
+// Config.
+func (c *Config) Validate() error {
+	k := &checker{c: c}
+	k.kafka()
+	k.events()
+	k.window()
+	k.histograms()
+	k.contribution()
+	k.privacy()
+	k.nonEmpty("state.dir", c.State.Dir)
+	k.oneOf("log.format", c.Log.Format, logFormats)
+	k.oneOf("log.level", c.Log.Level, logLevels)
+	k.generator()
+	if len(k.probs) == 0 {
+		return nil
+	}
+	return &ValidationError{Problems: k.probs}
+}
+
+// topicName is Kafka's rule for topic names.
+var topicName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+func (k *checker) topic(path, v string) {
+	if !k.nonEmpty(path, v) {
+		return
+	}
+	if !topicName.MatchString(v) || v == "." || v == ".." {
+		k.add(path, "%s is not a valid Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)", k.show(path, v))
+	}
+}
+
+func (k *checker) kafka() {
+	kc := &k.c.Kafka
+	for i, b := range kc.Brokers {
+		path := fmt.Sprintf("kafka.brokers[%d]", i)
+		host, port, err := net.SplitHostPort(b)
+		p, perr := strconv.Atoi(port)
+		if err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			k.add(path, "%s is not host:port (port 1 to 65535)", k.show(path, b))
+		}
+	}
+	k.nonEmpty("kafka.group_id", kc.GroupID)
+	k.topic("kafka.input_topic", kc.InputTopic)
+	k.topic("kafka.output_topic", kc.OutputTopic)
+	if kc.OutputTopic != "" && kc.OutputTopic == kc.InputTopic {
+		k.add("kafka.output_topic", "must differ from kafka.input_topic")
+	}
+	if kc.DeadLetterTopic != "" {
+		k.topic("kafka.dead_letter_topic", kc.DeadLetterTopic)
+		if kc.DeadLetterTopic == kc.InputTopic {
+			k.add("kafka.dead_letter_topic", "must differ from kafka.input_topic")
+		}
+		if kc.DeadLetterTopic == kc.OutputTopic {
+			k.add("kafka.dead_letter_topic", "must differ from kafka.output_topic")
+		}
+	}
+	k.atLeast1("kafka.input_partitions", kc.InputPartitions)
+	k.tls()
+	k.sasl()
+}
+
+func (k *checker) tls() {
+	t := k.c.Kafka.TLS
+	if !t.Enabled {
+		return
+	}
+	caOK := t.CAFile == "" || k.readable("kafka.tls.ca_file", t.CAFile)
+	certOK := t.CertFile == "" || k.readable("kafka.tls.cert_file", t.CertFile)
+	keyOK := t.KeyFile == "" || k.readable("kafka.tls.key_file", t.KeyFile)
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		k.add("kafka.tls.key_file", "required with kafka.tls.cert_file")
+		keyOK = false
+	case t.KeyFile != "" && t.CertFile == "":
+		k.add("kafka.tls.cert_file", "required with kafka.tls.key_file")
+		certOK = false
+	}
+	if t.CAFile != "" && caOK {
+		if _, err := loadCAPool(t.CAFile); err != nil {
+			k.add("kafka.tls.ca_file", "%v", err)
+		}
+	}
+	if t.CertFile != "" && t.KeyFile != "" && certOK && keyOK {
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			k.add("kafka.tls.cert_file", "cannot load the key pair with kafka.tls.key_file: %s", safeTLSError(err))
+		}
+	}
+}
+
+// readable reports whether the file at name can be read, and a problem
+// (without the name, which may come from the environment) if not.
+func (k *checker) readable(path, name string) bool {
+	f, err := os.Open(name)
+	if err == nil {
+		var st fs.FileInfo
+		st, err = f.Stat()
+		if err == nil && st.IsDir() {
+			err = errors.New("is a directory")
+		}
+		f.Close()
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		k.add(path, "cannot read %s: %v", k.show(path, name), err)
+		return false
+	}
+	return true
+}
+
+func loadCAPool(name string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(name)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("cannot read the file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	return pool, nil
+}
+
+// safeTLSError strips file names from crypto/tls errors.
+func safeTLSError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func (k *checker) sasl() {
+	s := k.c.Kafka.SASL
+	if s.Mechanism == "" && s.Username == "" && s.Password == "" {
+		return
+	}
+	k.oneOf("kafka.sasl.mechanism", s.Mechanism, saslMechs)
+	k.nonEmpty("kafka.sasl.username", s.Username)
+	if s.Password == "" {
+		k.add("kafka.sasl.password", "must be set (through a ${ENV_VAR} reference)")
+	}
+}
+
+func (k *checker) events() {
+	e := k.c.Events
+	if e.Format != FormatJSON {
+		if e.Format == "" {
+			k.add("events.format", "must be json")
+		} else {
+			k.add("events.format", "must be json, got %s", k.show("events.format", e.Format))
+		}
+	}
+	k.nonEmpty("events.time_field", e.TimeField)
+	if k.nonEmpty("events.user_field", e.UserField) && e.UserField == e.TimeField {
+		k.add("events.user_field", "must differ from events.time_field")
+	}
+	k.atLeast1("events.max_message_bytes", e.MaxMessageBytes)
+}
+
+func (k *checker) window() {
+	w := k.c.Window
+	if w.Size <= 0 {
+		k.add("window.size", "must be greater than 0")
+	}
+	if w.AllowedLateness < 0 {
+		k.add("window.allowed_lateness", "must not be negative")
+	}
+	if w.IdlePartitionTimeout <= 0 {
+		k.add("window.idle_partition_timeout", "must be greater than 0")
+	}
+}
+
+func (k *checker) histograms() {
+	hs := k.c.Histograms
+	if len(hs) == 0 {
+		k.add("histograms", "must declare at least one histogram")
+		return
+	}
+	names := map[string]int{}
+	for i, h := range hs {
+		p := fmt.Sprintf("histograms[%d]", i)
+		if k.nonEmpty(p+".name", h.Name) {
+			if strings.Contains(h.Name, "/") {
+				k.add(p+".name", "must not contain / (output keys are histogram/group)")
+			}
+			if j, dup := names[h.Name]; dup {
+				k.add(p+".name", "duplicate histogram name %s (also histograms[%d])", k.show(p+".name", h.Name), j)
+			} else {
+				names[h.Name] = i
+			}
+		}
+		k.nonEmpty(p+".field", h.Field)
+		k.list(p+".bins", "bin", h.Bins)
+		if len(h.Bins) < 2 {
+			k.add(p+".bins", "must list at least 2 bins")
+		}
+		if h.OverflowBin != "" && !slices.Contains(h.Bins, h.OverflowBin) {
+			k.add(p+".overflow_bin", "%s is not among the bins", k.show(p+".overflow_bin", h.OverflowBin))
+		}
+		switch {
+		case h.GroupBy != "":
+			if h.GroupBy == h.Field {
+				k.add(p+".group_by", "must differ from field")
+			}
+			if len(h.Groups) == 0 {
+				k.add(p+".groups", "required with group_by: list the public groups")
+			}
+			k.list(p+".groups", "group", h.Groups)
+		case len(h.Groups) > 0:
+			k.add(p+".groups", "given without group_by")
+		}
+	}
+}
+
+// list reports empty and duplicate entries of a bins or groups list.
+func (k *checker) list(path, what string, items []string) {
+	first := map[string]int{}
+	for i, v := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if v == "" {
+			k.add(p, "%s must not be empty", what)
+			continue
+		}
+		if j, dup := first[v]; dup {
+			k.add(p, "duplicate %s %s (also %s[%d])", what, k.show(p, v), path[strings.LastIndexByte(path, '.')+1:], j)
+			continue
+		}
+		first[v] = i
+	}
+}
+
+func (k *checker) contribution() {
+	c := k.c.Contribution
+	k.atLeast1("contribution.max_events_per_user", c.MaxEventsPerUser)
+	k.atLeast1("contribution.max_groups_per_user", c.MaxGroupsPerUser)
+	k.atLeast1("contribution.max_tracked_users", c.MaxTrackedUsers)
+}
+
+func (k *checker) privacy() {
+	p := k.c.Privacy
+	k.oneOf("privacy.mechanism", p.Mechanism, mechanisms)
+	switch p.Mechanism {
+	case MechanismDirichlet:
+		k.oneOf("privacy.calibration", p.Calibration, calibrations)
+	case MechanismGaussian, MechanismLaplace:
+		if p.Calibration != "" && p.Calibration != DefaultCalibration {
+			k.add("privacy.calibration", "only applies to mechanism dirichlet; leave it out for %s", p.Mechanism)
+		}
+	}
+	k.oneOf("privacy.neighbour", p.Neighbour, neighbours)
+	if !finite(p.Order) || p.Order <= 1 {
+		k.add("privacy.order", "must be a finite number greater than 1")
+	}
+	b := p.Budget
+	if !finite(b.Epsilon) || b.Epsilon <= 0 {
+		if b.Epsilon == 0 && !k.c.isSet("privacy.budget.epsilon") {
+			k.add("privacy.budget.epsilon", "required: a finite number greater than 0")
+		} else {
+			k.add("privacy.budget.epsilon", "must be a finite number greater than 0")
+		}
+	}
+	if !finite(b.Delta) || b.Delta <= 0 || b.Delta >= 1 {
+		k.add("privacy.budget.delta", "must be a finite number strictly between 0 and 1")
+	}
+	switch {
+	case b.Period <= 0:
+		k.add("privacy.budget.period", "must be greater than 0")
+	case k.c.Window.Size > 0 && b.Period%k.c.Window.Size != 0:
+		k.add("privacy.budget.period", "must be a whole multiple of window.size")
+	}
+}
+
+func (k *checker) generator() {
+	g := k.c.Generator
+	if !finite(g.TimeScale) {
+		k.add("generator.time_scale", "must be a finite number")
+	}
+	if !g.Enabled {
+		return
+	}
+	k.atLeast1("generator.users", g.Users)
+	k.atLeast1("generator.events_per_second", g.EventsPerSecond)
+	if finite(g.TimeScale) && g.TimeScale < 1 {
+		k.add("generator.time_scale", "must be at least 1")
+	}
+}
