@@ -1,0 +1,221 @@
+package budget
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Curve is an RDP curve sampled on a grid of orders: ε̂(λ) for every λ of the
+// grid, each ≥ 0 or +Inf ("no bound at this order"). It is an immutable value
+// type: copying a Curve is cheap, and no method modifies one (they share the
+// underlying arrays, which nothing ever writes after construction).
+//
+// The zero Curve is empty; operations on it return [ErrEmptyCurve]. A Curve
+// built by [CurveOf] from an invalid grid carries the grid's error, which
+// every operation on it returns (see [Curve.Err]).
+type Curve struct {
+	orders []float64 // strictly increasing, finite, > 1; never written after construction
+	eps    []float64 // len(orders) values, each ≥ 0 or +Inf; never written after construction
+	err    error     // non-nil if built by CurveOf from an invalid grid
+}
+
+// Point is one point of a curve.
+type Point struct {
+	Order   float64 // λ
+	Epsilon float64 // ε̂(λ), ≥ 0 or +Inf
+}
+
+// NewCurve returns the curve with eps[i] at orders[i]. orders must be a valid
+// grid (non-empty, strictly increasing, finite, > 1) and every eps[i] ≥ 0 or
+// +Inf (NaN and negative values are errors). The slices are copied.
+func NewCurve(orders, eps []float64) (Curve, error) {
+	if err := validateOrders(orders); err != nil {
+		return Curve{}, err
+	}
+	if len(eps) != len(orders) {
+		return Curve{}, fmt.Errorf("%w: %d orders but %d rdp values", ErrGridMismatch, len(orders), len(eps))
+	}
+	for i, e := range eps {
+		if !(e >= 0) {
+			return Curve{}, &ArgumentError{Name: fmt.Sprintf("rdp epsilon at order %s", fmtFloat(orders[i])), Value: e, Want: "≥ 0 or +Inf"}
+		}
+	}
+	return Curve{orders: slices.Clone(orders), eps: slices.Clone(eps)}, nil
+}
+
+// ZeroCurve returns the all-zero curve (nothing spent) on orders.
+func ZeroCurve(orders []float64) (Curve, error) {
+	if err := validateOrders(orders); err != nil {
+		return Curve{}, err
+	}
+	return Curve{orders: slices.Clone(orders), eps: make([]float64, len(orders))}, nil
+}
+
+// CurveOf samples m's RDP curve on orders: ε̂(λ) = m.RDP(λ) for each λ.
+//
+// Conservative by construction: a NaN or negative value from m.RDP (a
+// Rényi divergence is ≥ 0, so it can only be a bug) is recorded as +Inf, and
+// if m also has a MaxOrder() float64 method (every mechanism.Mechanism does),
+// every order ≥ MaxOrder is +Inf whatever m.RDP says, since RDP bounds such
+// as 000 Corollary 3 only hold on the open interval below it.
+//
+// If orders is not a valid grid the returned Curve carries that error
+// ([Curve.Err]) and every operation on it fails with it.
+func CurveOf(m interface{ RDP(float64) float64 }, orders []float64) Curve {
+	if m == nil {
+		return Curve{err: &ArgumentError{Name: "mechanism", Value: math.NaN(), Want: "non-nil"}}
+	}
+	if err := validateOrders(orders); err != nil {
+		return Curve{err: err}
+	}
+	maxOrder := math.Inf(1)
+	if mo, ok := m.(interface{ MaxOrder() float64 }); ok {
+		if v := mo.MaxOrder(); !math.IsNaN(v) {
+			maxOrder = v
+		} else {
+			maxOrder = 1 // NaN: trust no order
+		}
+	}
+	eps := make([]float64, len(orders))
+	for i, o := range orders {
+		e := math.Inf(1)
+		if o < maxOrder {
+			if v := m.RDP(o); v >= 0 { // false for NaN and negative values
+				e = v
+			}
+		}
+		eps[i] = e
+	}
+	return Curve{orders: slices.Clone(orders), eps: eps}
+}
+
+// Err returns the error a Curve carries: its grid's error if it was built by
+// [CurveOf] from an invalid grid, [ErrEmptyCurve] for an empty curve, nil
+// otherwise.
+func (c Curve) Err() error {
+	if c.err != nil {
+		return c.err
+	}
+	if len(c.orders) == 0 {
+		return ErrEmptyCurve
+	}
+	return nil
+}
+
+// Len returns the number of orders of the grid.
+func (c Curve) Len() int { return len(c.orders) }
+
+// Orders returns a copy of the grid.
+func (c Curve) Orders() []float64 { return slices.Clone(c.orders) }
+
+// Epsilons returns a copy of the values, in the order of [Curve.Orders].
+func (c Curve) Epsilons() []float64 { return slices.Clone(c.eps) }
+
+// Points returns the curve as (order, ε̂) points, +Inf points included.
+func (c Curve) Points() []Point {
+	out := make([]Point, len(c.orders))
+	for i := range c.orders {
+		out[i] = Point{Order: c.orders[i], Epsilon: c.eps[i]}
+	}
+	return out
+}
+
+// At returns ε̂ at order λ and whether λ is on the grid.
+func (c Curve) At(order float64) (float64, bool) {
+	i, found := slices.BinarySearch(c.orders, order)
+	if !found {
+		return math.Inf(1), false
+	}
+	return c.eps[i], true
+}
+
+// SameGrid reports whether c and d are on the same grid of orders.
+func (c Curve) SameGrid(d Curve) bool { return sameGrid(c.orders, d.orders) }
+
+// Scale returns the curve of k-fold composition of c: k·ε̂(λ) at each order
+// (000 Lemma 2 applied k times at the same order). k must be finite and ≥ 0;
+// k = 0 gives the zero curve (nothing composed), even where c is +Inf.
+//
+// Like every operation that returns a Curve, Scale does not return an
+// error: if c carries one, or k is invalid ([ErrInvalidArgument]), the
+// result carries it ([Curve.Err]), and every later operation on the result
+// fails with it or, for [ToEpsilon] and [ToDelta], reports no guarantee.
+func (c Curve) Scale(k float64) Curve {
+	if err := c.Err(); err != nil {
+		return Curve{err: err}
+	}
+	if !(k >= 0) || math.IsInf(k, 0) {
+		return Curve{err: &ArgumentError{Name: "composition count k", Value: k, Want: "finite and ≥ 0"}}
+	}
+	eps := make([]float64, len(c.eps))
+	if k != 0 {
+		for i, e := range c.eps {
+			eps[i] = k * e // +Inf stays +Inf; overflow rounds up to +Inf
+		}
+	}
+	return Curve{orders: c.orders, eps: eps}
+}
+
+// Add returns the curve of the composition of the mechanisms behind c and d:
+// ε̂_c(λ) + ε̂_d(λ) at each order λ (000 Lemma 2 with λ1 = λ2 = λ; 001
+// Lemma 1). Both must be on the same grid; otherwise (or if either carries
+// an error) the result carries [ErrGridMismatch] (or that error), see
+// [Curve.Scale].
+func (c Curve) Add(d Curve) Curve {
+	if err := c.Err(); err != nil {
+		return Curve{err: err}
+	}
+	if err := d.Err(); err != nil {
+		return Curve{err: err}
+	}
+	if !c.SameGrid(d) {
+		return Curve{err: gridMismatch(c.orders, d.orders)}
+	}
+	eps := make([]float64, len(c.eps))
+	for i := range eps {
+		eps[i] = c.eps[i] + d.eps[i] // no -Inf or NaN can occur: both ≥ 0 or +Inf
+	}
+	return Curve{orders: c.orders, eps: eps}
+}
+
+// Regrid returns c moved onto another grid, conservatively: at each new
+// order λ′ the value is min{ε̂(λ) : λ on c's grid, λ ≥ λ′}, and +Inf above
+// c's largest order. This is valid because the Rényi divergence is
+// nondecreasing in its order (van Erven & Harremoës 2014, Theorem 3), so
+// D_λ′ ≤ D_λ ≤ ε̂(λ) for every λ ≥ λ′ (dp_accounting uses the same argument
+// for orders below its grid). Use it to restore a ledger after the grid
+// changed (e.g. a new calibration order). An invalid grid or curve: the
+// result carries the error ([Curve.Err]).
+func (c Curve) Regrid(orders []float64) Curve {
+	if err := c.Err(); err != nil {
+		return Curve{err: err}
+	}
+	if err := validateOrders(orders); err != nil {
+		return Curve{err: err}
+	}
+	// suffix minima of c.eps
+	suf := make([]float64, len(c.eps)+1)
+	suf[len(c.eps)] = math.Inf(1)
+	for i := len(c.eps) - 1; i >= 0; i-- {
+		suf[i] = math.Min(c.eps[i], suf[i+1])
+	}
+	eps := make([]float64, len(orders))
+	for j, o := range orders {
+		i, _ := slices.BinarySearch(c.orders, o) // first old order ≥ o
+		eps[j] = suf[i]
+	}
+	return Curve{orders: slices.Clone(orders), eps: eps}
+}
+
+func gridMismatch(a, b []float64) error {
+	if len(a) != len(b) {
+		return fmt.Errorf("%w: %d orders vs %d", ErrGridMismatch, len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return fmt.Errorf("%w: order #%d is %s vs %s", ErrGridMismatch, i, fmtFloat(a[i]), fmtFloat(b[i]))
+		}
+	}
+	return ErrGridMismatch
+}
