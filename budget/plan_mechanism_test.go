@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -93,8 +94,9 @@ func TestPlanReleasesBadTemplate(t *testing.T) {
 }
 
 func BenchmarkPlanReleases(b *testing.B) {
-	for _, tmpl := range planTemplates[:5] {
-		b.Run(string(tmpl.Kind)+"-"+string(tmpl.Calibration), func(b *testing.B) {
+	for _, tmpl := range planTemplates {
+		name := fmt.Sprintf("%s-%s-order%v-k1440", tmpl.Kind, tmpl.Calibration, tmpl.Order)
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := PlanReleases(tmpl, 1, 1e-6, 1440); err != nil {
 					b.Fatal(err)
