@@ -258,7 +258,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	fields, names := structFields(v.Type())
-	for _, p := range d.pairs(n, path, 0) {
+	for _, p := range d.pairs(n, path, map[*yaml.Node]bool{n: true}) {
 		name := p.key.Value
 		kpath := join(path, name)
 		f, ok := fields[name]
@@ -284,7 +284,7 @@ type pair struct{ key, val *yaml.Node }
 // pairs lists the key/value pairs of a mapping, resolving merge keys (<<): a
 // key given in the mapping itself wins over a merged one, an earlier merged
 // mapping over a later one. Duplicate keys are problems.
-func (d *decoder) pairs(n *yaml.Node, path string, depth int) []pair {
+func (d *decoder) pairs(n *yaml.Node, path string, active map[*yaml.Node]bool) []pair {
 	var out []pair
 	var merges []*yaml.Node
 	seen := map[string]int{}
@@ -311,7 +311,7 @@ func (d *decoder) pairs(n *yaml.Node, path string, depth int) []pair {
 	if len(merges) == 0 {
 		return out
 	}
-	if depth >= maxMergeDepth {
+	if len(active) > maxMergeDepth {
 		d.add(n, path, "merge keys (<<) nested more than %d deep", maxMergeDepth)
 		return out
 	}
@@ -333,7 +333,14 @@ func (d *decoder) pairs(n *yaml.Node, path string, depth int) []pair {
 			d.add(m, path, "merge key (<<) needs a mapping or a list of mappings")
 		}
 		for _, src := range maps {
-			for _, p := range d.pairs(src, path, depth+1) {
+			if active[src] {
+				d.add(m, path, "merge key (<<) refers to a mapping that contains it")
+				continue
+			}
+			active[src] = true
+			merged := d.pairs(src, path, active)
+			delete(active, src)
+			for _, p := range merged {
 				if _, ok := seen[p.key.Value]; ok {
 					continue
 				}
@@ -424,17 +431,12 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string, secret bool
 	}
 	switch {
 	case v.Type() == durationType:
-		if r.fromEnv || tag == "!!str" {
-			dur, err := ParseDuration(text)
-			if err != nil {
-				bad("%v", err)
-				return
-			}
-			v.SetInt(int64(dur))
-		} else {
-			bad("%v", errDurationSyntax)
+		dur, err := ParseDuration(text)
+		if err != nil {
+			bad("%v", err)
 			return
 		}
+		v.SetInt(int64(dur))
 	case v.Kind() == reflect.String:
 		v.SetString(text)
 	case v.Kind() == reflect.Int:

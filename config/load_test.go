@@ -127,7 +127,7 @@ func collectKeys(n *yaml.Node, prefix string, out map[string]bool) {
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, minimal, nil)
 	want := Config{
-		Kafka: Kafka{GroupID: "dp-stage", InputTopic: "events", OutputTopic: "private-histograms", InputPartitions: 4},
+		Kafka:  Kafka{GroupID: "dp-stage", InputTopic: "events", OutputTopic: "private-histograms", InputPartitions: 4},
 		Events: Events{Format: "json", TimeField: "ts", UserField: "user_id", MaxMessageBytes: 65536},
 		Window: Window{Size: Duration(time.Minute), AllowedLateness: Duration(5 * time.Second),
 			IdlePartitionTimeout: Duration(10 * time.Second)},
@@ -224,8 +224,8 @@ func mergeYAML(t *testing.T, base, override string) string {
 func TestDecodeProblems(t *testing.T) {
 	for _, tc := range []struct {
 		name, yml, path string
-		line           int
-		frag           string
+		line            int
+		frag            string
 	}{
 		{"unknown top-level key", "histogram:\n  - name: x\n", "histogram", 1, `unknown key "histogram" (did you mean "histograms"?)`},
 		{"misspelled nested key", "kafka:\n  brokers: []\n  grup_id: x\n", "kafka.grup_id", 3, `unknown key "grup_id" (did you mean "group_id"?)`},

@@ -374,7 +374,7 @@ func (k *checker) privacy() {
 		k.oneOf("privacy.calibration", p.Calibration, calibrations)
 	case MechanismGaussian, MechanismLaplace:
 		if p.Calibration != "" && p.Calibration != DefaultCalibration {
-			k.add("privacy.calibration", "only applies to mechanism dirichlet; leave it out for %s", p.Mechanism)
+			k.add("privacy.calibration", "only applies to mechanism dirichlet; leave it out")
 		}
 	}
 	k.oneOf("privacy.neighbour", p.Neighbour, neighbours)

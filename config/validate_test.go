@@ -1,0 +1,236 @@
+package config
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// base is a valid config with two histograms, one grouped.
+const base = `
+kafka:
+  brokers: [localhost:9092]
+histograms:
+  - name: pages
+    field: page
+    bins: [home, search, other]
+    overflow_bin: other
+  - name: by_country
+    field: page
+    bins: [home, search]
+    group_by: country
+    groups: [US, DE, FR]
+privacy:
+  budget:
+    epsilon: 1
+`
+
+func TestValidateRules(t *testing.T) {
+	tlsDir := t.TempDir()
+	writeTLSFiles(t, tlsDir)
+	otherDir := t.TempDir()
+	writeTLSFiles(t, otherDir)
+	notPEM := filepath.Join(tlsDir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(tlsDir, "missing.pem")
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(c *Config)
+		path   string
+		frag   string
+	}{
+		// kafka
+		{"broker without port", func(c *Config) { c.Kafka.Brokers = []string{"localhost:9092", "kafka"} }, "kafka.brokers[1]", `"kafka" is not host:port`},
+		{"broker without host", func(c *Config) { c.Kafka.Brokers = []string{":9092"} }, "kafka.brokers[0]", "is not host:port"},
+		{"broker port out of range", func(c *Config) { c.Kafka.Brokers = []string{"k:70000"} }, "kafka.brokers[0]", "port 1 to 65535"},
+		{"broker port not a number", func(c *Config) { c.Kafka.Brokers = []string{"k:http"} }, "kafka.brokers[0]", "is not host:port"},
+		{"empty group id", func(c *Config) { c.Kafka.GroupID = "" }, "kafka.group_id", "must not be empty"},
+		{"empty input topic", func(c *Config) { c.Kafka.InputTopic = "" }, "kafka.input_topic", "must not be empty"},
+		{"empty output topic", func(c *Config) { c.Kafka.OutputTopic = "" }, "kafka.output_topic", "must not be empty"},
+		{"invalid topic name", func(c *Config) { c.Kafka.InputTopic = "my events" }, "kafka.input_topic", "not a valid Kafka topic name"},
+		{"topic name ..", func(c *Config) { c.Kafka.OutputTopic = ".." }, "kafka.output_topic", "not a valid Kafka topic name"},
+		{"topic name too long", func(c *Config) { c.Kafka.OutputTopic = strings.Repeat("t", 250) }, "kafka.output_topic", "not a valid Kafka topic name"},
+		{"output is input", func(c *Config) { c.Kafka.OutputTopic = c.Kafka.InputTopic }, "kafka.output_topic", "must differ from kafka.input_topic"},
+		{"dead letter is input", func(c *Config) { c.Kafka.DeadLetterTopic = c.Kafka.InputTopic }, "kafka.dead_letter_topic", "must differ from kafka.input_topic"},
+		{"dead letter is output", func(c *Config) { c.Kafka.DeadLetterTopic = c.Kafka.OutputTopic }, "kafka.dead_letter_topic", "must differ from kafka.output_topic"},
+		{"invalid dead letter topic", func(c *Config) { c.Kafka.DeadLetterTopic = "dlq/1" }, "kafka.dead_letter_topic", "not a valid Kafka topic name"},
+		{"input partitions", func(c *Config) { c.Kafka.InputPartitions = 0 }, "kafka.input_partitions", "at least 1"},
+		// kafka.tls
+		{"tls ca file missing", func(c *Config) { c.Kafka.TLS = TLS{Enabled: true, CAFile: missing} }, "kafka.tls.ca_file", "cannot read"},
+		{"tls ca file a directory", func(c *Config) { c.Kafka.TLS = TLS{Enabled: true, CAFile: tlsDir} }, "kafka.tls.ca_file", "is a directory"},
+		{"tls ca file not PEM", func(c *Config) { c.Kafka.TLS = TLS{Enabled: true, CAFile: notPEM} }, "kafka.tls.ca_file", "holds no PEM certificate"},
+		{"tls cert file missing", func(c *Config) {
+			c.Kafka.TLS = TLS{Enabled: true, CertFile: missing, KeyFile: filepath.Join(tlsDir, "client-key.pem")}
+		}, "kafka.tls.cert_file", "cannot read"},
+		{"tls key file missing", func(c *Config) {
+			c.Kafka.TLS = TLS{Enabled: true, CertFile: filepath.Join(tlsDir, "client.pem"), KeyFile: missing}
+		}, "kafka.tls.key_file", "cannot read"},
+		{"tls cert without key", func(c *Config) {
+			c.Kafka.TLS = TLS{Enabled: true, CertFile: filepath.Join(tlsDir, "client.pem")}
+		}, "kafka.tls.key_file", "required with kafka.tls.cert_file"},
+		{"tls key without cert", func(c *Config) {
+			c.Kafka.TLS = TLS{Enabled: true, KeyFile: filepath.Join(tlsDir, "client-key.pem")}
+		}, "kafka.tls.cert_file", "required with kafka.tls.key_file"},
+		{"tls key of another cert", func(c *Config) {
+			c.Kafka.TLS = TLS{Enabled: true, CertFile: filepath.Join(tlsDir, "client.pem"), KeyFile: filepath.Join(otherDir, "client-key.pem")}
+		}, "kafka.tls.cert_file", "cannot load the key pair"},
+		// kafka.sasl
+		{"sasl mechanism", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "gssapi", Username: "u", Password: "p"} }, "kafka.sasl.mechanism", `must be one of plain, scram-sha-256, scram-sha-512, got "gssapi"`},
+		{"sasl mechanism upper case", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "PLAIN", Username: "u", Password: "p"} }, "kafka.sasl.mechanism", "must be one of"},
+		{"sasl mechanism missing", func(c *Config) { c.Kafka.SASL = SASL{Username: "u", Password: "p"} }, "kafka.sasl.mechanism", "must be one of"},
+		{"sasl username missing", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "plain", Password: "p"} }, "kafka.sasl.username", "must not be empty"},
+		{"sasl password missing", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u"} }, "kafka.sasl.password", "must be set"},
+		// events
+		{"format", func(c *Config) { c.Events.Format = "avro" }, "events.format", `must be json, got "avro"`},
+		{"empty format", func(c *Config) { c.Events.Format = "" }, "events.format", "must be json"},
+		{"empty time field", func(c *Config) { c.Events.TimeField = "" }, "events.time_field", "must not be empty"},
+		{"empty user field", func(c *Config) { c.Events.UserField = "" }, "events.user_field", "must not be empty"},
+		{"user field is time field", func(c *Config) { c.Events.UserField = c.Events.TimeField }, "events.user_field", "must differ from events.time_field"},
+		{"max message bytes", func(c *Config) { c.Events.MaxMessageBytes = 0 }, "events.max_message_bytes", "at least 1"},
+		// window
+		{"window size zero", func(c *Config) { c.Window.Size = 0 }, "window.size", "greater than 0"},
+		{"window size negative", func(c *Config) { c.Window.Size = -1 }, "window.size", "greater than 0"},
+		{"negative lateness", func(c *Config) { c.Window.AllowedLateness = Duration(-time.Second) }, "window.allowed_lateness", "must not be negative"},
+		{"idle timeout zero", func(c *Config) { c.Window.IdlePartitionTimeout = 0 }, "window.idle_partition_timeout", "greater than 0"},
+		// histograms
+		{"no histograms", func(c *Config) { c.Histograms = nil }, "histograms", "at least one histogram"},
+		{"empty name", func(c *Config) { c.Histograms[1].Name = "" }, "histograms[1].name", "must not be empty"},
+		{"name with slash", func(c *Config) { c.Histograms[0].Name = "a/b" }, "histograms[0].name", "must not contain /"},
+		{"duplicate name", func(c *Config) { c.Histograms[1].Name = "pages" }, "histograms[1].name", `duplicate histogram name "pages" (also histograms[0])`},
+		{"empty field", func(c *Config) { c.Histograms[0].Field = "" }, "histograms[0].field", "must not be empty"},
+		{"one bin", func(c *Config) { c.Histograms[1].Bins = []string{"home"}; c.Histograms[1].OverflowBin = "" }, "histograms[1].bins", "must list at least 2 bins"},
+		{"no bins", func(c *Config) { c.Histograms[1].Bins = nil }, "histograms[1].bins", "must list at least 2 bins"},
+		{"duplicate bin", func(c *Config) { c.Histograms[0].Bins = []string{"home", "search", "home", "other"} }, "histograms[0].bins[2]", `duplicate bin "home" (also bins[0])`},
+		{"empty bin", func(c *Config) { c.Histograms[0].Bins = []string{"home", "", "other"} }, "histograms[0].bins[1]", "bin must not be empty"},
+		{"overflow bin not a bin", func(c *Config) { c.Histograms[0].OverflowBin = "misc" }, "histograms[0].overflow_bin", `"misc" is not among the bins`},
+		{"group_by without groups", func(c *Config) { c.Histograms[1].Groups = nil }, "histograms[1].groups", "required with group_by"},
+		{"groups without group_by", func(c *Config) { c.Histograms[0].Groups = []string{"US"} }, "histograms[0].groups", "given without group_by"},
+		{"duplicate group", func(c *Config) { c.Histograms[1].Groups = []string{"US", "DE", "US"} }, "histograms[1].groups[2]", `duplicate group "US" (also groups[0])`},
+		{"empty group", func(c *Config) { c.Histograms[1].Groups = []string{"US", ""} }, "histograms[1].groups[1]", "group must not be empty"},
+		{"group_by is field", func(c *Config) { c.Histograms[1].GroupBy = "page" }, "histograms[1].group_by", "must differ from field"},
+		// contribution
+		{"max events per user", func(c *Config) { c.Contribution.MaxEventsPerUser = 0 }, "contribution.max_events_per_user", "at least 1"},
+		{"max groups per user", func(c *Config) { c.Contribution.MaxGroupsPerUser = -1 }, "contribution.max_groups_per_user", "at least 1"},
+		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = 0 }, "contribution.max_tracked_users", "at least 1"},
+		// privacy
+		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, got "exponential"`},
+		{"calibration", func(c *Config) { c.Privacy.Calibration = "tight" }, "privacy.calibration", "must be one of concentrated, diffuse, closed-form"},
+		{"calibration with gaussian", func(c *Config) { c.Privacy.Mechanism = "gaussian"; c.Privacy.Calibration = "diffuse" }, "privacy.calibration", "only applies to mechanism dirichlet"},
+		{"calibration with laplace", func(c *Config) { c.Privacy.Mechanism = "laplace"; c.Privacy.Calibration = "closed-form" }, "privacy.calibration", "only applies to mechanism dirichlet"},
+		{"neighbour", func(c *Config) { c.Privacy.Neighbour = "bounded" }, "privacy.neighbour", "must be one of replace, add_remove"},
+		{"order 1", func(c *Config) { c.Privacy.Order = 1 }, "privacy.order", "greater than 1"},
+		{"order NaN", func(c *Config) { c.Privacy.Order = math.NaN() }, "privacy.order", "finite"},
+		{"order Inf", func(c *Config) { c.Privacy.Order = math.Inf(1) }, "privacy.order", "finite"},
+		{"epsilon zero", func(c *Config) { c.Privacy.Budget.Epsilon = 0 }, "privacy.budget.epsilon", "greater than 0"},
+		{"epsilon negative", func(c *Config) { c.Privacy.Budget.Epsilon = -1 }, "privacy.budget.epsilon", "greater than 0"},
+		{"epsilon NaN", func(c *Config) { c.Privacy.Budget.Epsilon = math.NaN() }, "privacy.budget.epsilon", "finite"},
+		{"epsilon Inf", func(c *Config) { c.Privacy.Budget.Epsilon = math.Inf(1) }, "privacy.budget.epsilon", "finite"},
+		{"delta zero", func(c *Config) { c.Privacy.Budget.Delta = 0 }, "privacy.budget.delta", "strictly between 0 and 1"},
+		{"delta one", func(c *Config) { c.Privacy.Budget.Delta = 1 }, "privacy.budget.delta", "strictly between 0 and 1"},
+		{"delta NaN", func(c *Config) { c.Privacy.Budget.Delta = math.NaN() }, "privacy.budget.delta", "finite"},
+		{"period zero", func(c *Config) { c.Privacy.Budget.Period = 0 }, "privacy.budget.period", "greater than 0"},
+		{"period not a multiple", func(c *Config) { c.Privacy.Budget.Period = Duration(90 * time.Second) }, "privacy.budget.period", "whole multiple of window.size"},
+		// state, log
+		{"state dir", func(c *Config) { c.State.Dir = "" }, "state.dir", "must not be empty"},
+		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", `must be one of json, console, got "text"`},
+		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", "must be one of debug, info, warn, error"},
+		// generator
+		{"generator users", func(c *Config) { c.Generator = Generator{Enabled: true, Users: 0, EventsPerSecond: 1, TimeScale: 1} }, "generator.users", "at least 1"},
+		{"generator rate", func(c *Config) { c.Generator = Generator{Enabled: true, Users: 1, EventsPerSecond: 0, TimeScale: 1} }, "generator.events_per_second", "at least 1"},
+		{"generator time scale", func(c *Config) { c.Generator = Generator{Enabled: true, Users: 1, EventsPerSecond: 1, TimeScale: 0.5} }, "generator.time_scale", "at least 1"},
+		{"generator time scale NaN even when off", func(c *Config) { c.Generator.TimeScale = math.NaN() }, "generator.time_scale", "finite"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, base, nil)
+			tc.mutate(c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatalf("want %s: ...%s..., got no error", tc.path, tc.frag)
+			}
+			probs := problems(t, err)
+			if _, ok := findProblem(probs, tc.path, tc.frag); !ok {
+				t.Fatalf("want %s: ...%s..., got\n%v", tc.path, tc.frag, err)
+			}
+			for _, p := range probs {
+				if p.Line != 0 {
+					t.Errorf("validation problem with a line: %v", p)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateAccepts(t *testing.T) {
+	dir := t.TempDir()
+	writeTLSFiles(t, dir)
+	for _, tc := range []struct {
+		name   string
+		mutate func(c *Config)
+	}{
+		{"embedded broker", func(c *Config) { c.Kafka.Brokers = nil }},
+		{"ipv6 broker", func(c *Config) { c.Kafka.Brokers = []string{"[::1]:9092"} }},
+		{"zero lateness", func(c *Config) { c.Window.AllowedLateness = 0 }},
+		{"gaussian with default calibration", func(c *Config) { c.Privacy.Mechanism = "gaussian" }},
+		{"laplace without calibration", func(c *Config) { c.Privacy.Mechanism = "laplace"; c.Privacy.Calibration = "" }},
+		{"more groups per user than groups", func(c *Config) { c.Contribution.MaxGroupsPerUser = 10 }},
+		{"tls off ignores its files", func(c *Config) { c.Kafka.TLS = TLS{CAFile: "/does/not/exist"} }},
+		{"tls system roots", func(c *Config) { c.Kafka.TLS = TLS{Enabled: true} }},
+		{"tls with files", func(c *Config) {
+			c.Kafka.TLS = TLS{Enabled: true, CAFile: dir + "/ca.pem", CertFile: dir + "/client.pem", KeyFile: dir + "/client-key.pem"}
+		}},
+		{"sasl", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "scram-sha-256", Username: "u", Password: "p"} }},
+		{"generator off ignores its numbers", func(c *Config) { c.Generator = Generator{Users: -1} }},
+		{"period equals window", func(c *Config) { c.Privacy.Budget.Period = c.Window.Size }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, base, nil)
+			tc.mutate(c)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEverything(t *testing.T) {
+	c := mustParse(t, base, nil)
+	c.Histograms[1].Bins = []string{"x"}
+	c.Privacy.Budget.Epsilon = -1
+	c.Log.Level = "loud"
+	c.Kafka.OutputTopic = c.Kafka.InputTopic
+	probs := problems(t, c.Validate())
+	want := []string{
+		"kafka.output_topic: must differ from kafka.input_topic",
+		"histograms[1].bins: must list at least 2 bins",
+		"privacy.budget.epsilon: must be a finite number greater than 0",
+		`log.level: must be one of debug, info, warn, error, got "loud"`,
+	}
+	if len(probs) != len(want) {
+		t.Fatalf("got %d problems: %v", len(probs), probs)
+	}
+	for i, w := range want {
+		if probs[i].String() != w {
+			t.Errorf("problem %d = %q, want %q", i, probs[i], w)
+		}
+	}
+	msg := c.Validate().Error()
+	if strings.Count(msg, "\n") != len(want) {
+		t.Errorf("want one problem per line:\n%s", msg)
+	}
+}
+
+func TestTLSClientConfigOff(t *testing.T) {
+	tc, err := TLS{CAFile: "/nope"}.ClientConfig()
+	if tc != nil || err != nil {
+		t.Errorf("disabled TLS: %v, %v", tc, err)
+	}
+	if _, err := (TLS{Enabled: true, CAFile: "/nope/ca.pem"}).ClientConfig(); err == nil {
+		t.Error("want an error for a missing CA file")
+	}
+}
