@@ -266,7 +266,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			if path == "" && strings.HasPrefix(name, "x-") {
 				continue // extension key, e.g. to hold YAML anchors
 			}
-			msg := fmt.Sprintf("unknown key %q", name)
+			msg := "unknown key " + quoteLiteral(name)
 			if s := suggest(name, names); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			} else {
@@ -302,7 +302,7 @@ func (d *decoder) pairs(n *yaml.Node, path string, active map[*yaml.Node]bool) [
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			d.add(k, join(path, k.Value), "duplicate key %q (first at line %d)", k.Value, first)
+			d.add(k, join(path, k.Value), "duplicate key %s (first at line %d)", quoteLiteral(k.Value), first)
 			continue
 		}
 		seen[k.Value] = k.Line
@@ -413,7 +413,7 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string, secret bool
 		if r.fromEnv {
 			d.add(n, path, "value of %s: "+format, append([]any{r.refs()}, args...)...)
 		} else {
-			d.add(n, path, "%q: "+format, append([]any{text}, args...)...)
+			d.add(n, path, "%s: "+format, append([]any{quoteLiteral(text)}, args...)...)
 		}
 	}
 	literalOK := func(tags ...string) bool {
@@ -473,6 +473,14 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string, secret bool
 	if r.fromEnv {
 		d.env[path] = true
 	}
+}
+
+// quoteLiteral quotes a value written in the file, cut short.
+func quoteLiteral(s string) string {
+	if r := []rune(s); len(r) > 40 {
+		s = string(r[:40]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 var (
