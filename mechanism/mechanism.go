@@ -1,15 +1,3 @@
-// Package mechanism turns a window's count vector into a private normalized
-// histogram. Every mechanism the stage can use implements [Mechanism]:
-// calibrated once from a [Spec] (a target (λ, ε)-RDP and the sensitivities the
-// caller derived from its contribution bounds), then released many times, and
-// able to report its whole RDP curve ε(λ′) so that the budget accountant can
-// compose releases at every order.
-//
-// The mathematics follows the papers in shared/papers:
-//   - 000 (Ponnoprat, Differential Privacy of Dirichlet Posterior Sampling):
-//     Theorem 2 / eq. (8), eq. (9), Corollary 3 / eq. (10), eq. (19);
-//   - 001 (Ponnoprat, Dirichlet Mechanism for DP KL Divergence Minimization):
-//     Algorithm 1, Lemma 2, Remarks 1–2.
 package mechanism
 
 // Kind names a mechanism. The strings are a contract (config files and the

@@ -1,0 +1,95 @@
+package mechanism
+
+import "math"
+
+// New validates spec and calibrates the mechanism it names. Every problem is
+// reported as a *ParamError (errors.Is(err, ErrInvalidParameter)); New never
+// panics. Requirements:
+//
+//   - Kind is Dirichlet, Gaussian or Laplace.
+//   - Order λ is finite and > 1; RDPEpsilon ε is finite and > 0.
+//   - Every sensitivity is finite and ≥ 0, and those the mechanism uses are
+//     > 0: Dirichlet needs L2Sq and LInf; Gaussian needs L2Sq; Laplace needs
+//     L1 ≥ 1 and LInf ≥ 1 (it acts on integer counts, whose changes are whole
+//     numbers; fractional parts are dropped).
+//   - Calibration is empty (meaning Concentrated), Concentrated, ClosedForm or
+//     Diffuse. Gaussian and Laplace ignore it (a known value is accepted so
+//     that a configuration-wide default does not break them) and their Spec()
+//     reports it empty.
+//   - LowerBound is finite and ≥ 0, and may be non-zero only with the Diffuse
+//     calibration (001 Remark 2).
+//
+// The returned Mechanism's Spec() is spec with defaults filled in. Its RDP at
+// spec.Order is ≤ spec.RDPEpsilon exactly (as computed in float64), and equal
+// to it up to root-finding precision for Concentrated, Diffuse, Gaussian and
+// Laplace (strictly below it for ClosedForm, whose eq. (9) is a relaxation).
+func New(spec Spec) (Mechanism, error) {
+	switch spec.Kind {
+	case Dirichlet, Gaussian, Laplace:
+	default:
+		return nil, paramErr("kind", string(spec.Kind), `must be one of "dirichlet", "gaussian", "laplace"`)
+	}
+	switch spec.Calibration {
+	case "", Concentrated, ClosedForm, Diffuse:
+	default:
+		return nil, paramErr("calibration", string(spec.Calibration), `must be one of "concentrated", "closed-form", "diffuse" (or empty for concentrated)`)
+	}
+	if err := checkOrder("order", spec.Order); err != nil {
+		return nil, err
+	}
+	if err := checkFinitePositive("rdp_epsilon", spec.RDPEpsilon); err != nil {
+		return nil, err
+	}
+	s := spec.Sensitivity
+	for _, c := range []struct {
+		field string
+		v     float64
+	}{{"l1_sensitivity", s.L1}, {"l2_sensitivity_sq", s.L2Sq}, {"linf_sensitivity", s.LInf}, {"lower_bound", spec.LowerBound}} {
+		if err := checkFiniteNonNegative(c.field, c.v); err != nil {
+			return nil, err
+		}
+	}
+	if spec.LowerBound != 0 && (spec.Kind != Dirichlet || spec.Calibration != Diffuse) {
+		return nil, paramErr("lower_bound", spec.LowerBound, "must be 0 unless kind is dirichlet with the diffuse calibration")
+	}
+	switch spec.Kind {
+	case Dirichlet:
+		if spec.Calibration == "" {
+			spec.Calibration = Concentrated
+		}
+		if err := checkFinitePositive("l2_sensitivity_sq", s.L2Sq); err != nil {
+			return nil, err
+		}
+		if err := checkFinitePositive("linf_sensitivity", s.LInf); err != nil {
+			return nil, err
+		}
+		return asMechanism(newDirichlet(spec))
+	case Gaussian:
+		spec.Calibration = ""
+		if err := checkFinitePositive("l2_sensitivity_sq", s.L2Sq); err != nil {
+			return nil, err
+		}
+		return asMechanism(newGaussian(spec))
+	default: // Laplace
+		spec.Calibration = ""
+		if !(s.L1 >= 1) {
+			return nil, paramErr("l1_sensitivity", s.L1, "must be >= 1 for the laplace mechanism (integer counts change by whole numbers)")
+		}
+		if !(s.LInf >= 1) {
+			return nil, paramErr("linf_sensitivity", s.LInf, "must be >= 1 for the laplace mechanism (integer counts change by whole numbers)")
+		}
+		if math.IsInf(s.L1, 0) {
+			return nil, paramErr("l1_sensitivity", s.L1, "must be finite")
+		}
+		return asMechanism(newLaplace(spec))
+	}
+}
+
+// asMechanism converts a constructor's result to the interface, returning a
+// nil interface (not a typed nil pointer) on error.
+func asMechanism[M Mechanism](m M, err error) (Mechanism, error) {
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
