@@ -17,7 +17,7 @@ import (
 // TestGammaKS: Marsaglia–Tsang Gamma(a, 1) against gonum's Gamma CDF.
 // False-failure rate ≤ 1e-6 per shape, ≤ 6e-6 in total.
 func TestGammaKS(t *testing.T) {
-	const n, rate = 4000, 1e-6
+	const n, rate = 50000, 1e-6
 	rng := NewSeededRand(seed(1))
 	crit := kolmogorovThreshold(n, rate)
 	for _, a := range []float64{1, 1.0001, 1.3, 4.7, 50, 1e4} {
@@ -37,7 +37,7 @@ func TestGammaKS(t *testing.T) {
 // P(a, x) = x^a/Γ(a+1)·(1 + O(x)) in log space, since x underflows).
 // False-failure rate ≤ 1e-6 per shape, ≤ 5e-6 in total.
 func TestLogGammaKS(t *testing.T) {
-	const n, rate = 4000, 1e-6
+	const n, rate = 50000, 1e-6
 	rng := NewSeededRand(seed(2))
 	crit := kolmogorovThreshold(n, rate)
 	for _, a := range []float64{1e-3, 0.01, 0.05, 0.5, 0.999} {
@@ -68,7 +68,7 @@ func TestLogGammaKS(t *testing.T) {
 // sampler and Release. False-failure rate ≤ 1e-6 per marginal; 31 marginals
 // are tested, ≤ 3.1e-5 in total.
 func TestDirichletMarginalsKS(t *testing.T) {
-	const n, rate = 3000, 1e-6
+	const n, rate = 10000, 1e-6
 	crit := kolmogorovThreshold(n, rate)
 	cases := []struct {
 		name   string
