@@ -135,8 +135,8 @@ func (m *laplaceMech) scale() float64 { return math.Ldexp(float64(m.t), -int(m.k
 //	exp((λ−1)·D_λ) = A·e^{(λ−1)Δ/b} + B·e^{−λΔ/b},
 //	A = (1 − q·z)/((1+q)(1−z)),   B = (q − z)/((1+q)(1−z)),   A + B = 1,
 //
-// i.e. D_λ = Δ/b + log(A + B·e^{−(2λ−1)Δ/b})/(λ−1), evaluated with expm1 for
-// accuracy. This has the form of Mironov 2017 ("Rényi Differential Privacy",
+// i.e. D_λ = Δ/b + log(1 − B·(1 − e^{−(2λ−1)Δ/b}))/(λ−1), evaluated with
+// expm1 and log1p for accuracy. This has the form of Mironov 2017 ("Rényi Differential Privacy",
 // Proposition 6 / Table II) for the continuous Laplace, whose weights are
 // A_c = λ/(2λ−1), B_c = (λ−1)/(2λ−1); as b → ∞, A → A_c, and as b → 0,
 // A → 1. On every (λ, b) of TestDiscreteLaplaceVersusMironov's grid A > A_c:
@@ -153,9 +153,10 @@ func discreteLaplaceRDP(lambda, delta, b float64) float64 {
 	}
 	q := math.Exp(-1 / b)
 	den := (1 + q) * -math.Expm1(-(2*lambda-1)/b) // (1+q)(1−z)
-	a := -math.Expm1(-2*lambda/b) / den           // 1 − q·z = 1 − e^{−2λ/b}
-	bb := q * -math.Expm1(-2*(lambda-1)/b) / den  // q − z = q(1 − e^{−2(λ−1)/b})
-	return delta/b + math.Log(a+bb*math.Exp(-(2*lambda-1)*delta/b))/(lambda-1)
+	bb := q * -math.Expm1(-2*(lambda-1)/b) / den  // B; q − z = q(1 − e^{−2(λ−1)/b})
+	// A + B·E = 1 − B·(1 − E) with E = e^{−(2λ−1)Δ/b}: log1p keeps full
+	// relative accuracy even for λ → 1, where the log is O(λ−1).
+	return delta/b + math.Log1p(-bb*-math.Expm1(-(2*lambda-1)*delta/b))/(lambda-1)
 }
 
 // laplaceVectorRDP is the RDP at order λ of adding independent Lap_Z(b) to

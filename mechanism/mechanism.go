@@ -69,13 +69,21 @@ type Mechanism interface {
 	// Params returns the calibrated noise parameters.
 	Params() Params
 	// RDP returns the ε(λ) of one release at order λ > 1, for the
-	// sensitivities of the spec; +Inf where no bound applies.
+	// sensitivities of the spec; +Inf where no bound applies: for orders
+	// ≥ MaxOrder(), and for orders that are not finite and > 1 (NaN
+	// included). It never returns NaN. The curve also bounds the total
+	// divergence of one release per group when a unit's change is spread
+	// over several groups' count vectors within the same sensitivities
+	// (see the package documentation).
 	RDP(order float64) float64
 	// MaxOrder is the supremum of the orders at which RDP is finite (+Inf if
 	// it is finite at every order).
 	MaxOrder() float64
 	// Release writes one private normalized histogram of counts into out,
-	// which must have len(counts) ≥ 2 entries. counts must be finite and ≥ 0.
-	// The output is a point of the simplex.
+	// which must have len(counts) ≥ 2 entries. counts must be finite and ≥ 0
+	// (and whole numbers ≤ 2^53 for Gaussian and Laplace). The output is a
+	// point of the simplex: entries ≥ 0 summing to 1 (> 0 for Dirichlet).
+	// Invalid arguments give a *ParamError and leave out untouched. out may
+	// be counts itself. Release does not allocate.
 	Release(rng *Rand, counts []float64, out []float64) error
 }

@@ -317,6 +317,28 @@ func TestDiscreteLaplaceRDPExact(t *testing.T) {
 	}
 }
 
+// TestDiscreteLaplaceRDPNearOne: as λ → 1 the closed form must approach the
+// KL divergence Σ_k p(k)·(|k−Δ| − |k|)/b (computed by summation) without
+// cancellation: at λ = 1 + 1e-9 the two agree to 1e-6 relative.
+func TestDiscreteLaplaceRDPNearOne(t *testing.T) {
+	for _, b := range []float64{0.3, 1, 10, 1000} {
+		for _, delta := range []int{1, 3} {
+			w := int(80*b) + 80
+			var z, kl float64
+			for k := -w; k <= w+delta; k++ {
+				p := math.Exp(-math.Abs(float64(k)) / b)
+				z += p
+				kl += p * (math.Abs(float64(k-delta)) - math.Abs(float64(k))) / b
+			}
+			kl /= z
+			got := discreteLaplaceRDP(1+1e-9, float64(delta), b)
+			if math.Abs(got-kl) > 1e-6*kl {
+				t.Errorf("b=%g Δ=%d: D_(1+1e-9) = %.12g, KL = %.12g", b, delta, got, kl)
+			}
+		}
+	}
+}
+
 // TestDiscreteLaplaceVersusMironov documents why the mechanism does not use
 // Mironov 2017's continuous-Laplace RDP for the discrete noise it samples:
 // on this whole grid the discrete Laplace's exact divergence is larger.
