@@ -1,0 +1,429 @@
+// Package generator produces the synthetic page-view stream of the demo, the
+// benchmarks and the end-to-end tests: flat JSON events of about 120 bytes,
+//
+//	{"ts":1700000000000,"user_id":"u42","page":"home","country":"US","device":"mobile","session":"5f1c9e0d2b7a4c31","seq":17}
+//
+// over a population of users whose activity is Zipf-skewed (a few users send
+// many events), with skewed pages and countries. Each user lives in one
+// country. The stream is keyed by user_id, so one user's events land on one
+// partition, in order.
+//
+// The stream is a pure function of the Config: event i is computed from
+// (Seed, i) alone, so any prefix can be replayed (Event, Events, Fill) and
+// the true counts of what was produced recomputed (Truth) without recording
+// anything. Event time follows a fixed schedule: event i happens at
+// Start + i·TimeScale/EventsPerSecond (minus an optional random Disorder), and
+// Run writes event i at wall time i/EventsPerSecond after it starts, so event
+// time runs TimeScale times faster than the wall clock.
+//
+// This is synthetic data, not noise: math/rand/v2 (PCG) is the right tool,
+// and the privacy mechanism never uses it.
+package generator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Pages, Countries and Devices are the values the generator emits, in the
+// order of the declared bins of the demo configuration.
+var (
+	Pages     = []string{"home", "search", "cart", "checkout", "other"}
+	Countries = []string{"US", "DE", "FR"}
+	Devices   = []string{"mobile", "desktop", "tablet"}
+)
+
+// The skew of pages, countries and devices: relative weights, same order as
+// Pages, Countries, Devices.
+var (
+	pageWeights    = []float64{40, 25, 15, 8, 12}
+	countryWeights = []float64{55, 30, 15}
+	deviceWeights  = []float64{60, 32, 8}
+)
+
+// TimeFormat selects how "ts" is written.
+type TimeFormat int
+
+const (
+	// EpochMillis writes "ts" as a JSON number of Unix milliseconds.
+	EpochMillis TimeFormat = iota
+	// RFC3339 writes "ts" as an RFC 3339 string with milliseconds, in UTC.
+	RFC3339
+)
+
+// Config configures a Generator. The zero value of a field means its
+// documented default.
+type Config struct {
+	// Users in the population. Default 300.
+	Users int
+	// EventsPerSecond is the wall-clock rate of Run, and with TimeScale
+	// fixes the event-time spacing. Default 200.
+	EventsPerSecond int
+	// TimeScale: event time advances this many times faster than the wall
+	// clock. Default 1.
+	TimeScale float64
+	// Start is the event time of event 0, truncated to the millisecond.
+	// Default: the time New is called.
+	Start time.Time
+	// Seed selects the stream; equal Configs give equal streams.
+	Seed uint64
+	// Skew is the Zipf exponent of user activity: user of rank k (0-based)
+	// is drawn with weight 1/(k+1)^Skew. Default 1.1; negative means
+	// uniform.
+	Skew float64
+	// Disorder, when positive, moves each event's time back by a uniform
+	// random amount in [0, Disorder), so the stream arrives slightly out of
+	// event-time order (as real streams do). Default 0: in order.
+	Disorder time.Duration
+	// TimeFormat of "ts". Default EpochMillis.
+	TimeFormat TimeFormat
+	// Limit stops Run after this many events. Default 0: until the context
+	// ends.
+	Limit int64
+	// Unpaced makes Run write as fast as the writer accepts instead of at
+	// EventsPerSecond. Event times are unchanged.
+	Unpaced bool
+	// BatchSize caps the messages per WriteMessages call in Run. Default
+	// EventsPerSecond/20 (one batch per 50 ms), at least 1, at most 1000.
+	BatchSize int
+	// OnError, if set, is told about every failed write; Run retries the
+	// same batch with backoff until it succeeds or the context ends.
+	OnError func(error)
+}
+
+// Writer is what Run writes to; a *kafka.Writer fits.
+type Writer interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// Event is one synthetic page view.
+type Event struct {
+	Seq     int64     // index in the stream, from 0
+	Time    time.Time // event time, millisecond precision, UTC
+	UserID  string
+	Page    string
+	Country string // fixed per user
+	Device  string
+	Session uint64 // written as 16 hex digits; fixed per user and half hour of event time
+}
+
+// Generator produces one deterministic stream. It is safe for concurrent
+// use, but run one Run or RunFrom at a time (Written follows the latest).
+type Generator struct {
+	cfg      Config
+	start    time.Time
+	step     time.Duration // event-time spacing
+	userCDF  []float64     // cumulative Zipf weights, last = 1
+	pageCDF  []float64
+	ctryCDF  []float64
+	devCDF   []float64
+	userIDs  []string
+	userCtry []uint8
+	written  atomic.Int64
+}
+
+// New validates cfg, fills in defaults and returns a Generator.
+func New(cfg Config) (*Generator, error) {
+	if cfg.Users == 0 {
+		cfg.Users = 300
+	}
+	if cfg.EventsPerSecond == 0 {
+		cfg.EventsPerSecond = 200
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.Skew == 0 {
+		cfg.Skew = 1.1
+	}
+	var errs []error
+	if cfg.Users < 1 {
+		errs = append(errs, fmt.Errorf("users must be at least 1, got %d", cfg.Users))
+	}
+	if cfg.EventsPerSecond < 1 {
+		errs = append(errs, fmt.Errorf("events per second must be at least 1, got %d", cfg.EventsPerSecond))
+	}
+	if !(cfg.TimeScale > 0) || math.IsInf(cfg.TimeScale, 0) {
+		errs = append(errs, fmt.Errorf("time scale must be a positive finite number, got %v", cfg.TimeScale))
+	}
+	if math.IsNaN(cfg.Skew) || math.IsInf(cfg.Skew, 0) {
+		errs = append(errs, fmt.Errorf("skew must be finite, got %v", cfg.Skew))
+	}
+	if cfg.Disorder < 0 {
+		errs = append(errs, fmt.Errorf("disorder must not be negative, got %v", cfg.Disorder))
+	}
+	if cfg.TimeFormat != EpochMillis && cfg.TimeFormat != RFC3339 {
+		errs = append(errs, fmt.Errorf("unknown time format %d", cfg.TimeFormat))
+	}
+	if cfg.Limit < 0 {
+		errs = append(errs, fmt.Errorf("limit must not be negative, got %d", cfg.Limit))
+	}
+	if cfg.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("batch size must not be negative, got %d", cfg.BatchSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("generator: %w", err)
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = min(max(cfg.EventsPerSecond/20, 1), 1000)
+	}
+	start := cfg.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	g := &Generator{
+		cfg:   cfg,
+		start: time.UnixMilli(start.UnixMilli()).UTC(),
+		step:  time.Duration(float64(time.Second) * cfg.TimeScale / float64(cfg.EventsPerSecond)),
+	}
+	if g.step <= 0 {
+		return nil, fmt.Errorf("generator: time scale %v over %d events per second is below a nanosecond per event", cfg.TimeScale, cfg.EventsPerSecond)
+	}
+	g.userCDF = make([]float64, cfg.Users)
+	skew := max(cfg.Skew, 0)
+	for k := range g.userCDF {
+		g.userCDF[k] = math.Pow(float64(k+1), -skew)
+	}
+	normalize(g.userCDF)
+	g.pageCDF = cdf(pageWeights)
+	g.ctryCDF = cdf(countryWeights)
+	g.devCDF = cdf(deviceWeights)
+	g.userIDs = make([]string, cfg.Users)
+	g.userCtry = make([]uint8, cfg.Users)
+	for k := range g.userIDs {
+		g.userIDs[k] = "u" + strconv.Itoa(k)
+		g.userCtry[k] = uint8(pick(g.ctryCDF, unit(mix(cfg.Seed^0x636f756e747279, uint64(k)))))
+	}
+	return g, nil
+}
+
+// Start is the event time of event 0.
+func (g *Generator) Start() time.Time { return g.start }
+
+// Step is the event-time spacing between consecutive events.
+func (g *Generator) Step() time.Duration { return g.step }
+
+// Config returns the configuration with defaults filled in.
+func (g *Generator) Config() Config { return g.cfg }
+
+// Written is how many events (0..Written-1) the last Run has had
+// acknowledged by its writer so far.
+func (g *Generator) Written() int64 { return g.written.Load() }
+
+// Event returns event i of the stream.
+func (g *Generator) Event(i int64) Event {
+	var p rand.PCG
+	p.Seed(g.cfg.Seed, mix(0x6576656e74, uint64(i)))
+	user := pick(g.userCDF, unit(p.Uint64()))
+	page := pick(g.pageCDF, unit(p.Uint64()))
+	dev := pick(g.devCDF, unit(p.Uint64()))
+	t := g.start.Add(time.Duration(i) * g.step)
+	if g.cfg.Disorder > 0 {
+		t = t.Add(-time.Duration(p.Uint64() % uint64(g.cfg.Disorder)))
+	}
+	t = time.UnixMilli(t.UnixMilli()).UTC()
+	half := uint64(t.UnixMilli() / (30 * 60 * 1000))
+	return Event{
+		Seq:     i,
+		Time:    t,
+		UserID:  g.userIDs[user],
+		Page:    Pages[page],
+		Country: Countries[g.userCtry[user]],
+		Device:  Devices[dev],
+		Session: mix(g.cfg.Seed^uint64(user), half),
+	}
+}
+
+// AppendJSON appends the JSON encoding of e (one flat object, no newline).
+func (g *Generator) AppendJSON(dst []byte, e Event) []byte {
+	dst = append(dst, `{"ts":`...)
+	if g.cfg.TimeFormat == RFC3339 {
+		dst = append(dst, '"')
+		dst = e.Time.AppendFormat(dst, "2006-01-02T15:04:05.000Z07:00")
+		dst = append(dst, '"')
+	} else {
+		dst = strconv.AppendInt(dst, e.Time.UnixMilli(), 10)
+	}
+	dst = append(dst, `,"user_id":"`...)
+	dst = append(dst, e.UserID...)
+	dst = append(dst, `","page":"`...)
+	dst = append(dst, e.Page...)
+	dst = append(dst, `","country":"`...)
+	dst = append(dst, e.Country...)
+	dst = append(dst, `","device":"`...)
+	dst = append(dst, e.Device...)
+	dst = append(dst, `","session":"`...)
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, hexDigits[(e.Session>>shift)&0xf])
+	}
+	dst = append(dst, `","seq":`...)
+	dst = strconv.AppendInt(dst, e.Seq, 10)
+	return append(dst, '}')
+}
+
+// Message returns event i as a Kafka message: key user_id, value the JSON.
+// The message time is left zero (the writer stamps the wall clock): record
+// timestamps far in the past would fall foul of time-based retention.
+func (g *Generator) Message(i int64) kafka.Message {
+	e := g.Event(i)
+	return kafka.Message{Key: []byte(e.UserID), Value: g.AppendJSON(nil, e)}
+}
+
+// Events iterates over events from, from+1, ..., from+n-1.
+func (g *Generator) Events(from, n int64) iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		for i := from; i < from+n; i++ {
+			if !yield(g.Event(i)) {
+				return
+			}
+		}
+	}
+}
+
+// Fill makes buf hold the JSON of events 0..n-1, reusing the storage of buf
+// and of its elements, and returns it. For benchmarks: after the first call
+// with a given n, further calls allocate nothing.
+func (g *Generator) Fill(buf [][]byte, n int) [][]byte {
+	if cap(buf) < n {
+		buf = append(buf[:cap(buf)], make([][]byte, n-cap(buf))...)
+	}
+	buf = buf[:n]
+	for i := range buf {
+		buf[i] = g.AppendJSON(buf[i][:0], g.Event(int64(i)))
+	}
+	return buf
+}
+
+// Run writes the stream to w from event 0 at EventsPerSecond (or unpaced),
+// in batches of at most BatchSize, until the context ends or Limit events
+// have been written. A failed batch is retried, identical, with exponential
+// backoff (50 ms to 2 s) and reported to OnError, so the acknowledged stream
+// is always a prefix of the deterministic one: after Run, Truth(Written())
+// describes exactly what the writer accepted (a writer that retries
+// internally may still have stored a batch twice). Run returns nil when the
+// context ends or the limit is reached.
+func (g *Generator) Run(ctx context.Context, w Writer) error {
+	return g.RunFrom(ctx, w, 0)
+}
+
+// RunFrom is Run starting at event first (to resume a stream).
+func (g *Generator) RunFrom(ctx context.Context, w Writer, first int64) error {
+	if first < 0 {
+		return fmt.Errorf("generator: negative first event %d", first)
+	}
+	g.written.Store(first)
+	began := time.Now()
+	next := first
+	msgs := make([]kafka.Message, 0, g.cfg.BatchSize)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if g.cfg.Limit > 0 && next >= g.cfg.Limit {
+			return nil
+		}
+		due := next + int64(g.cfg.BatchSize)
+		if !g.cfg.Unpaced {
+			due = first + int64(time.Since(began).Seconds()*float64(g.cfg.EventsPerSecond))
+		}
+		if g.cfg.Limit > 0 {
+			due = min(due, g.cfg.Limit)
+		}
+		if due <= next {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			continue
+		}
+		msgs = msgs[:0]
+		for i := next; i < due && len(msgs) < g.cfg.BatchSize; i++ {
+			msgs = append(msgs, g.Message(i))
+		}
+		if !g.write(ctx, w, msgs) {
+			return nil
+		}
+		next += int64(len(msgs))
+		g.written.Store(next)
+	}
+}
+
+// write writes msgs until it succeeds (true) or ctx ends (false).
+func (g *Generator) write(ctx context.Context, w Writer, msgs []kafka.Message) bool {
+	backoff := 50 * time.Millisecond
+	for {
+		err := w.WriteMessages(ctx, msgs...)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if g.cfg.OnError != nil {
+			g.cfg.OnError(err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// unit maps 64 random bits to [0, 1).
+func unit(x uint64) float64 { return float64(x>>11) / (1 << 53) }
+
+// mix is SplitMix64's finalizer over a^b·φ: a cheap, well-mixed hash of two
+// words (used for per-event PCG seeds and per-user attributes).
+func mix(a, b uint64) uint64 {
+	z := a ^ (b * 0x9e3779b97f4a7c15)
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// cdf returns the normalized cumulative sums of w.
+func cdf(w []float64) []float64 {
+	c := make([]float64, len(w))
+	copy(c, w)
+	normalize(c)
+	return c
+}
+
+// normalize turns weights into a cumulative distribution ending at 1.
+func normalize(c []float64) {
+	var s float64
+	for i, w := range c {
+		s += w
+		c[i] = s
+	}
+	for i := range c {
+		c[i] /= s
+	}
+	c[len(c)-1] = 1
+}
+
+// pick returns the index of the first cumulative weight above u.
+func pick(c []float64, u float64) int {
+	i := sort.Search(len(c), func(i int) bool { return c[i] > u })
+	return min(i, len(c)-1)
+}
