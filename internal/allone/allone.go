@@ -27,32 +27,45 @@ import (
 const ProtocolName = "all-to-one"
 
 // Balancer assigns all partitions of each topic to the oldest member that
-// subscribes to the topic. Create one per ConsumerGroup with New.
+// subscribes to the topic. The zero value is ready to use: the member counts
+// as started when its process started, which is right for one member per
+// process. Several members in one process (tests) need distinct start times:
+// use New for each.
 type Balancer struct {
-	started int64 // unix nanoseconds when this member started
+	// Started is when this member started. Zero: when this process started.
+	Started time.Time
 }
 
-var _ kafka.GroupBalancer = (*Balancer)(nil)
+// processStart stands in for a zero Balancer.Started.
+var processStart = time.Now()
+
+var (
+	_ kafka.GroupBalancer = Balancer{}
+	_ kafka.GroupBalancer = (*Balancer)(nil)
+)
 
 // New returns a Balancer whose member counts as started now.
-func New() *Balancer { return NewAt(time.Now()) }
+func New() Balancer { return Balancer{Started: time.Now()} }
 
-// NewAt returns a Balancer whose member counts as started at t (for tests,
-// or to carry a process start time).
-func NewAt(t time.Time) *Balancer { return &Balancer{started: t.UnixNano()} }
+// NewAt returns a Balancer whose member counts as started at t.
+func NewAt(t time.Time) Balancer { return Balancer{Started: t} }
 
 // ProtocolName implements kafka.GroupBalancer.
-func (*Balancer) ProtocolName() string { return ProtocolName }
+func (Balancer) ProtocolName() string { return ProtocolName }
 
 // UserData implements kafka.GroupBalancer: the member's start time, 8 bytes
-// big-endian unix nanoseconds.
-func (b *Balancer) UserData() ([]byte, error) {
-	return binary.BigEndian.AppendUint64(nil, uint64(b.started)), nil
+// big-endian Unix nanoseconds.
+func (b Balancer) UserData() ([]byte, error) {
+	t := b.Started
+	if t.IsZero() {
+		t = processStart
+	}
+	return binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())), nil
 }
 
 // AssignGroups implements kafka.GroupBalancer. Every member appears in the
 // result (with no partitions if it is a standby).
-func (*Balancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
+func (Balancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
 	out := make(kafka.GroupMemberAssignments, len(members))
 	for _, m := range members {
 		out[m.ID] = map[string][]int{}

@@ -40,6 +40,12 @@ func TestAssignGroupsOldestGetsEverything(t *testing.T) {
 		t.Errorf("member without start time got %v, want nothing", got["foreign"])
 	}
 
+	// The zero value advertises the process start time.
+	zero, _ := Balancer{}.UserData()
+	if got := time.Unix(0, startedOf(kafka.GroupMember{UserData: zero})); !got.Equal(processStart) {
+		t.Errorf("zero Balancer advertises %v, want process start %v", got, processStart)
+	}
+
 	// Equal start times: member ID decides, deterministically.
 	same := []kafka.GroupMember{
 		{ID: "b", Topics: []string{"events"}, UserData: old},
@@ -131,6 +137,7 @@ func TestHotStandbyWithEmbeddedBroker(t *testing.T) {
 	cfg := func() kafka.ConsumerGroupConfig {
 		return kafka.ConsumerGroupConfig{
 			ID: "standby", Brokers: b.Addrs(), Topics: []string{"events"},
+			// New, not the zero value: both members live in this process.
 			GroupBalancers:    []kafka.GroupBalancer{New()},
 			StartOffset:       kafka.FirstOffset,
 			HeartbeatInterval: 100 * time.Millisecond,
