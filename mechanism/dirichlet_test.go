@@ -13,21 +13,23 @@ func TestWorkedExample(t *testing.T) {
 	conc := example
 	conc.Calibration = Concentrated
 	m := mustNew(t, conc)
+	// Pinned on amd64. Platforms that fuse multiply-adds (arm64, …) may round
+	// the trigamma series differently in the last bit, so allow 2 ulps.
 	const pinned = 3.4599529483523073
 	a := m.Params().Alpha
-	if a != pinned {
+	if ulps(a, pinned) > 2 {
 		t.Errorf("concentrated alpha = %.17g, pinned %.17g", a, pinned)
 	}
 	if math.Abs(a-3.46) > 0.005 {
 		t.Errorf("concentrated alpha = %g, paper prints 3.46", a)
 	}
-	// The pin is the smallest float64 whose ψ′(α − 1), evaluated in 200-bit
-	// arithmetic, is ≤ 0.5: the root to the last bit.
-	if v := bigTrigamma(a - 1); !(v <= 0.5) {
-		t.Errorf("psi'(alpha-1) = %.17g > 0.5", v)
+	// The pin is, to the last bit, the smallest float64 whose ψ′(α − 1)
+	// evaluated in 200-bit arithmetic is ≤ 0.5: the exact root rounded up.
+	if v := bigTrigamma(pinned - 1); !(v <= 0.5) {
+		t.Errorf("psi'(pinned-1) = %.17g > 0.5", v)
 	}
-	if v := bigTrigamma(math.Nextafter(a, 0) - 1); !(v > 0.5) {
-		t.Errorf("psi'(prev(alpha)-1) = %.17g <= 0.5: alpha is not the smallest", v)
+	if v := bigTrigamma(math.Nextafter(pinned, 0) - 1); !(v > 0.5) {
+		t.Errorf("psi'(prev(pinned)-1) = %.17g <= 0.5: pin is not the smallest", v)
 	}
 	if r := m.Params().R; r != 1 {
 		t.Errorf("concentrated r = %g, want 1", r)
@@ -50,7 +52,7 @@ func TestWorkedExample(t *testing.T) {
 	df.Calibration = Diffuse
 	m = mustNew(t, df)
 	p := m.Params()
-	if p.R != 1.6555692763540084 || p.Alpha != 1+4*p.R {
+	if ulps(p.R, 1.6555692763540084) > 2 || p.Alpha != 1+4*p.R {
 		t.Errorf("diffuse (r, alpha) = (%.17g, %.17g), pinned r = 1.6555692763540084, alpha = 1 + 4r", p.R, p.Alpha)
 	}
 	if got := m.RDP(2); !(got <= 1) || got < 1-1e-15 {
@@ -263,4 +265,14 @@ func TestDirichletRenyiSpecialValues(t *testing.T) {
 	if math.Abs(a-b) > 1e-13 {
 		t.Errorf("permutation changed D: %g vs %g", a, b)
 	}
+}
+
+// ulps returns the distance between two finite positive float64s in units in
+// the last place.
+func ulps(a, b float64) uint64 {
+	x, y := math.Float64bits(a), math.Float64bits(b)
+	if x > y {
+		return x - y
+	}
+	return y - x
 }
