@@ -30,7 +30,8 @@ type gaussianMech struct {
 
 // newGaussian calibrates σ from the target: σ² = λΔ2²/(2ε), i.e. the solution
 // of λΔ2²/(2σ²) = ε, then rounds σ² up to a dyadic rational (relative
-// increase ≤ 2^-40 in range), so that RDP(λ) ≤ ε.
+// increase ≤ 2^-40 for σ ≥ ~2^-9, lower precision below so that the
+// sampler's integers fit; see newDGauss), so that RDP(λ) ≤ ε.
 //
 // RDP curve: ε(λ′) = λ′·Δ2²/(2σ²) for all λ′ > 1. For the discrete Gaussian
 // is CKS20 (Canonne, Kamath, Steinke 2020, §2; Theorem 4 in the arXiv

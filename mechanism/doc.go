@@ -72,10 +72,12 @@
 // Laplace (a separable convex loss; see laplaceVectorRDP).
 //
 // Sampling: independent Gamma(shape_i, 1) variates (Marsaglia–Tsang for shape
-// ≥ 1), normalized by a compensated sum; when a shape is < 1 the variates are
-// drawn as logarithms (log G(a) = log G(a+1) + log(U)/a) and normalized by
-// log-sum-exp. Outputs are finite, > 0 (entries below 2^-1022 are reported as
-// 2^-1022) and sum to 1 within a few ulps, for any d.
+// ≥ 1), normalized by a block-compensated sum; when a shape is < 1 the
+// variates are drawn as logarithms (log G(a) = log G(a+1) + log(U)/a) and
+// normalized by log-sum-exp. Outputs are finite, > 0 (entries below 2^-1022
+// are reported as 2^-1022) and sum to 1 within ~3e-14, for any d. The sampler
+// is a floating-point one, as the papers' mechanism is continuous; only the
+// baselines below have exact integer samplers.
 //
 // # Gaussian and Laplace baselines
 //
@@ -83,8 +85,9 @@
 // (Algorithm 1: Bernoulli(exp(−γ)) for rational γ; Algorithm 2: discrete
 // Laplace; Algorithm 3: discrete Gaussian), which use no floating point and so
 // are immune to the floating-point attacks on textbook samplers. The noise
-// scale is rounded up to a dyadic rational (relative change ≤ 2^-40) and the
-// reported RDP is that of the rounded scale. The noisy counts are clipped at 0
+// scale is rounded up to a dyadic rational (relative change ≤ 2^-40 except for
+// σ below ~2^-9, and never above 2^-21) and the reported RDP is that of the
+// rounded scale. The noisy counts are clipped at 0
 // and renormalized (all zero → uniform); entries may be exactly 0.
 //
 //   - Gaussian: σ² = λΔ2²/(2ε) (solving λΔ2²/(2σ²) = ε); ε(λ′) = λ′Δ2²/(2σ²)

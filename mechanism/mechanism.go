@@ -47,7 +47,8 @@ type Spec struct {
 	RDPEpsilon  float64     // target ε > 0 of one release at Order
 	Sensitivity Sensitivity
 	// LowerBound is Remark 2's (001) known lower bound b ≥ 0 on every count;
-	// Diffuse only. Zero unless the data guarantees it.
+	// Diffuse only. Zero unless the data guarantees it. Release raises counts
+	// below it to it, which keeps the guarantee (see dirichletRDP).
 	LowerBound float64
 }
 
@@ -56,8 +57,8 @@ type Spec struct {
 type Params struct {
 	Alpha float64 // Dirichlet: prior α (the same for every bin)
 	R     float64 // Dirichlet: concentration r
-	Sigma float64 // Gaussian: standard deviation of the noise on each count
-	Scale float64 // Laplace: scale b of the noise on each count
+	Sigma float64 // Gaussian: σ of the discrete Gaussian N_Z(0, σ²) added to each count (its standard deviation is slightly below σ)
+	Scale float64 // Laplace: scale b of the discrete Laplace (P[z] ∝ e^{−|z|/b}) added to each count
 }
 
 // Mechanism is a calibrated mechanism. Implementations are immutable after
