@@ -4,7 +4,8 @@
 // hands everything to a standby, which resumes from the committed offsets.
 //
 // The active member is the oldest: each member advertises, in its JoinGroup
-// user data, the time its Balancer was created. A member joining later does
+// user data, its start time (Balancer.Started; by default the start of its
+// process). A restarted process is young again. A member joining later does
 // not take the partitions away from the incumbent, so adding a standby never
 // moves work. Ties (and members whose user data cannot be read, e.g. another
 // client) are broken by member ID, which is stable for one group generation.
