@@ -350,9 +350,10 @@ func TestGroupReaderCommitAndResume(t *testing.T) {
 	c2.check(t, second)
 
 	// Periodic commits (CommitInterval > 0): CommitMessages only queues the
-	// offsets; Close must flush them for the next reader to resume exactly.
+	// offsets. With an interval of an hour nothing is committed by the timer:
+	// the next reader resumes exactly only if Close flushes them.
 	third := produce(t, ctx, w, "c", 100)
-	r3 := newReader(50 * time.Millisecond)
+	r3 := newReader(time.Hour)
 	c3 := newCollector()
 	read(r3, len(third), c3, true)
 	if err := r3.Close(); err != nil {
@@ -443,3 +444,42 @@ type noLock struct{}
 
 func (noLock) Lock()   {}
 func (noLock) Unlock() {}
+
+// WatchPartitionChanges: partitions added to the topic (kafka-go's
+// Client.CreatePartitions against the embedded broker) end the generation,
+// and the next one assigns the new partitions too.
+func TestConsumerGroupWatchPartitionChanges(t *testing.T) {
+	b := startBroker(t, map[string]int{"events": 2})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cfg := groupConfig(b, "watch", "events")
+	cfg.WatchPartitionChanges = true
+	cfg.PartitionWatchInterval = 100 * time.Millisecond
+	c := newCollector()
+	errs := make(chan error, 4)
+	m := startMember(t, ctx, b, cfg, "m", c, errs)
+	defer m.close(t)
+	waitFor(t, 10*time.Second, "first generation with 2 partitions", func() bool {
+		_, parts := m.assignment()
+		return slices.Equal(parts, []int{0, 1})
+	})
+	gen1, _ := m.assignment()
+
+	client := &kafka.Client{Addr: kafka.TCP(b.Addrs()...), Timeout: 5 * time.Second}
+	resp, err := client.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{
+		Topics: []kafka.TopicPartitionsConfig{{Name: "events", Count: 4}},
+	})
+	if err != nil {
+		t.Fatalf("create partitions: %v", err)
+	}
+	if err := resp.Errors["events"]; err != nil {
+		t.Fatalf("create partitions: %v", err)
+	}
+	start := time.Now()
+	waitFor(t, 10*time.Second, "a generation with 4 partitions", func() bool {
+		_, parts := m.assignment()
+		return slices.Equal(parts, []int{0, 1, 2, 3})
+	})
+	gen2, _ := m.assignment()
+	t.Logf("generation %d -> %d with the new partitions after %v", gen1, gen2, time.Since(start).Round(time.Millisecond))
+}

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // readAll reads every message currently in topic (partitions 0..n-1) from
@@ -270,4 +273,44 @@ func TestWriterAndGroupSurviveOutage(t *testing.T) {
 		t.Logf("member error during outage (expected while the broker is away): %v", err)
 	default:
 	}
+}
+
+// A broker that is up but refuses writes (kfake fault injection: every
+// produce to the topic answered NOT_ENOUGH_REPLICAS, a retriable error): the
+// kafka-go Writer retries inside WriteMessages and succeeds once the fault
+// is lifted; the refused attempts stored nothing.
+func TestWriterRetriesRefusedWrites(t *testing.T) {
+	b := startBroker(t, map[string]int{"out": 1})
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	w := newWriter(b, "out")
+	w.MaxAttempts = 50
+	w.WriteBackoffMin = 20 * time.Millisecond
+	w.WriteBackoffMax = 100 * time.Millisecond
+	defer w.Close()
+
+	fault := b.Cluster().Fault(kfake.Fault{
+		Keys:  []kmsg.Key{kmsg.Produce},
+		Topic: "out",
+		Err:   kerr.NotEnoughReplicas,
+		Count: -1,
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- w.WriteMessages(ctx, kafka.Message{Key: []byte("k"), Value: []byte("refused-then-accepted")})
+	}()
+	if err := fault.Wait(ctx, 3); err != nil {
+		t.Fatalf("waiting for refused produce attempts: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("write returned while every produce is refused: %v", err)
+	default:
+	}
+	fault.Remove()
+	if err := <-done; err != nil {
+		t.Fatalf("write after the fault was lifted: %v", err)
+	}
+	t.Logf("produce refused %d times before it was accepted", fault.Hits())
+	readAll(t, ctx, b, "out", 1).check(t, []string{"refused-then-accepted"})
 }
