@@ -505,3 +505,36 @@ func TestDiscretePMFChiSquare(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentReleases: one Mechanism shared by several goroutines, each
+// with its own Rand (run with -race to check the immutability claim).
+func TestConcurrentReleases(t *testing.T) {
+	for _, s := range []Spec{
+		example,
+		{Kind: Gaussian, Order: 2, RDPEpsilon: 1, Sensitivity: Sensitivity{L2Sq: 2}},
+		{Kind: Laplace, Order: 2, RDPEpsilon: 1, Sensitivity: Sensitivity{L1: 2, LInf: 1}},
+	} {
+		m := mustNew(t, s)
+		done := make(chan error)
+		for w := 0; w < 4; w++ {
+			go func(w int) {
+				rng := NewSeededRand(seed(byte(40 + w)))
+				counts := []float64{5, 0, 12, 3}
+				out := make([]float64, len(counts))
+				for i := 0; i < 200; i++ {
+					if err := m.Release(rng, counts, out); err != nil {
+						done <- err
+						return
+					}
+					_ = m.RDP(2)
+				}
+				done <- nil
+			}(w)
+		}
+		for w := 0; w < 4; w++ {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
