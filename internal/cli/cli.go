@@ -1,0 +1,44 @@
+// Package cli implements the stage command's subcommands. cmd/stage/main.go
+// only calls Main.
+package cli
+
+import (
+	"fmt"
+	"io"
+)
+
+const usage = `stage — a streaming differential-privacy stage for Kafka pipelines
+
+Usage:
+  stage run       --config FILE   run the stage (empty kafka.brokers: embedded broker)
+  stage validate  --config FILE   check a config and print the derived privacy plan
+  stage calibrate [flags]         what noise does a privacy target need (see stage calibrate -h)
+  stage generate  --config FILE   produce synthetic demo events into the input topic
+
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid configuration.
+`
+
+// Main runs the subcommand named by args[0] and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	rest := args[1:]
+	switch args[0] {
+	case "run":
+		return Run(rest, stdout, stderr)
+	case "validate":
+		return Validate(rest, stdout, stderr)
+	case "calibrate":
+		return Calibrate(rest, stdout, stderr)
+	case "generate":
+		return Generate(rest, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "stage: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/generator"
+	"github.com/dpstage/stage/pipeline"
+)
+
+// Run implements `stage run --config FILE`. SIGINT/SIGTERM stop consuming,
+// finish the release in flight, commit and exit 0; a second signal exits at
+// once (nothing is lost: recorded releases are republished on restart).
+func Run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "path to the stage's YAML config (required)")
+	print := fs.Bool("print", false, "print every release for humans on stdout (default: on with log.format console)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "stage run: --config is required")
+		return 2
+	}
+	cfg, code := loadConfig(*path, stderr)
+	if cfg == nil {
+		return code
+	}
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "stage run: %v\n", err)
+		return 2
+	}
+	defer log.Sync() //nolint:errcheck
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { // owner: Run; a second signal after the first exits at once
+		<-ctx.Done()
+		stop()
+		hard := make(chan os.Signal, 1)
+		signal.Notify(hard, os.Interrupt, syscall.SIGTERM)
+		<-hard
+		log.Warn("second signal: exiting without draining")
+		os.Exit(1)
+	}()
+
+	if err := runStage(ctx, cfg, log, stdout, *print || cfg.Log.Format == config.LogFormatConsole); err != nil {
+		log.Error("stage stopped", zap.Error(err))
+		return 1
+	}
+	log.Info("stage stopped cleanly")
+	return 0
+}
+
+// runStage starts the embedded broker (when no brokers are configured) and
+// the generator (when enabled), then runs the stage until ctx ends.
+func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer, print bool) error {
+	brokers := cfg.Kafka.Brokers
+	if len(brokers) == 0 {
+		b, err := embedded.Start(embedded.Config{
+			DataDir: filepath.Join(cfg.State.Dir, "kafka"),
+			Topics:  embeddedTopics(cfg),
+			Logger:  log.Named("broker"),
+		})
+		if err != nil {
+			return fmt.Errorf("start embedded broker: %w", err)
+		}
+		defer b.Close()
+		brokers = b.Addrs()
+		log.Info("embedded Kafka-protocol broker started (no external Kafka needed)", zap.String("address", b.Addr()),
+			zap.String("input_topic", cfg.Kafka.InputTopic), zap.String("output_topic", cfg.Kafka.OutputTopic))
+	}
+	dialer, transport, err := kafkaSecurity(cfg)
+	if err != nil {
+		return err
+	}
+	var printer *pipeline.Printer
+	if print {
+		printer = pipeline.NewPrinter(stdout)
+	}
+	st, err := pipeline.New(pipeline.Options{
+		Config:    cfg,
+		Log:       log,
+		Brokers:   brokers,
+		Dialer:    dialer,
+		Transport: transport,
+		Printer:   printer,
+	})
+	if err != nil {
+		return err
+	}
+	p := st.Plan()
+	spec := p.Mechanism.Spec()
+	log.Info("privacy plan",
+		zap.String("mechanism", string(spec.Kind)), zap.String("calibration", string(spec.Calibration)),
+		zap.Float64("order", spec.Order), zap.Float64("rdp_epsilon_per_release", spec.RDPEpsilon),
+		zap.Float64("budget_epsilon", p.Epsilon), zap.Float64("budget_delta", p.Delta),
+		zap.Duration("period", cfg.Privacy.Budget.Period.D()), zap.Int("charges_per_period", p.Units))
+
+	if cfg.Generator.Enabled {
+		gen, err := newGenerator(cfg)
+		if err != nil {
+			return err
+		}
+		w := inputWriter(brokers, cfg.Kafka.InputTopic, transport)
+		defer w.Close()
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan struct{})
+		go func() { // owner: runStage; ends with gctx
+			defer close(done)
+			if err := gen.Run(gctx, w); err != nil && gctx.Err() == nil {
+				log.Warn("generator stopped", zap.Error(err))
+			}
+		}()
+		defer func() { cancel(); <-done }()
+		log.Info("synthetic event generator started", zap.Int("users", cfg.Generator.Users),
+			zap.Int("events_per_second", cfg.Generator.EventsPerSecond), zap.Float64("time_scale", cfg.Generator.TimeScale))
+	}
+	return st.Run(ctx)
+}
+
+func embeddedTopics(cfg *config.Config) map[string]int {
+	t := map[string]int{cfg.Kafka.InputTopic: cfg.Kafka.InputPartitions, cfg.Kafka.OutputTopic: 1}
+	if cfg.Kafka.DeadLetterTopic != "" {
+		t[cfg.Kafka.DeadLetterTopic] = 1
+	}
+	return t
+}
+
+func newGenerator(cfg *config.Config) (*generator.Generator, error) {
+	return generator.New(generator.Config{
+		Users:           cfg.Generator.Users,
+		EventsPerSecond: cfg.Generator.EventsPerSecond,
+		TimeScale:       cfg.Generator.TimeScale,
+		Seed:            uint64(time.Now().UnixNano()),
+	})
+}
+
+func newLogger(lc config.Log, stderr io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(lc.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	var enc zapcore.Encoder
+	if lc.Format == config.LogFormatConsole {
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		enc = zapcore.NewConsoleEncoder(ec)
+	} else {
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	}
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(stderr)), level)
+	return zap.New(core), nil
+}
+
+// Generate implements `stage generate --config FILE`: the demo producer. It
+// writes synthetic events to the input topic until interrupted, whether or
+// not generator.enabled is set (that key only makes `stage run` produce too).
+func Generate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "path to the stage's YAML config (required)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "stage generate: --config is required")
+		return 2
+	}
+	cfg, code := loadConfig(*path, stderr)
+	if cfg == nil {
+		return code
+	}
+	if len(cfg.Kafka.Brokers) == 0 {
+		fmt.Fprintln(stderr, "stage generate: kafka.brokers is empty; `stage run` with generator.enabled produces into its embedded broker")
+		return 2
+	}
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "stage generate: %v\n", err)
+		return 2
+	}
+	_, transport, err := kafkaSecurity(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "stage generate: %v\n", err)
+		return 2
+	}
+	gen, err := newGenerator(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "stage generate: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	w := inputWriter(cfg.Kafka.Brokers, cfg.Kafka.InputTopic, transport)
+	defer w.Close()
+	log.Info("generating synthetic events", zap.Strings("brokers", cfg.Kafka.Brokers), zap.String("topic", cfg.Kafka.InputTopic))
+	if err := gen.Run(ctx, w); err != nil && ctx.Err() == nil {
+		log.Error("generator failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// inputWriter writes synthetic events, keyed by user (one user, one
+// partition).
+func inputWriter(brokers []string, topic string, transport *kafka.Transport) *kafka.Writer {
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 10 * time.Millisecond}
+	if transport != nil { // a typed nil in the interface would crash kafka-go
+		w.Transport = transport
+	}
+	return w
+}

@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+
+	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/pipeline"
+)
+
+// Validate implements `stage validate --config FILE`: it checks the file
+// (every problem reported with its YAML path) and prints the derived privacy
+// plan without connecting to anything.
+func Validate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "path to the stage's YAML config (required)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "stage validate: --config is required")
+		return 2
+	}
+	cfg, code := loadConfig(*path, stderr)
+	if cfg == nil {
+		return code
+	}
+	plan, err := pipeline.DerivePlan(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", *path, err)
+		return 2
+	}
+	printPlan(stdout, cfg, plan)
+	return 0
+}
+
+// loadConfig loads and validates path, printing every problem with its YAML
+// path on failure (exit code 2).
+func loadConfig(path string, stderr io.Writer) (*config.Config, int) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			fmt.Fprintf(stderr, "%s: %d problem(s):\n", path, len(ve.Problems))
+			for _, p := range ve.Problems {
+				fmt.Fprintf(stderr, "  %s\n", p.String())
+			}
+			return nil, 2
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", path, err)
+		return nil, 2
+	}
+	return cfg, 0
+}
+
+func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+	spec := plan.Mechanism.Spec()
+	params := plan.Mechanism.Params()
+	fmt.Fprintf(w, "config OK\n\nprivacy plan\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
+	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
+	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", plan.Sensitivity.L1, plan.Sensitivity.L2Sq, plan.Sensitivity.LInf)
+	fmt.Fprintf(tw, "  composition\t%d windows × %d histograms = %d charges per period\n", plan.WindowsPerPeriod, plan.UnitsPerWindow, plan.Units)
+	fmt.Fprintf(tw, "  mechanism\t%s %s\n", spec.Kind, spec.Calibration)
+	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
+	switch {
+	case params.Alpha > 0:
+		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
+	case params.Sigma > 0:
+		fmt.Fprintf(tw, "  parameters\tσ=%.6g\n", params.Sigma)
+	case params.Scale > 0:
+		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
+	}
+	eps, order := budget.ToEpsilon(plan.Charge.Scale(float64(plan.Units)), plan.Delta)
+	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%g (best order λ=%g)\n", eps, plan.Delta, order)
+	if math.IsInf(eps, 1) {
+		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
+	}
+	for _, h := range cfg.Histograms {
+		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), cfg.Window.Size.D())
+	}
+	tw.Flush()
+}

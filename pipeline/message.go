@@ -1,0 +1,106 @@
+package pipeline
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"time"
+)
+
+// Release is one output message: the private normalized histogram of one
+// (histogram, group, window). Its JSON form is a contract that dashboards
+// read. Nothing in it is derived from the data except Probabilities: no raw
+// count, no event total.
+type Release struct {
+	ReleaseID     string    `json:"release_id"`
+	Histogram     string    `json:"histogram"`
+	Group         string    `json:"group"`
+	WindowStart   string    `json:"window_start"`
+	WindowEnd     string    `json:"window_end"`
+	Bins          []string  `json:"bins"`
+	Probabilities []float64 `json:"probabilities"`
+	Mechanism     string    `json:"mechanism"`
+	Calibration   string    `json:"calibration,omitempty"`
+	Params        Params    `json:"params"`
+	Privacy       Privacy   `json:"privacy"`
+}
+
+// Params are the public noise parameters of the mechanism that made the
+// release, so that a reader can compute the release's uncertainty without any
+// private input.
+type Params struct {
+	Alpha float64 `json:"alpha,omitempty"`
+	R     float64 `json:"r,omitempty"`
+	Sigma float64 `json:"sigma,omitempty"`
+	Scale float64 `json:"scale,omitempty"`
+}
+
+// Privacy states what the release cost and what the period has spent.
+type Privacy struct {
+	// Order is the RDP order λ the mechanism was calibrated at.
+	Order float64 `json:"order"`
+	// RDPEpsilon is this release's (λ, ε)-RDP guarantee at Order.
+	RDPEpsilon float64 `json:"rdp_epsilon"`
+	// ChargeID names the unit the budget was charged for: one charge per
+	// (histogram, window), shared by the group releases of that histogram in
+	// that window (see budget charge derivation in plan.go).
+	ChargeID string `json:"charge_id"`
+	// ChargeRDPEpsilon is the RDP ε at Order charged for ChargeID.
+	ChargeRDPEpsilon float64 `json:"charge_rdp_epsilon"`
+	// SpentEpsilon is the (ε, δ)-DP spent in the current period so far,
+	// including this release, at Delta.
+	SpentEpsilon float64 `json:"spent_epsilon"`
+	// BudgetEpsilon is the period's total ε.
+	BudgetEpsilon float64 `json:"budget_epsilon"`
+	Delta         float64 `json:"delta"`
+	PeriodStart   string  `json:"period_start"`
+	PeriodEnd     string  `json:"period_end"`
+}
+
+// Status is the message published instead of a release when the release was
+// not made.
+type Status struct {
+	Status      string `json:"status"` // "budget_exhausted"
+	ReleaseID   string `json:"release_id"`
+	Histogram   string `json:"histogram"`
+	WindowStart string `json:"window_start"`
+	WindowEnd   string `json:"window_end"`
+	Message     string `json:"message"`
+	Privacy     struct {
+		SpentEpsilon  float64 `json:"spent_epsilon"`
+		BudgetEpsilon float64 `json:"budget_epsilon"`
+		Delta         float64 `json:"delta"`
+		PeriodStart   string  `json:"period_start"`
+		PeriodEnd     string  `json:"period_end"`
+	} `json:"privacy"`
+}
+
+// ReleaseID is deterministic in (histogram, group, window start): the same
+// release always carries the same id, so consumers can deduplicate copies
+// republished after a restart. Use group "" for a unit-level status message.
+func ReleaseID(histogram, group string, windowStartMs int64) string {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(histogram)))
+	h.Write(n[:])
+	h.Write([]byte(histogram))
+	binary.BigEndian.PutUint64(n[:], uint64(len(group)))
+	h.Write(n[:])
+	h.Write([]byte(group))
+	binary.BigEndian.PutUint64(n[:], uint64(windowStartMs))
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func rfc3339(ms int64) string {
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+}
+
+// windowStart returns the start of the tumbling window containing t.
+func windowStart(tMs, sizeMs int64) int64 {
+	w := tMs - tMs%sizeMs
+	if tMs < 0 && tMs%sizeMs != 0 {
+		w -= sizeMs
+	}
+	return w
+}

@@ -1,0 +1,51 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// Printer writes a human-readable view of each release: bins with bars, the
+// window and the privacy spent. It is what the demo shows on the terminal.
+type Printer struct {
+	mu sync.Mutex // guards w: one release is printed as one block
+	w  io.Writer
+}
+
+// NewPrinter returns a Printer writing to w.
+func NewPrinter(w io.Writer) *Printer { return &Printer{w: w} }
+
+// Print renders one release.
+func (p *Printer) Print(r *Release) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s / %s   window %s → %s   (%s", r.Histogram, r.Group, r.WindowStart, r.WindowEnd, r.Mechanism)
+	if r.Calibration != "" {
+		fmt.Fprintf(&b, ", %s", r.Calibration)
+	}
+	fmt.Fprintf(&b, ")\n")
+	width := 0
+	for _, bin := range r.Bins {
+		if len(bin) > width {
+			width = len(bin)
+		}
+	}
+	for i, bin := range r.Bins {
+		p := r.Probabilities[i]
+		n := int(p*40 + 0.5)
+		fmt.Fprintf(&b, "  %-*s %5.1f%% %s\n", width, bin, 100*p, strings.Repeat("█", n))
+	}
+	fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period spent ε=%.4g of %.4g at δ=%g\n",
+		r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta)
+	p.mu.Lock()
+	_, _ = io.WriteString(p.w, b.String())
+	p.mu.Unlock()
+}
+
+// PrintStatus renders a status message (a release that was not made).
+func (p *Printer) PrintStatus(s *Status) {
+	p.mu.Lock()
+	fmt.Fprintf(p.w, "\n%s   window %s → %s   NOT RELEASED: %s\n", s.Histogram, s.WindowStart, s.WindowEnd, s.Message)
+	p.mu.Unlock()
+}

@@ -1,0 +1,789 @@
+// Package pipeline runs the stage: it reads raw events from Kafka with a
+// consumer group (one goroutine per assigned partition), decodes them, bounds
+// each user's contribution, counts them into event-time windows, and when the
+// watermark passes a window's end it charges the privacy budget and publishes
+// one private normalized histogram per declared (histogram, group) to the
+// output topic.
+//
+// Data flows one way: source (this package, kafka-go) → decode
+// (pipeline/decode) → bound and aggregate (aggregate) → charge (budget, with
+// the durable ledger) → mechanism (mechanism) → sink (this package).
+//
+// # Why kafka-go's ConsumerGroup and not its Reader
+//
+// kafka-go's Reader with a GroupID merges all assigned partitions into one
+// stream and tells its user nothing about assignment or revocation. The stage
+// needs both: per-partition watermarks, per-partition commit points that
+// never pass an unreleased window's first offset, and dropping every open
+// window when partitions move. ConsumerGroup/Generation gives exactly that: a
+// generation lists its assignments, its Start goroutines are cancelled when
+// the generation ends, and CommitOffsets commits what we choose.
+//
+// # One active instance
+//
+// A release covers every event of its window, whichever partition carried
+// it, so one process must own every partition of the input topic. The stage
+// joins its group with a balancer that assigns all partitions to one member
+// (internal/allone); further instances are hot standbys that take over, from
+// the committed offsets, when the active one leaves.
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/allone"
+	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/mechanism"
+	"github.com/dpstage/stage/pipeline/decode"
+)
+
+// Options configure a Stage.
+type Options struct {
+	Config *config.Config
+	Log    *zap.Logger
+	// Brokers overrides Config.Kafka.Brokers (the embedded broker's address).
+	Brokers []string
+	// Dialer and Transport carry TLS/SASL; nil for plain TCP.
+	Dialer    *kafka.Dialer
+	Transport *kafka.Transport
+	// Printer, when set, renders every release for humans.
+	Printer *Printer
+	// OnRelease, when set, is called after each unit is published (tests,
+	// metrics).
+	OnRelease func(u *ledger.Unit)
+	// DrainTimeout bounds how long a soft stop waits for in-flight releases.
+	// Default 30s.
+	DrainTimeout time.Duration
+	// Now is the wall clock (tests). Default time.Now.
+	Now func() time.Time
+}
+
+// Stage is a running privatization stage.
+type Stage struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	brokers  []string
+	dialer   *kafka.Dialer
+	plan     *Plan
+	ledger   *ledger.Ledger
+	sink     *sink
+	stats    *Stats
+	printer  *Printer
+	onRel    func(*ledger.Unit)
+	drain    time.Duration
+	now      func() time.Time
+	userSeed maphash.Seed
+	sizeMs   int64
+	periodMs int64
+	rng      *mechanism.Rand // used only by the releaser goroutine of the current session
+
+	budgetMu sync.Mutex // guards accts
+	// accts holds the accountant of each budget period seen, restored from
+	// the ledger on first use.
+	accts map[int64]*budget.Accountant
+}
+
+// New validates opts, derives the privacy plan and opens the ledger.
+func New(opts Options) (*Stage, error) {
+	cfg := opts.Config
+	if cfg == nil {
+		return nil, errors.New("pipeline: nil config")
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	brokers := opts.Brokers
+	if len(brokers) == 0 {
+		brokers = cfg.Kafka.Brokers
+	}
+	if len(brokers) == 0 {
+		return nil, errors.New("pipeline: no brokers (start the embedded broker or set kafka.brokers)")
+	}
+	plan, err := DerivePlan(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	rng, err := mechanism.NewRand()
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	led, err := ledger.Open(cfg.State.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	s := &Stage{
+		cfg:      cfg,
+		log:      opts.Log,
+		brokers:  brokers,
+		dialer:   opts.Dialer,
+		plan:     plan,
+		ledger:   led,
+		stats:    newStats(),
+		printer:  opts.Printer,
+		onRel:    opts.OnRelease,
+		drain:    opts.DrainTimeout,
+		now:      opts.Now,
+		userSeed: maphash.MakeSeed(),
+		sizeMs:   cfg.Window.Size.D().Milliseconds(),
+		periodMs: cfg.Privacy.Budget.Period.D().Milliseconds(),
+		rng:      rng,
+		accts:    make(map[int64]*budget.Accountant),
+	}
+	if s.drain <= 0 {
+		s.drain = 30 * time.Second
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.sink = &sink{
+		w:          newWriter(brokers, cfg.Kafka.OutputTopic, opts.Transport),
+		log:        opts.Log,
+		maxBackoff: 5 * time.Second,
+		onRetry:    func() { s.stats.PublishRetries.Add(1) },
+	}
+	return s, nil
+}
+
+// Plan returns the privacy plan in force.
+func (s *Stage) Plan() *Plan { return s.plan }
+
+// Stats returns the live counters.
+func (s *Stage) Stats() *Stats { return s.stats }
+
+// Run consumes until ctx is cancelled (soft stop): it then stops reading,
+// finishes the release in flight (bounded by DrainTimeout), commits what is
+// released, leaves the group and returns nil. Other errors are returned.
+func (s *Stage) Run(ctx context.Context) error {
+	defer s.ledger.Close()
+	defer s.sink.w.Close()
+
+	// Anything recorded but not acknowledged before the last stop goes out
+	// first, with the recorded values.
+	if err := s.republishPending(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	cg, err := s.newConsumerGroup(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer cg.Close()
+
+	progress := time.NewTicker(10 * time.Second)
+	defer progress.Stop()
+	go func() { // owner: Run; ends with ctx
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-progress.C:
+				s.logProgress()
+			}
+		}
+	}()
+
+	for {
+		gen, err := cg.Next(ctx)
+		if ctx.Err() != nil {
+			s.logProgress()
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, kafka.ErrGroupClosed) {
+				return nil
+			}
+			s.log.Warn("consumer group: waiting for next generation", zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		s.runGeneration(ctx, gen)
+	}
+}
+
+// newConsumerGroup joins the group, retrying with backoff while the broker is
+// unreachable.
+func (s *Stage) newConsumerGroup(ctx context.Context) (*kafka.ConsumerGroup, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+			ID:                    s.cfg.Kafka.GroupID,
+			Brokers:               s.brokers,
+			Dialer:                s.dialer,
+			Topics:                []string{s.cfg.Kafka.InputTopic},
+			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{}},
+			StartOffset:           kafka.FirstOffset,
+			HeartbeatInterval:     time.Second,
+			SessionTimeout:        10 * time.Second,
+			RebalanceTimeout:      10 * time.Second,
+			JoinGroupBackoff:      time.Second,
+			WatchPartitionChanges: true,
+			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
+		})
+		if err == nil {
+			return cg, nil
+		}
+		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", backoff))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		if backoff *= 2; backoff > 5*time.Second {
+			backoff = 5 * time.Second
+		}
+	}
+}
+
+// session is the state of one consumer-group generation. Everything in it
+// is dropped when the generation ends: a new owner re-reads unreleased
+// windows from the committed offsets.
+type session struct {
+	gen      *kafka.Generation
+	topic    string
+	parts    []int
+	wm       *watermarks
+	trackers map[int]*offsetTracker
+	agg      *aggregate.Aggregator
+
+	closeMu sync.RWMutex // guards next/haveNext against adds into closed windows: workers add under RLock, the releaser closes under Lock
+	// next is the start of the first window not yet closed.
+	next     int64
+	haveNext bool
+}
+
+func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
+	topic := s.cfg.Kafka.InputTopic
+	assigns := gen.Assignments[topic]
+	if len(assigns) == 0 {
+		s.log.Info("standby: another instance owns the input partitions", zap.Int32("generation", gen.ID))
+		var wg sync.WaitGroup
+		wg.Add(1)
+		gen.Start(func(gctx context.Context) {
+			defer wg.Done()
+			select {
+			case <-gctx.Done():
+			case <-ctx.Done():
+			}
+		})
+		wg.Wait()
+		return
+	}
+	agg, err := aggregate.New(aggregate.SpecFromConfig(s.cfg))
+	if err != nil {
+		s.log.Error("cannot build aggregator", zap.Error(err))
+		return
+	}
+	sess := &session{
+		gen:      gen,
+		topic:    topic,
+		trackers: make(map[int]*offsetTracker, len(assigns)),
+		agg:      agg,
+	}
+	for _, a := range assigns {
+		sess.parts = append(sess.parts, a.ID)
+		start := a.Offset
+		if start < 0 {
+			start = -1
+		}
+		sess.trackers[a.ID] = newOffsetTracker(start)
+	}
+	sess.wm = newWatermarks(sess.parts, s.cfg.Window.AllowedLateness.D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
+	if last, ok, err := s.ledger.LastWindow(); err != nil {
+		s.log.Error("cannot read ledger", zap.Error(err))
+		return
+	} else if ok {
+		// The last recorded window may be partly released (a crash between
+		// two histograms): close it again; recorded units are republished,
+		// missing ones released from the re-read events.
+		sess.next, sess.haveNext = last, true
+	}
+	s.log.Info("assigned partitions", zap.Int32("generation", gen.ID), zap.Ints("partitions", sess.parts))
+
+	// softCtx ends on a soft stop; each goroutine also watches its
+	// generation's context (rebalance or group close).
+	var wg sync.WaitGroup
+	for _, a := range assigns {
+		p, off := a.ID, a.Offset
+		wg.Add(1)
+		gen.Start(func(gctx context.Context) {
+			defer wg.Done()
+			c, cancel := joinContexts(ctx, gctx)
+			defer cancel()
+			s.consume(c, sess, p, off)
+		})
+	}
+	wg.Add(1)
+	gen.Start(func(gctx context.Context) {
+		defer wg.Done()
+		s.releaseLoop(ctx, gctx, sess)
+	})
+	wg.Wait()
+	agg.Reset()
+	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
+}
+
+// joinContexts returns a context cancelled when either parent is.
+func joinContexts(a, b context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(a)
+	stop := context.AfterFunc(b, cancel)
+	return c, func() { stop(); cancel() }
+}
+
+// consume reads one partition in offset order.
+func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:   s.brokers,
+		Topic:     sess.topic,
+		Partition: p,
+		Dialer:    s.dialer,
+		MinBytes:  1,
+		MaxBytes:  16 << 20,
+		MaxWait:   500 * time.Millisecond, // shorter waits time out under load (kafka-go asks the broker for MaxWait·¾)
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) {
+			s.log.Debug("kafka-go reader: "+fmt.Sprintf(f, a...), zap.Int("partition", p))
+		}),
+	})
+	defer r.Close()
+	if offset < 0 {
+		offset = kafka.FirstOffset
+	}
+	if err := r.SetOffset(offset); err != nil {
+		s.log.Error("cannot set offset", zap.Int("partition", p), zap.Error(err))
+		return
+	}
+	dec, err := decode.New(s.cfg, s.userSeed)
+	if err != nil {
+		s.log.Error("cannot build decoder", zap.Error(err))
+		return
+	}
+	ev := dec.NewEvent()
+	tracker := sess.trackers[p]
+	maxMsg := s.cfg.Events.MaxMessageBytes
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		s.stats.Consumed.Add(1)
+		sess.wm.touch(p)
+		if maxMsg > 0 && len(m.Value) > maxMsg {
+			s.stats.Drop("oversized")
+			tracker.processed(m.Offset)
+			continue
+		}
+		if reason := dec.Decode(m.Value, ev); reason != decode.ReasonNone {
+			s.stats.Drop(reason.String())
+			tracker.processed(m.Offset)
+			continue
+		}
+		s.stats.Decoded.Add(1)
+		s.handle(sess, p, m.Offset, ev, tracker)
+	}
+}
+
+// maxFutureJump is how far ahead of a partition's largest event time a new
+// event may be. An event further ahead is treated as a corrupt timestamp:
+// accepting it would drag the watermark forward and close every open window
+// early.
+const maxFutureJump = int64(24 * time.Hour / time.Millisecond)
+
+func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker) {
+	if maxE, ok := sess.wm.maxEvent(p); ok && ev.TimeMs > maxE+maxFutureJump {
+		s.stats.Drop("time_too_far_ahead")
+		tracker.processed(offset)
+		return
+	}
+	w := windowStart(ev.TimeMs, s.sizeMs)
+	sess.closeMu.RLock()
+	if sess.haveNext && w < sess.next {
+		sess.closeMu.RUnlock()
+		s.stats.Late.Add(1)
+		s.stats.Drop("late")
+		tracker.processed(offset)
+		return
+	}
+	out := sess.agg.Add(w, ev)
+	tracker.counted(w, offset)
+	sess.closeMu.RUnlock()
+	sess.wm.observe(p, ev.TimeMs)
+	s.countOutcome(ev, out)
+}
+
+func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome) {
+	for _, r := range ev.Drops {
+		if r != decode.ReasonNone {
+			s.stats.Drop(r.String())
+		}
+	}
+	s.stats.Counted.Add(int64(out.Counted))
+	if out.DroppedUserEvents > 0 {
+		s.stats.counter("bound_user_events").Add(int64(out.DroppedUserEvents))
+	}
+	if out.DroppedUserGroups > 0 {
+		s.stats.counter("bound_user_groups").Add(int64(out.DroppedUserGroups))
+	}
+	if out.DroppedCapacity > 0 {
+		s.stats.counter("bound_capacity").Add(int64(out.DroppedCapacity))
+	}
+}
+
+// releaseLoop closes windows as the watermark passes them, releases them and
+// commits offsets. It is the only goroutine that releases in a session.
+func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	// Publishing of a release in flight survives a soft stop, up to the
+	// drain timeout; a rebalance (gctx) abandons it (its record is durable
+	// and is republished by whoever owns the partitions next).
+	for {
+		select {
+		case <-gctx.Done():
+			return
+		case <-soft.Done():
+			s.commit(sess)
+			return
+		case <-tick.C:
+		}
+		wm, minSeen, ok := sess.wm.current()
+		if !ok {
+			continue
+		}
+		sess.closeMu.Lock()
+		if !sess.haveNext {
+			sess.next, sess.haveNext = windowStart(minSeen, s.sizeMs), true
+		}
+		next := sess.next
+		sess.closeMu.Unlock()
+		released := false
+		for next+s.sizeMs <= wm {
+			if soft.Err() != nil || gctx.Err() != nil {
+				break
+			}
+			pubCtx, cancel := s.publishContext(soft, gctx)
+			err := s.closeAndRelease(pubCtx, sess, next)
+			cancel()
+			if err != nil {
+				s.log.Error("release failed; the recorded release will be republished", zap.Error(err))
+				return
+			}
+			released = true
+			next += s.sizeMs
+		}
+		if released {
+			s.commit(sess)
+		}
+	}
+}
+
+// publishContext is cancelled by a rebalance at once, and by a soft stop only
+// after the drain timeout.
+func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(context.WithoutCancel(soft))
+	stopG := context.AfterFunc(gctx, cancel)
+	stopS := context.AfterFunc(soft, func() {
+		t := time.AfterFunc(s.drain, cancel)
+		context.AfterFunc(c, func() { t.Stop() })
+	})
+	return c, func() { stopG(); stopS(); cancel() }
+}
+
+// closeAndRelease closes window w and releases every histogram's unit.
+func (s *Stage) closeAndRelease(ctx context.Context, sess *session, w int64) error {
+	sess.closeMu.Lock()
+	counts, err := sess.agg.Close(w)
+	sess.next = w + s.sizeMs
+	sess.closeMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("close window %s: %w", rfc3339(w), err)
+	}
+	defer counts.Release()
+	for h := range s.cfg.Histograms {
+		if err := s.releaseUnit(ctx, h, w, counts); err != nil {
+			return err
+		}
+	}
+	for _, t := range sess.trackers {
+		t.released(w + s.sizeMs)
+	}
+	return nil
+}
+
+func (s *Stage) periodOf(w int64) int64 { return windowStart(w, s.periodMs) }
+
+// accountant returns the accountant of the period starting at p, restored
+// from the ledger on first use. Called by the releaser only.
+func (s *Stage) accountant(p int64) (*budget.Accountant, error) {
+	s.budgetMu.Lock()
+	defer s.budgetMu.Unlock()
+	if a, ok := s.accts[p]; ok {
+		return a, nil
+	}
+	a, err := budget.NewAccountant(s.plan.Charge.Orders(), s.plan.Epsilon, s.plan.Delta)
+	if err != nil {
+		return nil, err
+	}
+	spent, ok, err := s.ledger.Spent(p)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		c, err := budget.NewCurve(spent.Orders, spent.Epsilons)
+		if err != nil {
+			return nil, fmt.Errorf("restore spend of period %s: %w", rfc3339(p), err)
+		}
+		// A config change may have changed the order grid: move the recorded
+		// spend onto the new grid conservatively (RDP is non-decreasing in
+		// the order, so each new order takes the next larger recorded one).
+		c = c.Regrid(a.Orders())
+		if err := a.Restore(c); err != nil && !errors.Is(err, budget.ErrBudgetExceeded) {
+			return nil, fmt.Errorf("restore spend of period %s: %w", rfc3339(p), err)
+		} else if err != nil {
+			s.log.Warn("restored period is already over its budget: nothing more will be released in it",
+				zap.String("period_start", rfc3339(p)), zap.Error(err))
+		}
+	}
+	// Forget accountants of old periods.
+	for q := range s.accts {
+		if q < p {
+			delete(s.accts, q)
+		}
+	}
+	s.accts[p] = a
+	return a, nil
+}
+
+func toLedgerCurve(c budget.Curve) ledger.Curve {
+	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
+}
+
+// releaseUnit makes (or republishes) the releases of histogram h for window
+// w, in the write-ahead order: record values and charge durably → publish →
+// mark published.
+func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggregate.WindowCounts) error {
+	hist := s.cfg.Histograms[h]
+	if u, ok, err := s.ledger.Lookup(hist.Name, w); err != nil {
+		return err
+	} else if ok {
+		if u.Published {
+			return nil
+		}
+		return s.publishUnit(ctx, u)
+	}
+	period := s.periodOf(w)
+	acct, err := s.accountant(period)
+	if err != nil {
+		return err
+	}
+	u := &ledger.Unit{
+		Histogram:   hist.Name,
+		WindowStart: w,
+		WindowEnd:   w + s.sizeMs,
+		Period:      period,
+		RecordedAt:  s.now().UTC(),
+	}
+	order := s.plan.Mechanism.Spec().Order
+	if err := acct.CanSpend(s.plan.Charge); err != nil {
+		if !errors.Is(err, budget.ErrBudgetExceeded) {
+			return err
+		}
+		u.Status = ledger.StatusBudgetExhausted
+		st := Status{
+			Status:      string(ledger.StatusBudgetExhausted),
+			ReleaseID:   ReleaseID(hist.Name, "", w),
+			Histogram:   hist.Name,
+			WindowStart: rfc3339(w),
+			WindowEnd:   rfc3339(w + s.sizeMs),
+			Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
+		}
+		st.Privacy.SpentEpsilon = acct.SpentEpsilon()
+		st.Privacy.BudgetEpsilon = s.plan.Epsilon
+		st.Privacy.Delta = s.plan.Delta
+		st.Privacy.PeriodStart = rfc3339(period)
+		st.Privacy.PeriodEnd = rfc3339(period + s.periodMs)
+		v, err := json.Marshal(&st)
+		if err != nil {
+			return err
+		}
+		u.Messages = []ledger.Message{{Key: []byte(hist.Name), Value: v}}
+		if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
+			return err
+		}
+		s.stats.Exhausted.Add(1)
+		s.log.Warn("budget exhausted: release not made", zap.String("histogram", hist.Name),
+			zap.String("window_start", rfc3339(w)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
+			zap.Float64("budget_epsilon", s.plan.Epsilon), zap.Error(err))
+		if s.printer != nil {
+			s.printer.PrintStatus(&st)
+		}
+		return s.publishUnit(ctx, u)
+	}
+
+	spentAfter := acct.Spent().Add(s.plan.Charge)
+	if err := spentAfter.Err(); err != nil {
+		return fmt.Errorf("compose charge: %w", err)
+	}
+	spentEps, _ := budget.ToEpsilon(spentAfter, s.plan.Delta)
+	params := s.plan.Mechanism.Params()
+	groups := hist.GroupNames()
+	u.Status = ledger.StatusReleased
+	u.Charge = toLedgerCurve(s.plan.Charge)
+	buf := make([]float64, len(hist.Bins))
+	out := make([]float64, len(hist.Bins))
+	for g, group := range groups {
+		buf = counts.Counts(h, g, buf)
+		if err := s.plan.Mechanism.Release(s.rng, buf, out); err != nil {
+			return fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
+		}
+		rel := Release{
+			ReleaseID:     ReleaseID(hist.Name, group, w),
+			Histogram:     hist.Name,
+			Group:         group,
+			WindowStart:   rfc3339(w),
+			WindowEnd:     rfc3339(w + s.sizeMs),
+			Bins:          hist.Bins,
+			Probabilities: out,
+			Mechanism:     s.cfg.Privacy.Mechanism,
+			Params:        Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale},
+			Privacy: Privacy{
+				Order:            order,
+				RDPEpsilon:       s.plan.Mechanism.RDP(order),
+				ChargeID:         ReleaseID(hist.Name, "", w),
+				ChargeRDPEpsilon: s.plan.Mechanism.RDP(order),
+				SpentEpsilon:     spentEps,
+				BudgetEpsilon:    s.plan.Epsilon,
+				Delta:            s.plan.Delta,
+				PeriodStart:      rfc3339(period),
+				PeriodEnd:        rfc3339(period + s.periodMs),
+			},
+		}
+		if s.cfg.Privacy.Mechanism == string(mechanism.Dirichlet) {
+			rel.Calibration = s.cfg.Privacy.Calibration
+		}
+		v, err := json.Marshal(&rel)
+		if err != nil {
+			return err
+		}
+		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
+	}
+	// Record the values and the charge in one transaction, then charge the
+	// in-memory accountant: the ledger is the source of truth after a crash.
+	if err := s.ledger.Record(u, toLedgerCurve(spentAfter)); err != nil {
+		return err
+	}
+	if err := acct.Spend(s.plan.Charge); err != nil {
+		return fmt.Errorf("accountant disagrees with ledger (recorded %s@%s): %w", hist.Name, rfc3339(w), err)
+	}
+	return s.publishUnit(ctx, u)
+}
+
+func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit) error {
+	msgs := make([]kafka.Message, len(u.Messages))
+	for i, m := range u.Messages {
+		msgs[i] = kafka.Message{Key: m.Key, Value: m.Value}
+	}
+	if err := s.sink.publish(ctx, msgs); err != nil {
+		return fmt.Errorf("publish %s@%s: %w", u.Histogram, rfc3339(u.WindowStart), err)
+	}
+	if err := s.ledger.MarkPublished(u.Histogram, u.WindowStart); err != nil {
+		return err
+	}
+	if u.Status == ledger.StatusReleased {
+		s.stats.Releases.Add(int64(len(u.Messages)))
+		if s.printer != nil {
+			for _, m := range u.Messages {
+				var r Release
+				if json.Unmarshal(m.Value, &r) == nil {
+					s.printer.Print(&r)
+				}
+			}
+		}
+	}
+	if s.onRel != nil {
+		s.onRel(u)
+	}
+	return nil
+}
+
+// republishPending publishes every recorded but unacknowledged unit.
+func (s *Stage) republishPending(ctx context.Context) error {
+	var pending []*ledger.Unit
+	if err := s.ledger.Units(func(u *ledger.Unit) bool {
+		if !u.Published {
+			pending = append(pending, u)
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, u := range pending {
+		s.log.Info("republishing recorded release", zap.String("histogram", u.Histogram), zap.String("window_start", rfc3339(u.WindowStart)))
+		if err := s.publishUnit(ctx, u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commit commits, per partition, the offset before which every message
+// belongs to a released window or was dropped.
+func (s *Stage) commit(sess *session) {
+	offsets := make(map[int]int64)
+	for p, t := range sess.trackers {
+		if o, changed := t.commitPoint(); changed {
+			offsets[p] = o
+		}
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	if err := sess.gen.CommitOffsets(map[string]map[int]int64{sess.topic: offsets}); err != nil {
+		s.log.Warn("offset commit failed; will retry after the next release", zap.Error(err))
+		return
+	}
+	for p, o := range offsets {
+		sess.trackers[p].markCommitted(o)
+	}
+	s.stats.Commits.Add(1)
+}
+
+func (s *Stage) logProgress() {
+	s.log.Info("progress",
+		zap.Int64("consumed", s.stats.Consumed.Load()),
+		zap.Int64("decoded", s.stats.Decoded.Load()),
+		zap.Int64("counted", s.stats.Counted.Load()),
+		zap.Int64("releases", s.stats.Releases.Load()),
+		zap.Int64("budget_exhausted", s.stats.Exhausted.Load()),
+		zap.Any("dropped", s.stats.Dropped()),
+	)
+}

@@ -1,0 +1,63 @@
+package pipeline
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Stats counts what the stage did. Every drop is counted by reason: nothing
+// is lost silently. Safe for concurrent use.
+type Stats struct {
+	Consumed       atomic.Int64 // messages read from the input topic
+	Decoded        atomic.Int64 // messages that decoded into a usable event
+	Counted        atomic.Int64 // (event, histogram) contributions counted
+	Late           atomic.Int64 // events for windows already closed
+	Releases       atomic.Int64 // release messages published
+	Exhausted      atomic.Int64 // units refused by the budget
+	PublishRetries atomic.Int64 // failed publish attempts that were retried
+	Commits        atomic.Int64 // offset commits
+
+	mu sync.Mutex // guards dropped
+	// dropped counts drops by reason label (decode reasons, bounding
+	// outcomes, "late").
+	dropped map[string]*atomic.Int64
+}
+
+func newStats() *Stats { return &Stats{dropped: make(map[string]*atomic.Int64)} }
+
+// Drop counts one drop for reason.
+func (s *Stats) Drop(reason string) { s.counter(reason).Add(1) }
+
+func (s *Stats) counter(reason string) *atomic.Int64 {
+	s.mu.Lock()
+	c, ok := s.dropped[reason]
+	if !ok {
+		c = new(atomic.Int64)
+		s.dropped[reason] = c
+	}
+	s.mu.Unlock()
+	return c
+}
+
+// Dropped returns a snapshot of the drop counters by reason.
+func (s *Stats) Dropped() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.dropped))
+	for k, v := range s.dropped {
+		out[k] = v.Load()
+	}
+	return out
+}
+
+// DroppedReasons returns the reasons seen so far, sorted.
+func (s *Stats) DroppedReasons() []string {
+	d := s.Dropped()
+	out := make([]string, 0, len(d))
+	for k := range d {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
