@@ -238,13 +238,15 @@ func (h *harness) readOutput(want int, timeout, settle time.Duration) output {
 // histogram, the first event with a usable (bin, group) counts once.
 type truth map[string][]float64 // key "hist/group/windowStartMs" → counts in bin order
 
-func key(hist, group string, w time.Time) string { return fmt.Sprintf("%s/%s/%d", hist, group, w.UnixMilli()) }
+func key(hist, group string, w time.Time) string {
+	return fmt.Sprintf("%s/%s/%d", hist, group, w.UnixMilli())
+}
 
 func computeTruth(evs []event) truth {
 	tr := truth{}
 	type uk struct {
 		user, hist string
-		w      time.Time
+		w          time.Time
 	}
 	seen := map[uk]bool{}
 	idx := func(list []string, v string) int {
@@ -520,4 +522,3 @@ func TestEndToEndRestartContinuesFromCommittedOffsets(t *testing.T) {
 		}
 	}
 }
-

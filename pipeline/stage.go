@@ -61,8 +61,9 @@ type Options struct {
 	// Printer, when set, renders every release for humans.
 	Printer *Printer
 	// OnRelease, when set, is called after each unit is published (tests,
-	// metrics).
-	OnRelease func(u *ledger.Unit)
+	// metrics, the HTTP API) with the time from the watermark passing the
+	// window's end to the broker's acknowledgement (0 for republished units).
+	OnRelease func(u *ledger.Unit, closeToPublish time.Duration)
 	// DrainTimeout bounds how long a soft stop waits for in-flight releases.
 	// Default 30s.
 	DrainTimeout time.Duration
@@ -81,13 +82,20 @@ type Stage struct {
 	sink     *sink
 	stats    *Stats
 	printer  *Printer
-	onRel    func(*ledger.Unit)
+	onRel    func(*ledger.Unit, time.Duration)
 	drain    time.Duration
 	now      func() time.Time
 	userSeed maphash.Seed
 	sizeMs   int64
 	periodMs int64
 	rng      *mechanism.Rand // used only by the releaser goroutine of the current session
+
+	ready readiness
+
+	lagMu sync.Mutex // guards lag
+	// lag is the consumer lag per assigned partition, from kafka-go's
+	// reader stats; reset on every generation.
+	lag map[int]int64
 
 	budgetMu sync.Mutex // guards accts
 	// accts holds the accountant of each budget period seen, restored from
@@ -140,7 +148,9 @@ func New(opts Options) (*Stage, error) {
 		periodMs: cfg.Privacy.Budget.Period.D().Milliseconds(),
 		rng:      rng,
 		accts:    make(map[int64]*budget.Accountant),
+		lag:      make(map[int]int64),
 	}
+	s.ready.stateLoaded.Store(true)
 	if s.drain <= 0 {
 		s.drain = 30 * time.Second
 	}
@@ -177,6 +187,9 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		return err
 	}
+
+	defer s.ready.draining.Store(true)
+	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })
 
 	cg, err := s.newConsumerGroup(ctx)
 	if err != nil {
@@ -242,6 +255,7 @@ func (s *Stage) newConsumerGroup(ctx context.Context) (*kafka.ConsumerGroup, err
 			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 		})
 		if err == nil {
+			s.ready.connected.Store(true)
 			return cg, nil
 		}
 		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", backoff))
@@ -320,6 +334,11 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		sess.next, sess.haveNext = last, true
 	}
 	s.log.Info("assigned partitions", zap.Int32("generation", gen.ID), zap.Ints("partitions", sess.parts))
+	s.ready.assigned.Store(true)
+	defer s.ready.assigned.Store(false)
+	s.lagMu.Lock()
+	s.lag = make(map[int]int64, len(sess.parts))
+	s.lagMu.Unlock()
 
 	// softCtx ends on a soft stop; each goroutine also watches its
 	// generation's context (rebalance or group close).
@@ -397,6 +416,9 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		}
 		s.stats.Consumed.Add(1)
 		sess.wm.touch(p)
+		if s.stats.Consumed.Load()%256 == 0 || m.HighWaterMark-m.Offset <= 1 {
+			s.setLag(p, m.HighWaterMark-m.Offset-1)
+		}
 		if maxMsg > 0 && len(m.Value) > maxMsg {
 			s.stats.Drop("oversized")
 			tracker.processed(m.Offset)
@@ -479,6 +501,9 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		if !ok {
 			continue
 		}
+		// The watermark was seen past the windows below at this tick at the
+		// latest; latency is measured from here to the acknowledgement.
+		passedAt := s.now()
 		sess.closeMu.Lock()
 		if !sess.haveNext {
 			sess.next, sess.haveNext = windowStart(minSeen, s.sizeMs), true
@@ -491,7 +516,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 				break
 			}
 			pubCtx, cancel := s.publishContext(soft, gctx)
-			err := s.closeAndRelease(pubCtx, sess, next)
+			err := s.closeAndRelease(pubCtx, sess, next, passedAt)
 			cancel()
 			if err != nil {
 				s.log.Error("release failed; the recorded release will be republished", zap.Error(err))
@@ -519,7 +544,7 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 }
 
 // closeAndRelease closes window w and releases every histogram's unit.
-func (s *Stage) closeAndRelease(ctx context.Context, sess *session, w int64) error {
+func (s *Stage) closeAndRelease(ctx context.Context, sess *session, w int64, passedAt time.Time) error {
 	sess.closeMu.Lock()
 	counts, err := sess.agg.Close(w)
 	sess.next = w + s.sizeMs
@@ -529,7 +554,7 @@ func (s *Stage) closeAndRelease(ctx context.Context, sess *session, w int64) err
 	}
 	defer counts.Release()
 	for h := range s.cfg.Histograms {
-		if err := s.releaseUnit(ctx, h, w, counts); err != nil {
+		if err := s.releaseUnit(ctx, h, w, counts, passedAt); err != nil {
 			return err
 		}
 	}
@@ -590,7 +615,7 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 // releaseUnit makes (or republishes) the releases of histogram h for window
 // w, in the write-ahead order: record values and charge durably → publish →
 // mark published.
-func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggregate.WindowCounts) error {
+func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggregate.WindowCounts, passedAt time.Time) error {
 	hist := s.cfg.Histograms[h]
 	if u, ok, err := s.ledger.Lookup(hist.Name, w); err != nil {
 		return err
@@ -598,7 +623,7 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 		if u.Published {
 			return nil
 		}
-		return s.publishUnit(ctx, u)
+		return s.publishUnit(ctx, u, passedAt)
 	}
 	period := s.periodOf(w)
 	acct, err := s.accountant(period)
@@ -646,7 +671,7 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 		if s.printer != nil {
 			s.printer.PrintStatus(&st)
 		}
-		return s.publishUnit(ctx, u)
+		return s.publishUnit(ctx, u, passedAt)
 	}
 
 	spentAfter := acct.Spent().Add(s.plan.Charge)
@@ -704,10 +729,10 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 	if err := acct.Spend(s.plan.Charge); err != nil {
 		return fmt.Errorf("accountant disagrees with ledger (recorded %s@%s): %w", hist.Name, rfc3339(w), err)
 	}
-	return s.publishUnit(ctx, u)
+	return s.publishUnit(ctx, u, passedAt)
 }
 
-func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit) error {
+func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit, passedAt time.Time) error {
 	msgs := make([]kafka.Message, len(u.Messages))
 	for i, m := range u.Messages {
 		msgs[i] = kafka.Message{Key: m.Key, Value: m.Value}
@@ -730,7 +755,11 @@ func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit) error {
 		}
 	}
 	if s.onRel != nil {
-		s.onRel(u)
+		var lat time.Duration
+		if !passedAt.IsZero() {
+			lat = s.now().Sub(passedAt)
+		}
+		s.onRel(u, lat)
 	}
 	return nil
 }
@@ -748,7 +777,7 @@ func (s *Stage) republishPending(ctx context.Context) error {
 	}
 	for _, u := range pending {
 		s.log.Info("republishing recorded release", zap.String("histogram", u.Histogram), zap.String("window_start", rfc3339(u.WindowStart)))
-		if err := s.publishUnit(ctx, u); err != nil {
+		if err := s.publishUnit(ctx, u, time.Time{}); err != nil {
 			return err
 		}
 	}

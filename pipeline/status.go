@@ -1,0 +1,89 @@
+package pipeline
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// readiness is what /readyz reports: ready when the state is loaded, the
+// broker reached and partitions assigned, and not draining.
+type readiness struct {
+	stateLoaded atomic.Bool
+	connected   atomic.Bool
+	assigned    atomic.Bool
+	draining    atomic.Bool
+}
+
+// Readiness is a snapshot of the stage's readiness conditions.
+type Readiness struct {
+	StateLoaded bool `json:"state_loaded"`
+	Connected   bool `json:"connected"`
+	Assigned    bool `json:"assigned"`
+	Draining    bool `json:"draining"`
+}
+
+// Ready reports whether the stage is doing its job.
+func (r Readiness) Ready() bool { return r.StateLoaded && r.Connected && r.Assigned && !r.Draining }
+
+// Readiness returns the current readiness conditions.
+func (s *Stage) Readiness() Readiness {
+	return Readiness{
+		StateLoaded: s.ready.stateLoaded.Load(),
+		Connected:   s.ready.connected.Load(),
+		Assigned:    s.ready.assigned.Load(),
+		Draining:    s.ready.draining.Load(),
+	}
+}
+
+func (s *Stage) setLag(p int, lag int64) {
+	if lag < 0 {
+		lag = 0
+	}
+	s.lagMu.Lock()
+	s.lag[p] = lag
+	s.lagMu.Unlock()
+}
+
+// Lag returns the consumer lag (messages behind the high-water mark) per
+// assigned partition, as of the last fetched message.
+func (s *Stage) Lag() map[int]int64 {
+	s.lagMu.Lock()
+	defer s.lagMu.Unlock()
+	out := make(map[int]int64, len(s.lag))
+	for p, l := range s.lag {
+		out[p] = l
+	}
+	return out
+}
+
+// BudgetStatus is the spend of one budget period (one scope: every user's
+// guarantee in that period).
+type BudgetStatus struct {
+	PeriodStart   time.Time `json:"period_start"`
+	PeriodEnd     time.Time `json:"period_end"`
+	SpentEpsilon  float64   `json:"spent_epsilon"`
+	BudgetEpsilon float64   `json:"budget_epsilon"`
+	Remaining     float64   `json:"remaining_epsilon"`
+	Delta         float64   `json:"delta"`
+}
+
+// Budget returns the spend of the periods the stage has charged since it
+// started (restored from the ledger), newest last.
+func (s *Stage) Budget() []BudgetStatus {
+	s.budgetMu.Lock()
+	defer s.budgetMu.Unlock()
+	out := make([]BudgetStatus, 0, len(s.accts))
+	for p, a := range s.accts {
+		out = append(out, BudgetStatus{
+			PeriodStart:   time.UnixMilli(p).UTC(),
+			PeriodEnd:     time.UnixMilli(p + s.periodMs).UTC(),
+			SpentEpsilon:  a.SpentEpsilon(),
+			BudgetEpsilon: s.plan.Epsilon,
+			Remaining:     a.Remaining(),
+			Delta:         s.plan.Delta,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PeriodStart.Before(out[j].PeriodStart) })
+	return out
+}
