@@ -11,6 +11,7 @@ type Config struct {
 	State        State        `yaml:"state"`
 	Log          Log          `yaml:"log"`
 	Generator    Generator    `yaml:"generator"`
+	HTTP         HTTP         `yaml:"http"`
 
 	// meta records what the file said (which keys it set, which values came
 	// from the environment); nil for a Config built in Go.
@@ -182,4 +183,25 @@ type Generator struct {
 	// TimeScale: event time advances this many times faster than wall clock,
 	// so windows close quickly in the demo. Default 1.
 	TimeScale float64 `yaml:"time_scale"`
+}
+
+// HTTP configures the operator and analyst endpoints: /metrics, /healthz,
+// /readyz, /api/* and the dashboard page at /.
+type HTTP struct {
+	// Address the HTTP server listens on (host:port). Default
+	// "127.0.0.1:8080" (loopback only). An explicit empty string turns the
+	// server off. Any other host (including an empty host, ":8080", which
+	// means every interface) requires AllowRemote.
+	Address string `yaml:"address"`
+	// AllowRemote must be true to bind Address beyond loopback: /metrics
+	// carries operational counts (events consumed, dropped, lag) that are not
+	// private, so exposing them is an explicit choice. Default false.
+	AllowRemote bool `yaml:"allow_remote"`
+	// BearerToken, when set, is required (as "Authorization: Bearer TOKEN",
+	// or as the password of HTTP Basic authentication for browsers) on every
+	// path but /healthz and /readyz. It may only be given as a ${ENV_VAR}
+	// reference and is never printed. Default empty: no authentication (an
+	// empty variable counts as absent, so it also means none; the stage
+	// warns at start-up when it listens beyond loopback without a token).
+	BearerToken string `yaml:"bearer_token" secret:"true"`
 }

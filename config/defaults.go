@@ -33,6 +33,7 @@ const (
 	DefaultGeneratorUsers       = 300
 	DefaultGeneratorEPS         = 200
 	DefaultGeneratorTimeScale   = 1.0
+	DefaultHTTPAddress          = "127.0.0.1:8080"
 )
 
 // ApplyDefaults fills in every setting the file left out, with the defaults
@@ -104,6 +105,8 @@ func (c *Config) ApplyDefaults() {
 	num(&c.Generator.Users, "generator.users", DefaultGeneratorUsers)
 	num(&c.Generator.EventsPerSecond, "generator.events_per_second", DefaultGeneratorEPS)
 	flt(&c.Generator.TimeScale, "generator.time_scale", DefaultGeneratorTimeScale)
+
+	str(&c.HTTP.Address, "http.address", DefaultHTTPAddress)
 }
 
 // GroupNames returns the groups a release is made for at every window: the

@@ -118,6 +118,26 @@ func TestSecretPassword(t *testing.T) {
 // secret is a password no message may show. It contains YAML syntax.
 const secret = "Zq9!s3cr3t: {inject: [1]}"
 
+func TestHTTPBearerToken(t *testing.T) {
+	yml := minimal + "http:\n  bearer_token: ${HTTP_TOKEN}\n"
+	c := mustParse(t, yml, map[string]string{"HTTP_TOKEN": secret})
+	if c.HTTP.BearerToken != secret {
+		t.Errorf("token = %q", c.HTTP.BearerToken)
+	}
+	if r := c.Redacted(); r.HTTP.BearerToken != RedactedValue {
+		t.Errorf("Redacted token = %q", r.HTTP.BearerToken)
+	}
+	assertNoSecret(t, "String", c.String())
+	_, err := Parse([]byte(minimal+"http:\n  bearer_token: literal-token\n"), nil)
+	if _, ok := findProblem(problems(t, err), "http.bearer_token", "${ENV_VAR}"); !ok {
+		t.Errorf("literal token: %v", err)
+	}
+	// An empty variable counts as absent (as for every key): no token.
+	if c := mustParse(t, yml, map[string]string{"HTTP_TOKEN": ""}); c.HTTP.BearerToken != "" {
+		t.Errorf("empty variable gave token %q", c.HTTP.BearerToken)
+	}
+}
+
 func TestSecretsNeverLeak(t *testing.T) {
 	env := map[string]string{"SECRET": secret, "KAFKA_PASSWORD": secret}
 	sasl := "kafka:\n  sasl:\n    mechanism: plain\n    username: ${SECRET}\n    password: ${KAFKA_PASSWORD}\n"

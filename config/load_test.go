@@ -20,7 +20,7 @@ func TestFullConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Parse(data, envOf(map[string]string{"TLS_DIR": dir, "KAFKA_PASSWORD": "pw-from-env"}))
+	cfg, err := Parse(data, envOf(map[string]string{"TLS_DIR": dir, "KAFKA_PASSWORD": "pw-from-env", "HTTP_TOKEN": "token-from-env"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +60,7 @@ func TestFullConfig(t *testing.T) {
 		State:     State{Dir: "/var/lib/dp-stage"},
 		Log:       Log{Format: "console", Level: "debug"},
 		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60},
+		HTTP:      HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env"},
 	}
 	got := *cfg
 	got.meta = nil
@@ -138,6 +139,7 @@ func TestDefaults(t *testing.T) {
 		State:     State{Dir: "./stage-state"},
 		Log:       Log{Format: "json", Level: "info"},
 		Generator: Generator{Users: 300, EventsPerSecond: 200, TimeScale: 1},
+		HTTP:      HTTP{Address: "127.0.0.1:8080"},
 	}
 	got := *cfg
 	got.meta = nil

@@ -135,6 +135,7 @@ func (c *Config) Validate() error {
 	k.oneOf("log.format", c.Log.Format, logFormats)
 	k.oneOf("log.level", c.Log.Level, logLevels)
 	k.generator()
+	k.http()
 	if len(k.probs) == 0 {
 		return nil
 	}
@@ -413,4 +414,32 @@ func (k *checker) generator() {
 	if finite(g.TimeScale) && g.TimeScale < 1 {
 		k.add("generator.time_scale", "must be at least 1")
 	}
+}
+
+func (k *checker) http() {
+	h := k.c.HTTP
+	if h.Address == "" {
+		return // explicitly off
+	}
+	host, port, err := net.SplitHostPort(h.Address)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p < 0 || p > 65535 {
+		k.add("http.address", "%s is not host:port (port 0 to 65535)", k.show("http.address", h.Address))
+		return
+	}
+	if !h.AllowRemote && !IsLoopbackHost(host) {
+		k.add("http.address", "%s listens beyond loopback: set http.allow_remote: true to expose /metrics and the dashboard to the network (and consider http.bearer_token)",
+			k.show("http.address", h.Address))
+	}
+}
+
+// IsLoopbackHost reports whether host (as in host:port; brackets removed)
+// names only the loopback interface: "localhost", 127.0.0.0/8 or ::1. An
+// empty host (every interface) is not loopback.
+func IsLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -145,6 +145,10 @@ func TestValidateRules(t *testing.T) {
 		{"generator rate", func(c *Config) { c.Generator = Generator{Enabled: true, Users: 1, EventsPerSecond: 0, TimeScale: 1} }, "generator.events_per_second", "at least 1"},
 		{"generator time scale", func(c *Config) { c.Generator = Generator{Enabled: true, Users: 1, EventsPerSecond: 1, TimeScale: 0.5} }, "generator.time_scale", "at least 1"},
 		{"generator time scale NaN even when off", func(c *Config) { c.Generator.TimeScale = math.NaN() }, "generator.time_scale", "finite"},
+		// http
+		{"http address not host:port", func(c *Config) { c.HTTP.Address = "8080" }, "http.address", "is not host:port"},
+		{"http every interface without allow_remote", func(c *Config) { c.HTTP.Address = ":8080" }, "http.address", "set http.allow_remote: true"},
+		{"http public address without allow_remote", func(c *Config) { c.HTTP.Address = "10.0.0.1:8080" }, "http.address", "beyond loopback"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, base, nil)
@@ -187,6 +191,10 @@ func TestValidateAccepts(t *testing.T) {
 		{"sasl", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "scram-sha-256", Username: "u", Password: "p"} }},
 		{"generator off ignores its numbers", func(c *Config) { c.Generator = Generator{Users: -1} }},
 		{"period equals window", func(c *Config) { c.Privacy.Budget.Period = c.Window.Size }},
+		{"http off", func(c *Config) { c.HTTP.Address = "" }},
+		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},
+		{"http localhost", func(c *Config) { c.HTTP.Address = "localhost:9000" }},
+		{"http remote allowed", func(c *Config) { c.HTTP = HTTP{Address: ":8080", AllowRemote: true} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, base, nil)
