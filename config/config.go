@@ -36,6 +36,10 @@ type Kafka struct {
 	// InputPartitions is how many partitions the embedded broker creates for
 	// the input topic. Default 4. Ignored with external brokers.
 	InputPartitions int `yaml:"input_partitions"`
+	// SessionTimeout of the consumer group: how long the broker waits for a
+	// silent member (a crashed stage) before handing its partitions to a
+	// standby. Default 10s.
+	SessionTimeout Duration `yaml:"session_timeout"`
 	// TLS secures the connection to external brokers. Off by default.
 	TLS TLS `yaml:"tls"`
 	// SASL authenticates to external brokers. Off by default (no mechanism,
@@ -147,6 +151,13 @@ type Privacy struct {
 	Neighbour string `yaml:"neighbour"`
 	// Order is the RDP order λ > 1 used for calibration. Default 2.
 	Order float64 `yaml:"order"`
+	// RDPEpsilon, when set (> 0), calibrates every release to this (λ, ε)-RDP
+	// at Order instead of spreading the budget evenly over every window of
+	// the period. Releases then stop — with a budget_exhausted status
+	// message per histogram and window — once the period's budget is spent,
+	// and resume in the next period. Default 0: plan so the budget covers the
+	// whole period.
+	RDPEpsilon float64 `yaml:"rdp_epsilon"`
 	// Budget is the total guarantee per user per period.
 	Budget Budget `yaml:"budget"`
 }

@@ -18,6 +18,7 @@ const (
 	DefaultWindowSize           = Duration(time.Minute)
 	DefaultAllowedLateness      = Duration(5 * time.Second)
 	DefaultIdlePartitionTimeout = Duration(10 * time.Second)
+	DefaultSessionTimeout       = Duration(10 * time.Second)
 	DefaultMaxEventsPerUser     = 1
 	DefaultMaxGroupsPerUser     = 1
 	DefaultMaxTrackedUsers      = 2_000_000
@@ -74,6 +75,7 @@ func (c *Config) ApplyDefaults() {
 	str(&c.Kafka.InputTopic, "kafka.input_topic", DefaultInputTopic)
 	str(&c.Kafka.OutputTopic, "kafka.output_topic", DefaultOutputTopic)
 	num(&c.Kafka.InputPartitions, "kafka.input_partitions", DefaultInputPartitions)
+	dur(&c.Kafka.SessionTimeout, "kafka.session_timeout", DefaultSessionTimeout)
 
 	str(&c.Events.Format, "events.format", DefaultFormat)
 	str(&c.Events.TimeField, "events.time_field", DefaultTimeField)

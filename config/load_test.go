@@ -32,6 +32,7 @@ func TestFullConfig(t *testing.T) {
 			OutputTopic:     "private-page-views",
 			DeadLetterTopic: "page-views-dlq",
 			InputPartitions: 12,
+			SessionTimeout:  Duration(15 * time.Second),
 			TLS: TLS{
 				Enabled:    true,
 				CAFile:     dir + "/ca.pem",
@@ -54,7 +55,7 @@ func TestFullConfig(t *testing.T) {
 		},
 		Contribution: Contribution{MaxEventsPerUser: 3, MaxGroupsPerUser: 2, MaxTrackedUsers: 500000},
 		Privacy: Privacy{
-			Mechanism: "dirichlet", Calibration: "diffuse", Neighbour: "add_remove", Order: 4.5,
+			Mechanism: "dirichlet", Calibration: "diffuse", Neighbour: "add_remove", Order: 4.5, RDPEpsilon: 0.05,
 			Budget: Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
 		},
 		State:     State{Dir: "/var/lib/dp-stage"},
@@ -128,7 +129,7 @@ func collectKeys(n *yaml.Node, prefix string, out map[string]bool) {
 func TestDefaults(t *testing.T) {
 	cfg := mustParse(t, minimal, nil)
 	want := Config{
-		Kafka:  Kafka{GroupID: "dp-stage", InputTopic: "events", OutputTopic: "private-histograms", InputPartitions: 4},
+		Kafka:  Kafka{GroupID: "dp-stage", InputTopic: "events", OutputTopic: "private-histograms", InputPartitions: 4, SessionTimeout: DefaultSessionTimeout},
 		Events: Events{Format: "json", TimeField: "ts", UserField: "user_id", MaxMessageBytes: 65536},
 		Window: Window{Size: Duration(time.Minute), AllowedLateness: Duration(5 * time.Second),
 			IdlePartitionTimeout: Duration(10 * time.Second)},

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Problem is one thing wrong with a config file.
@@ -180,6 +181,9 @@ func (k *checker) kafka() {
 		}
 	}
 	k.atLeast1("kafka.input_partitions", kc.InputPartitions)
+	if kc.SessionTimeout < Duration(500*time.Millisecond) {
+		k.add("kafka.session_timeout", "must be at least 500ms")
+	}
 	k.tls()
 	k.sasl()
 }
@@ -379,6 +383,9 @@ func (k *checker) privacy() {
 		}
 	}
 	k.oneOf("privacy.neighbour", p.Neighbour, neighbours)
+	if !finite(p.RDPEpsilon) || p.RDPEpsilon < 0 {
+		k.add("privacy.rdp_epsilon", "must be a finite number ≥ 0 (0: plan from the budget)")
+	}
 	if !finite(p.Order) || p.Order <= 1 {
 		k.add("privacy.order", "must be a finite number greater than 1")
 	}

@@ -43,7 +43,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-" + name: 4, "out-" + name: 1}})
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-" + name: 4, "out-" + name: 1, "dlq-" + name: 1}})
 	if err != nil {
 		t.Fatalf("start broker: %v", err)
 	}

@@ -44,7 +44,11 @@ type Plan struct {
 	WindowsPerPeriod int
 	UnitsPerWindow   int // = number of histograms
 	Units            int // composed units per period
-	Mechanism        mechanism.Mechanism
+	// FitUnits is how many units the budget covers per period, when
+	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
+	// budget over all Units.
+	FitUnits  int
+	Mechanism mechanism.Mechanism
 	// Charge is the RDP curve charged per (histogram, window) unit.
 	Charge budget.Curve
 	// Epsilon and Delta are the period's total budget; PlannedEpsilon is
@@ -91,6 +95,9 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	if spec.Kind == mechanism.Dirichlet {
 		spec.Calibration = mechanism.Calibration(cfg.Privacy.Calibration)
 	}
+	if cfg.Privacy.RDPEpsilon > 0 {
+		return explicitPlan(cfg, spec, windows, units)
+	}
 	p, err := budget.PlanReleases(spec, cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta, units)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
@@ -106,5 +113,51 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		Epsilon:          cfg.Privacy.Budget.Epsilon,
 		Delta:            cfg.Privacy.Budget.Delta,
 		PlannedEpsilon:   p.Epsilon,
+	}, nil
+}
+
+// explicitPlan calibrates every release to privacy.rdp_epsilon. The budget is
+// then enforced release by release: the accountant refuses the first unit
+// that would take the period past (ε, δ), and the stage publishes a
+// budget_exhausted status instead. FitUnits says how many units fit.
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, units int) (*Plan, error) {
+	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
+	m, err := mechanism.New(spec)
+	if err != nil {
+		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon: %w", err)
+	}
+	orders, err := budget.WithOrder(budget.DefaultOrders(), spec.Order)
+	if err != nil {
+		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
+	charge := budget.CurveOf(m, orders)
+	if err := charge.Err(); err != nil {
+		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
+	eps, delta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
+	fit := 0
+	for k := 1; k <= units; k++ {
+		e, _ := budget.ToEpsilon(charge.Scale(float64(k)), delta)
+		if e > eps*(1+budget.RelTolerance) {
+			break
+		}
+		fit = k
+	}
+	if fit == 0 {
+		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: a single release already exceeds the period budget (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, eps, delta)
+	}
+	planned, _ := budget.ToEpsilon(charge.Scale(float64(fit)), delta)
+	return &Plan{
+		Neighbour:        cfg.Privacy.Neighbour,
+		Sensitivity:      spec.Sensitivity,
+		WindowsPerPeriod: windows,
+		UnitsPerWindow:   len(cfg.Histograms),
+		Units:            units,
+		FitUnits:         fit,
+		Mechanism:        m,
+		Charge:           charge,
+		Epsilon:          eps,
+		Delta:            delta,
+		PlannedEpsilon:   planned,
 	}, nil
 }

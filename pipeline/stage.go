@@ -80,6 +80,7 @@ type Stage struct {
 	plan     *Plan
 	ledger   *ledger.Ledger
 	sink     *sink
+	dlq      *sink // nil without kafka.dead_letter_topic
 	stats    *Stats
 	printer  *Printer
 	onRel    func(*ledger.Unit, time.Duration)
@@ -163,7 +164,37 @@ func New(opts Options) (*Stage, error) {
 		maxBackoff: 5 * time.Second,
 		onRetry:    func() { s.stats.PublishRetries.Add(1) },
 	}
+	if cfg.Kafka.DeadLetterTopic != "" {
+		s.dlq = &sink{
+			w:          newWriter(brokers, cfg.Kafka.DeadLetterTopic, opts.Transport),
+			log:        opts.Log,
+			maxBackoff: 5 * time.Second,
+			onRetry:    func() { s.stats.PublishRetries.Add(1) },
+		}
+		s.dlq.w.Balancer = &kafka.RoundRobin{}
+	}
 	return s, nil
+}
+
+// DropReasonHeader is the header carrying the drop reason on messages
+// forwarded to the dead-letter topic.
+const DropReasonHeader = "dp-stage-drop-reason"
+
+// deadLetter forwards a malformed message to the dead-letter topic with its
+// reason, retrying until acknowledged (the partition waits: nothing is lost,
+// and the message's offset is not committed before it is forwarded).
+func (s *Stage) deadLetter(ctx context.Context, m kafka.Message, reason string) error {
+	if s.dlq == nil {
+		return nil
+	}
+	return s.dlq.publish(ctx, []kafka.Message{{
+		Key:   m.Key,
+		Value: m.Value,
+		Headers: []kafka.Header{
+			{Key: DropReasonHeader, Value: []byte(reason)},
+			{Key: "dp-stage-source", Value: []byte(fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset))},
+		},
+	}})
 }
 
 // Plan returns the privacy plan in force.
@@ -178,6 +209,9 @@ func (s *Stage) Stats() *Stats { return s.stats }
 func (s *Stage) Run(ctx context.Context) error {
 	defer s.ledger.Close()
 	defer s.sink.w.Close()
+	if s.dlq != nil {
+		defer s.dlq.w.Close()
+	}
 
 	// Anything recorded but not acknowledged before the last stop goes out
 	// first, with the recorded values.
@@ -247,9 +281,9 @@ func (s *Stage) newConsumerGroup(ctx context.Context) (*kafka.ConsumerGroup, err
 			Topics:                []string{s.cfg.Kafka.InputTopic},
 			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{}},
 			StartOffset:           kafka.FirstOffset,
-			HeartbeatInterval:     time.Second,
-			SessionTimeout:        10 * time.Second,
-			RebalanceTimeout:      10 * time.Second,
+			HeartbeatInterval:     max(s.cfg.Kafka.SessionTimeout.D()/5, 100*time.Millisecond),
+			SessionTimeout:        s.cfg.Kafka.SessionTimeout.D(),
+			RebalanceTimeout:      max(s.cfg.Kafka.SessionTimeout.D(), 2*time.Second),
 			JoinGroupBackoff:      time.Second,
 			WatchPartitionChanges: true,
 			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
@@ -419,18 +453,22 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		if s.stats.Consumed.Load()%256 == 0 || m.HighWaterMark-m.Offset <= 1 {
 			s.setLag(p, m.HighWaterMark-m.Offset-1)
 		}
+		reason := ""
 		if maxMsg > 0 && len(m.Value) > maxMsg {
-			s.stats.Drop("oversized")
-			tracker.processed(m.Offset)
-			continue
+			reason = decode.ReasonOversized.String()
+		} else if r := dec.Decode(m.Value, ev); r != decode.ReasonNone {
+			reason = r.String()
+		} else {
+			s.stats.Decoded.Add(1)
+			reason = s.handle(sess, p, m.Offset, ev, tracker)
 		}
-		if reason := dec.Decode(m.Value, ev); reason != decode.ReasonNone {
-			s.stats.Drop(reason.String())
+		if reason != "" {
+			s.stats.Drop(reason)
+			if err := s.deadLetter(ctx, m, reason); err != nil {
+				return // ctx ended: the message is not marked processed
+			}
 			tracker.processed(m.Offset)
-			continue
 		}
-		s.stats.Decoded.Add(1)
-		s.handle(sess, p, m.Offset, ev, tracker)
 	}
 }
 
@@ -440,11 +478,11 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 // early.
 const maxFutureJump = int64(24 * time.Hour / time.Millisecond)
 
-func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker) {
+// handle bounds and counts a decoded event. It returns a drop reason for an
+// event that must go to the dead-letter topic, "" otherwise.
+func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker) string {
 	if maxE, ok := sess.wm.maxEvent(p); ok && ev.TimeMs > maxE+maxFutureJump {
-		s.stats.Drop("time_too_far_ahead")
-		tracker.processed(offset)
-		return
+		return "time_too_far_ahead"
 	}
 	w := windowStart(ev.TimeMs, s.sizeMs)
 	sess.closeMu.RLock()
@@ -453,13 +491,14 @@ func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tra
 		s.stats.Late.Add(1)
 		s.stats.Drop("late")
 		tracker.processed(offset)
-		return
+		return ""
 	}
 	out := sess.agg.Add(w, ev)
 	tracker.counted(w, offset)
 	sess.closeMu.RUnlock()
 	sess.wm.observe(p, ev.TimeMs)
 	s.countOutcome(ev, out)
+	return ""
 }
 
 func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome) {

@@ -78,8 +78,14 @@ func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	case params.Scale > 0:
 		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
 	}
-	eps, order := budget.ToEpsilon(plan.Charge.Scale(float64(plan.Units)), plan.Delta)
-	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%g (best order λ=%g)\n", eps, plan.Delta, order)
+	units := plan.Units
+	if plan.FitUnits > 0 && plan.FitUnits < plan.Units {
+		units = plan.FitUnits
+		fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers %d of the %d charges per period (%.3g%% of windows); the rest get budget_exhausted status messages\n",
+			plan.FitUnits, plan.Units, 100*float64(plan.FitUnits)/float64(plan.Units))
+	}
+	eps, order := budget.ToEpsilon(plan.Charge.Scale(float64(units)), plan.Delta)
+	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%g (best order λ=%g) over %d charges\n", eps, plan.Delta, order, units)
 	if math.IsInf(eps, 1) {
 		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
 	}

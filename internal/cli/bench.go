@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/dpstage/stage/internal/bench"
+)
+
+// Bench implements `stage bench`: the stage beside a bare kafka-go consumer
+// on the embedded broker, in one run (see internal/bench and docs/bench.md).
+func Bench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c bench.Config
+	fs.IntVar(&c.Events, "events", 2_000_000, "synthetic events to produce and read")
+	fs.IntVar(&c.Partitions, "partitions", 4, "partitions of the input topic")
+	fs.IntVar(&c.Windows, "windows", 100, "one-minute event-time windows the events span")
+	fs.IntVar(&c.Users, "users", 100_000, "generator user population (Zipf-skewed)")
+	fs.IntVar(&c.Rounds, "rounds", 1, "ceiling/stage pass pairs, in ABBA order (figures are medians)")
+	fs.IntVar(&c.MemoryUsers, "memory-users", 1_000_000, "distinct users of the memory phase")
+	fs.BoolVar(&c.SkipCeiling, "skip-ceiling", false, "skip the bare kafka-go consumer")
+	fs.BoolVar(&c.SkipStage, "skip-stage", false, "skip the full stage (and its latency figures)")
+	fs.BoolVar(&c.SkipConnBatch, "skip-conn-batch", false, "skip the kafka.Conn.ReadBatch reader")
+	fs.BoolVar(&c.SkipInProcess, "skip-inprocess", false, "skip decode+bound+aggregate without Kafka")
+	fs.BoolVar(&c.SkipRelease, "skip-release", false, "skip the Dirichlet release rates")
+	fs.BoolVar(&c.SkipMemory, "skip-memory", false, "skip the bounder memory figures")
+	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the first stage pass to `file`")
+	fs.StringVar(&c.AllocProfile, "allocprofile", "", "write the allocation profile after the first stage pass to `file` (and the one before it to file.base)")
+	fs.StringVar(&c.CeilingCPUProfile, "ceiling-cpuprofile", "", "write a CPU profile of the first ceiling pass to `file`")
+	asJSON := fs.Bool("json", false, "print the figures as JSON instead of a table")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "stage bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if c.Events < 1 || c.Partitions < 1 || c.Windows < 1 || c.Users < 1 || c.Rounds < 1 || c.MemoryUsers < 2 {
+		fmt.Fprintln(stderr, "stage bench: --events, --partitions, --windows, --users, --rounds must be at least 1 and --memory-users at least 2")
+		return 2
+	}
+	if !*quiet {
+		c.Progress = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "stage bench: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "stage bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if err := bench.WriteTable(stdout, res); err != nil {
+		fmt.Fprintf(stderr, "stage bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
