@@ -28,6 +28,11 @@ const (
 	// Diffuse: 001 Algorithm 1, r solving ε = ½·λ·r²·Δ2²·ψ′(1 + rb + 3(λ−1)rΔ∞)
 	// and α = 1 + 4(λ−1)rΔ∞ (b = 0 unless a lower bound is known, Remark 2).
 	Diffuse Calibration = "diffuse"
+	// Exact: r = 1 and the smallest α whose exact worst-case divergence
+	// (000 eq. (19) maximized over the admissible neighbours) is ε; falls
+	// back to Concentrated where the worst-case argument does not apply
+	// (exact.go).
+	Exact Calibration = "exact"
 )
 
 // Sensitivity bounds how much one privacy unit can change the count vector
@@ -50,6 +55,10 @@ type Spec struct {
 	// Diffuse only. Zero unless the data guarantees it. Release raises counts
 	// below it to it, which keeps the guarantee (see dirichletRDP).
 	LowerBound float64
+	// Neighbour is the relation the sensitivities were derived under; only
+	// the Exact calibration uses it (exact.go). Empty: any pair within the
+	// sensitivities.
+	Neighbour Neighbour
 }
 
 // Params are the calibrated noise parameters. Only the fields of the

@@ -10,8 +10,9 @@ package mechanism
 //     > 0: Dirichlet needs L2Sq and LInf; Gaussian needs L2Sq; Laplace needs
 //     L1 ≥ 1 and LInf ≥ 1 (it acts on integer counts, whose changes are whole
 //     numbers; fractional parts are dropped).
-//   - Calibration is empty (meaning Concentrated), Concentrated, ClosedForm or
-//     Diffuse. Gaussian and Laplace ignore it (a known value is accepted so
+//   - Neighbour is empty, Replace or AddRemove (only Exact uses it).
+//   - Calibration is empty (meaning Concentrated), Concentrated, ClosedForm,
+//     Diffuse or Exact. Gaussian and Laplace ignore it (a known value is accepted so
 //     that a configuration-wide default does not break them) and their Spec()
 //     reports it empty.
 //   - LowerBound is finite and ≥ 0, and may be non-zero only with the Diffuse
@@ -31,9 +32,14 @@ func New(spec Spec) (Mechanism, error) {
 		return nil, paramErr("kind", string(spec.Kind), `must be one of "dirichlet", "gaussian", "laplace"`)
 	}
 	switch spec.Calibration {
-	case "", Concentrated, ClosedForm, Diffuse:
+	case "", Concentrated, ClosedForm, Diffuse, Exact:
 	default:
-		return nil, paramErr("calibration", string(spec.Calibration), `must be one of "concentrated", "closed-form", "diffuse" (or empty for concentrated)`)
+		return nil, paramErr("calibration", string(spec.Calibration), `must be one of "concentrated", "closed-form", "diffuse", "exact" (or empty for concentrated)`)
+	}
+	switch spec.Neighbour {
+	case AnyNeighbour, Replace, AddRemove:
+	default:
+		return nil, paramErr("neighbour", string(spec.Neighbour), `must be one of "replace", "add_remove" (or empty for any pair within the sensitivities)`)
 	}
 	if err := checkOrder("order", spec.Order); err != nil {
 		return nil, err
@@ -63,6 +69,9 @@ func New(spec Spec) (Mechanism, error) {
 		}
 		if err := checkFinitePositive("linf_sensitivity", s.LInf); err != nil {
 			return nil, err
+		}
+		if spec.Calibration == Exact {
+			return newExact(spec)
 		}
 		return asMechanism(newDirichlet(spec))
 	case Gaussian:
