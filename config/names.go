@@ -12,6 +12,7 @@ const (
 	CalibrationConcentrated = "concentrated" // privacy.calibration (dirichlet only)
 	CalibrationDiffuse      = "diffuse"
 	CalibrationClosedForm   = "closed-form"
+	CalibrationExact        = "exact"
 
 	NeighbourReplace   = "replace" // privacy.neighbour
 	NeighbourAddRemove = "add_remove"
@@ -39,7 +40,7 @@ const RedactedValue = "[redacted]"
 
 var (
 	mechanisms   = []string{MechanismDirichlet, MechanismGaussian, MechanismLaplace}
-	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm}
+	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm, CalibrationExact}
 	neighbours   = []string{NeighbourReplace, NeighbourAddRemove}
 	saslMechs    = []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}
 	logFormats   = []string{LogFormatJSON, LogFormatConsole}
