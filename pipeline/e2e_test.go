@@ -194,14 +194,17 @@ func (h *harness) readOutput(want int, timeout, settle time.Duration) output {
 	defer r.Close()
 	out := output{Raw: map[string][]string{}}
 	deadline := time.Now().Add(timeout)
+	var settleUntil time.Time
 	for {
-		if len(out.Releases) >= want && settle <= 0 {
-			return out
+		if len(out.Releases) >= want && settleUntil.IsZero() {
+			if settle <= 0 {
+				return out
+			}
+			settleUntil = time.Now().Add(settle)
 		}
 		end := deadline
-		if len(out.Releases) >= want {
-			end = time.Now().Add(settle)
-			settle = 0
+		if !settleUntil.IsZero() {
+			end = settleUntil
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), end)
 		m, err := r.ReadMessage(ctx)
