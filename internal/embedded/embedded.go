@@ -46,6 +46,9 @@ type Config struct {
 	GroupMinSessionTimeout time.Duration
 	// Logger receives the broker's warnings and errors. Nil: silent.
 	Logger *zap.Logger
+	// Extra kfake options, e.g. kfake.EnableSASL and kfake.Superuser or
+	// kfake.TLS for transport-security tests.
+	Extra []kfake.Opt
 }
 
 // Broker is a running (or stopped) embedded broker. All methods are safe for
@@ -121,6 +124,7 @@ func (b *Broker) newCluster() (*kfake.Cluster, error) {
 	if b.cfg.Logger != nil {
 		opts = append(opts, kfake.WithLogger(zapLogger{b.cfg.Logger}))
 	}
+	opts = append(opts, b.cfg.Extra...)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("embedded broker on 127.0.0.1:%d: %w", b.port, err)
