@@ -121,7 +121,7 @@ func TestErrorMessage(t *testing.T) {
 		t.Errorf("message %q, want %q", got, want)
 	}
 	_, err = New(Spec{Kind: "foo"})
-	if got, want := err.Error(), `mechanism: kind must be one of "dirichlet", "gaussian", "laplace", got "foo"`; got != want {
+	if got, want := err.Error(), `mechanism: kind must be one of "dirichlet", "gaussian", "laplace", "simplex-dirichlet", "laplace-posterior", "ehd", "ehds", got "foo"`; got != want {
 		t.Errorf("message %q, want %q", got, want)
 	}
 	wrapped := errors.Join(errors.New("calibrate"), err)

@@ -13,6 +13,21 @@ const (
 	// Laplace adds discrete Laplace noise to the counts and projects the
 	// result onto the simplex.
 	Laplace Kind = "laplace"
+	// SimplexDirichlet releases Dir(k·p) for an input p that already is a
+	// probability vector, with the (ε, δ)-DP of 003 Theorems 1–2
+	// (configured by Spec.Simplex; see simplex.go).
+	SimplexDirichlet Kind = "simplex-dirichlet"
+	// LaplacePosterior releases a private posterior Dir(α̃) by Laplace noise
+	// on the posterior parameters, ε-DP (002 LSHist/LSDim, 004 §4.1.3–4.1.4;
+	// configured by Spec.Posterior; see posterior.go).
+	LaplacePosterior Kind = "laplace-posterior"
+	// EHD is the exponential mechanism over candidate posteriors scored by
+	// Hellinger distance with global sensitivity, ε-DP (002 Algorithm 3, 004
+	// §4.1.1; configured by Spec.Posterior; see hellinger.go).
+	EHD Kind = "ehd"
+	// EHDS is the same with smooth sensitivity, (ε, δ)-DP (002 Algorithm 5,
+	// 004 §4.2; configured by Spec.Posterior; see hellinger.go).
+	EHDS Kind = "ehds"
 )
 
 // Calibration names how the Dirichlet mechanism's (r, α) are solved from the
@@ -59,6 +74,11 @@ type Spec struct {
 	// the Exact calibration uses it (exact.go). Empty: any pair within the
 	// sensitivities.
 	Neighbour Neighbour
+	// Simplex configures the simplex-dirichlet kind (nil for other kinds).
+	Simplex *SimplexSpec
+	// Posterior configures the laplace-posterior, ehd and ehds kinds (nil
+	// for other kinds).
+	Posterior *PosteriorSpec
 }
 
 // Params are the calibrated noise parameters. Only the fields of the
@@ -67,7 +87,14 @@ type Params struct {
 	Alpha float64 // Dirichlet: prior α (the same for every bin)
 	R     float64 // Dirichlet: concentration r
 	Sigma float64 // Gaussian: σ of the discrete Gaussian N_Z(0, σ²) added to each count (its standard deviation is slightly below σ)
-	Scale float64 // Laplace: scale b of the discrete Laplace (P[z] ∝ e^{−|z|/b}) added to each count
+	Scale float64 // Laplace, laplace-posterior: scale b of the discrete Laplace (P[z] ∝ e^{−|z|/b}) added to each count
+	K     float64 // simplex-dirichlet: concentration k of Dir(k·p)
+	Gamma float64 // simplex-dirichlet: γ of Ω₁ (003 eq. (3)) behind the reported (ε, δ)
+	// HellingerSensitivity is the sensitivity bound of the Hellinger score
+	// used in the exponent (ehd: global, 004 §4.1.1; ehds: 0, the smooth
+	// sensitivity depends on the data).
+	HellingerSensitivity float64
+	Smoothing            float64 // ehds: γ of the γ-smooth sensitivity (004 §4.2.1, re-derived)
 }
 
 // Mechanism is a calibrated mechanism. Implementations are immutable after

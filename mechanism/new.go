@@ -4,7 +4,12 @@ package mechanism
 // reported as a *ParamError (errors.Is(err, ErrInvalidParameter)); New never
 // panics. Requirements:
 //
-//   - Kind is Dirichlet, Gaussian or Laplace.
+//   - Kind is Dirichlet, Gaussian or Laplace, or one of the kinds
+//     configured by their own spec — SimplexDirichlet (Spec.Simplex, see
+//     SimplexSpec) and LaplacePosterior, EHD, EHDS (Spec.Posterior, see
+//     PosteriorSpec) — whose guarantees are ε- or (ε, δ)-DP (ApproxDP) and
+//     for which the rules below do not apply (they reject RDPEpsilon,
+//     sensitivities, Calibration and LowerBound, and ignore Order).
 //   - Order λ is finite and > 1; RDPEpsilon ε is finite and > 0.
 //   - Every sensitivity is finite and ≥ 0, and those the mechanism uses are
 //     > 0: Dirichlet needs L2Sq and LInf; Gaussian needs L2Sq; Laplace needs
@@ -28,8 +33,15 @@ package mechanism
 func New(spec Spec) (Mechanism, error) {
 	switch spec.Kind {
 	case Dirichlet, Gaussian, Laplace:
+		if spec.Simplex != nil || spec.Posterior != nil {
+			return nil, paramErr("kind", string(spec.Kind), "takes neither a simplex nor a posterior spec")
+		}
+	case SimplexDirichlet:
+		return asMechanism(newSimplexDirichlet(spec))
+	case LaplacePosterior, EHD, EHDS:
+		return newPosteriorMechanism(spec)
 	default:
-		return nil, paramErr("kind", string(spec.Kind), `must be one of "dirichlet", "gaussian", "laplace"`)
+		return nil, paramErr("kind", string(spec.Kind), `must be one of "dirichlet", "gaussian", "laplace", "simplex-dirichlet", "laplace-posterior", "ehd", "ehds"`)
 	}
 	switch spec.Calibration {
 	case "", Concentrated, ClosedForm, Diffuse, Exact:
