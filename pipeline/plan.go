@@ -35,7 +35,10 @@ import (
 // all coordinates, which the sensitivities above bound exactly as for a
 // single release. Hence one histogram's releases in one window together cost
 // one release-worth of RDP (verified numerically with the exact divergence,
-// 000 eq. (19), in mechanism's group-split test), and max_groups_per_user
+// 000 eq. (19), in mechanism's group-split test; for the `exact`
+// calibration, whose curve is the supremum of the exact divergence rather
+// than Theorem 2's bound, the same conclusion is proven in mechanism/exact.go
+// from the per-bin gamma bound, given the spec's Neighbour), and max_groups_per_user
 // does not enter the charge. A window charges one unit per histogram; a
 // period composes windows_per_period × histograms units.
 type Plan struct {
@@ -91,6 +94,9 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		Kind:        mechanism.Kind(cfg.Privacy.Mechanism),
 		Order:       cfg.Privacy.Order,
 		Sensitivity: sens,
+		// The exact calibration maximizes over the pairs this relation
+		// admits (mechanism/exact.go); the others bound every pair.
+		Neighbour: mechanism.Neighbour(cfg.Privacy.Neighbour),
 	}
 	if spec.Kind == mechanism.Dirichlet {
 		spec.Calibration = mechanism.Calibration(cfg.Privacy.Calibration)
