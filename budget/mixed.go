@@ -307,4 +307,3 @@ func (a *MixedAccountant) Total() Composition {
 
 // Limit returns the accountant's (ε, δ) budget.
 func (a *MixedAccountant) Limit() (epsilon, delta float64) { return a.limit, a.delta }
-

@@ -75,7 +75,7 @@ func TestComposeMixed(t *testing.T) {
 
 func TestMixedAccountant(t *testing.T) {
 	orders := DefaultOrders()
-	a, err := NewMixedAccountant(orders, 10, 0.2)
+	a, err := NewMixedAccountant(orders, 10, 0.12)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMixedAccountant(t *testing.T) {
 	if tot.ApproxReleases != 2 || !(tot.ApproxEpsilon >= 2*se) || !(tot.ApproxDelta >= 2*sd) {
 		t.Errorf("approx part %+v", tot)
 	}
-	if math.Abs(tot.RDPDelta-(0.2-tot.ApproxDelta)) > 1e-15 || !(tot.Epsilon <= 10) {
+	if math.Abs(tot.RDPDelta-(0.12-tot.ApproxDelta)) > 1e-15 || !(tot.Epsilon <= 10) {
 		t.Errorf("total %+v", tot)
 	}
 	// The RDP part is no more than pure composition would give (ε's add).
@@ -115,16 +115,13 @@ func TestMixedAccountant(t *testing.T) {
 	if tot.RDPEpsilon > 2*lpe+0.3 {
 		t.Errorf("RDP part %v above basic composition %v", tot.RDPEpsilon, 2*lpe+0.3)
 	}
-	// δ exhausted: two more simplex releases push Σδ past 0.2.
-	if err := a.SpendMechanism(sm); err != nil {
-		t.Fatal(err)
-	}
+	// δ exhausted: a third simplex release pushes Σδ past 0.12.
 	err = a.SpendMechanism(sm)
 	var ee *ExceededError
 	if !errors.As(err, &ee) || !errors.Is(err, ErrBudgetExceeded) {
 		t.Errorf("δ exhausted: %v", err)
 	}
-	if a.Total().ApproxReleases != 3 {
+	if a.Total().ApproxReleases != 2 {
 		t.Errorf("refused spend changed the state")
 	}
 	// ε over the limit.
