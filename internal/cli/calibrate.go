@@ -27,6 +27,7 @@ Total (ε, δ)-DP over several composed releases (plans the per-release target):
 
 Flags:
   --mechanism M            dirichlet (default) | gaussian | laplace
+                           (simplex-dirichlet | laplace-posterior | ehd | ehds: see below)
   --calibration C          dirichlet only: concentrated (default) | diffuse | closed-form
   --order λ                RDP order of the target, finite and > 1 (default 2)
   --rdp-epsilon ε          per-release RDP target at --order, finite and > 0
@@ -165,9 +166,12 @@ type calibrateArgs struct {
 // calibrateOutput; a table otherwise). Exit codes: 0 success, 1 failure,
 // 2 bad flags (one line on stderr naming the flag and its valid range).
 func Calibrate(args []string, stdout, stderr io.Writer) int {
+	if k, ok := papersMechanism(args); ok {
+		return calibratePapers(k, args, stdout, stderr) // calibrate_papers.go
+	}
 	a, err := parseCalibrate(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, calibrateUsage)
+		fmt.Fprint(stdout, calibrateUsage+papersUsage)
 		return 0
 	}
 	if err != nil {
