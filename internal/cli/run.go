@@ -18,6 +18,8 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/internal/generator"
+	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -67,9 +69,33 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// runStage starts the embedded broker (when no brokers are configured) and
-// the generator (when enabled), then runs the stage until ctx ends.
+// runStage starts the HTTP server (metrics, probes, API and dashboard; its
+// address is the first line logged), the embedded broker (when no brokers are
+// configured) and the generator (when enabled), then runs the stage until ctx
+// ends. The HTTP server outlives the stage's drain, so /readyz reports it.
 func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer, print bool) error {
+	var web *httpapi.Server
+	if cfg.HTTP.Address != "" {
+		ln, err := httpapi.Listen(cfg.HTTP.Address)
+		if err != nil {
+			return err
+		}
+		log.Info("dashboard: " + httpapi.URL(ln))
+		web, err = httpapi.New(httpapi.Options{Config: cfg, Log: log.Named("http")})
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+		served := make(chan struct{})
+		go func() { // owner: runStage; ends when stopHTTP is called below
+			defer close(served)
+			if err := web.Serve(hctx, ln); err != nil {
+				log.Error("http server stopped", zap.Error(err))
+			}
+		}()
+		defer func() { stopHTTP(); <-served }()
+	}
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
 		b, err := embedded.Start(embedded.Config{
@@ -100,9 +126,13 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		Dialer:    dialer,
 		Transport: transport,
 		Printer:   printer,
+		OnRelease: onRelease(web),
 	})
 	if err != nil {
 		return err
+	}
+	if web != nil {
+		web.Attach(st)
 	}
 	p := st.Plan()
 	spec := p.Mechanism.Spec()
@@ -133,6 +163,14 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 			zap.Int("events_per_second", cfg.Generator.EventsPerSecond), zap.Float64("time_scale", cfg.Generator.TimeScale))
 	}
 	return st.Run(ctx)
+}
+
+// onRelease feeds the HTTP server's release store and latency histogram.
+func onRelease(web *httpapi.Server) func(*ledger.Unit, time.Duration) {
+	if web == nil {
+		return nil
+	}
+	return web.OnRelease
 }
 
 func embeddedTopics(cfg *config.Config) map[string]int {

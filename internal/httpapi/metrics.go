@@ -1,0 +1,220 @@
+package httpapi
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/pipeline/decode"
+)
+
+// Metric names. Counters and gauges that mirror the stage's own state are
+// read from it at scrape time by stageCollector (the stage's atomic Stats,
+// Lag, Budget, Readiness and Plan): nothing is counted twice. Only the
+// latency histogram is observed here, from the stage's OnRelease callback.
+//
+// /metrics is an operator surface: event counts and lag are not private
+// (they are not in the output topic), which is why binding the server beyond
+// loopback is an explicit choice (http.allow_remote) and why the dashboard
+// page never reads /metrics.
+const (
+	MetricEventsConsumed      = "dpstage_events_consumed_total"
+	MetricEventsDecoded       = "dpstage_events_decoded_total"
+	MetricEventsDropped       = "dpstage_events_dropped_total"
+	MetricContribCounted      = "dpstage_contributions_counted_total"
+	MetricContribBounded      = "dpstage_contributions_dropped_by_bounding_total"
+	MetricLateEvents          = "dpstage_late_events_total"
+	MetricReleases            = "dpstage_releases_published_total"
+	MetricBudgetExhausted     = "dpstage_budget_exhausted_total"
+	MetricPublishRetries      = "dpstage_publish_retries_total"
+	MetricOffsetCommits       = "dpstage_offset_commits_total"
+	MetricBudgetSpent         = "dpstage_budget_spent_epsilon"
+	MetricBudgetRemaining     = "dpstage_budget_remaining_epsilon"
+	MetricBudgetTotal         = "dpstage_budget_epsilon"
+	MetricBudgetDelta         = "dpstage_budget_delta"
+	MetricConsumerLag         = "dpstage_consumer_lag"
+	MetricCloseToPublish      = "dpstage_window_close_to_publish_seconds"
+	MetricReady               = "dpstage_ready"
+	MetricReadinessCondition  = "dpstage_readiness_condition"
+	MetricMechanismInfo       = "dpstage_mechanism_info"
+	MetricMechanismAlpha      = "dpstage_mechanism_alpha"
+	MetricMechanismR          = "dpstage_mechanism_r"
+	MetricMechanismSigma      = "dpstage_mechanism_sigma"
+	MetricMechanismScale      = "dpstage_mechanism_scale"
+	MetricReleaseRDPEpsilon   = "dpstage_release_rdp_epsilon"
+	MetricChargesPerPeriod    = "dpstage_budget_charges_per_period"
+	boundPrefix               = "bound_"
+	latencyBucketsDescription = "0.01s to 60s"
+)
+
+// eventReasons are the drop reasons exported from the start (at 0), so that
+// rates exist before the first drop: the decoder's and the stage's own.
+func eventReasons() []string {
+	out := make([]string, 0, len(decode.AllReasons)+2)
+	for _, r := range decode.AllReasons {
+		out = append(out, r.String())
+	}
+	return append(out, "late", "time_too_far_ahead")
+}
+
+// boundReasons are the bounding outcomes (Stats' bound_* labels, without
+// the prefix).
+var boundReasons = []string{"user_events", "user_groups", "capacity"}
+
+// newRegistry returns the server's own registry (never the global one): the
+// stage's collector, the latency histogram, and the Go and process
+// collectors.
+func newRegistry(src func() Source) (*prometheus.Registry, prometheus.Histogram) {
+	reg := prometheus.NewRegistry()
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    MetricCloseToPublish,
+		Help:    "Time from the watermark passing a window's end to the output topic acknowledging its releases (" + latencyBucketsDescription + " buckets; republished units are not observed).",
+		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	})
+	reg.MustRegister(newStageCollector(src), latency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg, latency
+}
+
+// stageCollector reads the stage's state at scrape time.
+type stageCollector struct {
+	src func() Source // nil Source until the stage is attached
+
+	consumed, decoded, dropped, counted, bounded, late *prometheus.Desc
+	releases, exhausted, retries, commits              *prometheus.Desc
+	spent, remaining, total, delta, charges, lag       *prometheus.Desc
+	ready, condition                                   *prometheus.Desc
+	info, alpha, r, sigma, scale, rdp                  *prometheus.Desc
+}
+
+func newStageCollector(src func() Source) *stageCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	period := []string{"scope", "period_start", "period_end"}
+	return &stageCollector{
+		src:       src,
+		consumed:  d(MetricEventsConsumed, "Messages read from the input topic."),
+		decoded:   d(MetricEventsDecoded, "Messages that decoded into a usable event."),
+		dropped:   d(MetricEventsDropped, "Events (or, for missing_field, out_of_domain, unknown_group and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.", "reason"),
+		counted:   d(MetricContribCounted, "(event, histogram) contributions counted into a window."),
+		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users).", "bound"),
+		late:      d(MetricLateEvents, "Events for windows already closed (also counted in "+MetricEventsDropped+"{reason=\"late\"})."),
+		releases:  d(MetricReleases, "Release messages published to the output topic (one per histogram, group and window)."),
+		exhausted: d(MetricBudgetExhausted, "(histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead)."),
+		retries:   d(MetricPublishRetries, "Failed publish attempts that were retried."),
+		commits:   d(MetricOffsetCommits, "Consumer offset commits."),
+		spent:     d(MetricBudgetSpent, "Privacy budget spent in the period, as ε of (ε, δ)-DP at the configured δ, per user.", period...),
+		remaining: d(MetricBudgetRemaining, "Privacy budget left in the period, as ε at the configured δ.", period...),
+		total:     d(MetricBudgetTotal, "The period's total privacy budget ε (privacy.budget.epsilon)."),
+		delta:     d(MetricBudgetDelta, "The δ of the period's (ε, δ) guarantee (privacy.budget.delta)."),
+		charges:   d(MetricChargesPerPeriod, "(histogram, window) charges the plan composes per period."),
+		lag:       d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
+		ready:     d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
+		condition: d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining): 1 when true.", "condition"),
+		info:      d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
+		alpha:     d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
+		r:         d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
+		sigma:     d(MetricMechanismSigma, "Discrete Gaussian σ added to each count (public: in every release message)."),
+		scale:     d(MetricMechanismScale, "Discrete Laplace scale b added to each count (public: in every release message)."),
+		rdp:       d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
+	}
+}
+
+func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late,
+		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp} {
+		ch <- d
+	}
+}
+
+func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.src()
+	var rd pipeline.Readiness
+	if src != nil {
+		rd = src.Readiness()
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(c.ready, b2f(rd.Ready()))
+	gauge(c.condition, b2f(rd.StateLoaded), "state_loaded")
+	gauge(c.condition, b2f(rd.Connected), "connected")
+	gauge(c.condition, b2f(rd.Assigned), "assigned")
+	gauge(c.condition, b2f(rd.Draining), "draining")
+	if src == nil {
+		return
+	}
+
+	st := src.Stats()
+	counter(c.consumed, st.Consumed.Load())
+	counter(c.decoded, st.Decoded.Load())
+	counter(c.counted, st.Counted.Load())
+	counter(c.late, st.Late.Load())
+	counter(c.releases, st.Releases.Load())
+	counter(c.exhausted, st.Exhausted.Load())
+	counter(c.retries, st.PublishRetries.Load())
+	counter(c.commits, st.Commits.Load())
+	drops := st.Dropped()
+	for _, r := range eventReasons() {
+		if _, ok := drops[r]; !ok {
+			drops[r] = 0
+		}
+	}
+	for _, r := range boundReasons {
+		if _, ok := drops[boundPrefix+r]; !ok {
+			drops[boundPrefix+r] = 0
+		}
+	}
+	for reason, n := range drops {
+		if b, ok := strings.CutPrefix(reason, boundPrefix); ok {
+			counter(c.bounded, n, b)
+		} else {
+			counter(c.dropped, n, reason)
+		}
+	}
+
+	for p, l := range src.Lag() {
+		gauge(c.lag, float64(l), strconv.Itoa(p))
+	}
+
+	plan := src.Plan()
+	if plan != nil {
+		gauge(c.total, plan.Epsilon)
+		gauge(c.delta, plan.Delta)
+		gauge(c.charges, float64(plan.Units))
+	}
+	for _, b := range src.Budget() {
+		ps, pe := b.PeriodStart.UTC().Format(time.RFC3339), b.PeriodEnd.UTC().Format(time.RFC3339)
+		gauge(c.spent, b.SpentEpsilon, "period", ps, pe)
+		gauge(c.remaining, b.Remaining, "period", ps, pe)
+	}
+	if plan == nil || plan.Mechanism == nil {
+		return
+	}
+	spec := plan.Mechanism.Spec()
+	order := strconv.FormatFloat(spec.Order, 'g', -1, 64)
+	gauge(c.info, 1, string(spec.Kind), string(spec.Calibration), plan.Neighbour, order)
+	p := plan.Mechanism.Params()
+	for d, v := range map[*prometheus.Desc]float64{c.alpha: p.Alpha, c.r: p.R, c.sigma: p.Sigma, c.scale: p.Scale} {
+		if v != 0 {
+			gauge(d, v)
+		}
+	}
+	gauge(c.rdp, plan.Mechanism.RDP(spec.Order), order)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

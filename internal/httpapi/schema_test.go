@@ -1,0 +1,123 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/dpstage/stage/pipeline"
+)
+
+// jsonKeys lists the key paths of the JSON encoding of type t (a.b for
+// nested objects, a[] for list items).
+func jsonKeys(t reflect.Type, prefix string, out map[string]bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous && name == "" {
+				jsonKeys(f.Type, prefix, out)
+				continue
+			}
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			p := join(prefix, name)
+			out[p] = true
+			jsonKeys(f.Type, p, out)
+		}
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct {
+			jsonKeys(t.Elem(), prefix+"[]", out)
+		}
+	}
+}
+
+func join(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
+func schemaOf(v any) map[string]bool {
+	out := map[string]bool{}
+	jsonKeys(reflect.TypeOf(v), "", out)
+	return out
+}
+
+var (
+	// releaseSchema: a release or a status message, as the topic carries them.
+	releaseSchema = union(schemaOf(pipeline.Release{}), schemaOf(pipeline.Status{}))
+	budgetSchema  = map[string]bool{"budget_epsilon": true, "delta": true, "period_seconds": true, "periods": true,
+		"periods[].period_start": true, "periods[].period_end": true, "periods[].spent_epsilon": true,
+		"periods[].budget_epsilon": true, "periods[].remaining_epsilon": true, "periods[].delta": true}
+	layoutSchema = map[string]bool{"histograms": true, "histograms[].name": true, "histograms[].bins": true,
+		"histograms[].groups": true, "window_seconds": true, "mechanism": true, "calibration": true, "band_level": true}
+)
+
+func union(a, b map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// checkKeys fails unless every key path in the JSON document is in allowed:
+// nothing the API or the page's data endpoints serve may carry a field
+// beyond the published schema (no count, no total, no user number).
+func checkKeys(t *testing.T, what string, doc []byte, allowed map[string]bool) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	var bad []string
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, c := range x {
+				p := join(path, k)
+				if !allowed[p] {
+					bad = append(bad, p)
+				}
+				walk(c, p)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c, path+"[]")
+			}
+		}
+	}
+	walk(v, "")
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		t.Errorf("%s carries keys outside its schema: %v", what, bad)
+	}
+}
+
+// TestReleaseSchemaHasNoCounts pins the published schema itself: the only
+// number derived from the data is probabilities.
+func TestReleaseSchemaHasNoCounts(t *testing.T) {
+	for k := range releaseSchema {
+		for _, bad := range []string{"count", "total", "events", "users", "n"} {
+			if k == bad || strings.HasSuffix(k, "."+bad) || strings.Contains(k, "count") {
+				t.Errorf("release schema has key %q", k)
+			}
+		}
+	}
+}

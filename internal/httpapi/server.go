@@ -1,0 +1,452 @@
+// Package httpapi is the stage's HTTP server: Prometheus metrics for
+// operators (/metrics), liveness and readiness probes (/healthz, /readyz), a
+// JSON API of the recent private releases (/api/releases, /api/budget,
+// /api/layout), and the live dashboard page at / (one self-contained HTML
+// file embedded in the binary).
+//
+// # What it may show
+//
+// The page and /api/* show only what the output topic already carries: the
+// release and status messages exactly as published (kept in a bounded
+// in-memory [Store] fed by the stage's OnRelease callback), the budget spent
+// (every release carries it), and the public configuration (histogram names,
+// bins, groups, the mechanism's parameters — also in every release). No raw
+// count, no event total, no per-window user number. The page's uncertainty
+// band is computed in the browser from the released vector and the published
+// prior α alone (see [DirichletBand]).
+//
+// /metrics is for operators and does carry non-private operational counts
+// (events consumed and dropped, lag); see the Metric* constants.
+//
+// # Authentication
+//
+// With a bearer token configured (http.bearer_token), every path but /healthz
+// and /readyz requires it, as "Authorization: Bearer TOKEN" (Prometheus,
+// curl) or as the password of HTTP Basic authentication (any user name):
+// browsers cannot add a bearer header to a page they navigate to, but they
+// ask for Basic credentials and then send them with the page's own requests.
+// Tokens are compared in constant time.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/pipeline"
+)
+
+// Source is what the server reads from the stage; *pipeline.Stage
+// implements it.
+type Source interface {
+	Stats() *pipeline.Stats
+	Readiness() pipeline.Readiness
+	Lag() map[int]int64
+	Budget() []pipeline.BudgetStatus
+	Plan() *pipeline.Plan
+}
+
+var _ Source = (*pipeline.Stage)(nil)
+
+// Options configure a Server.
+type Options struct {
+	// Config is the stage's validated configuration: the declared histograms,
+	// the budget, and http.bearer_token.
+	Config *config.Config
+	Log    *zap.Logger
+	// History is how many messages the store keeps per (histogram, group).
+	// Default 60.
+	History int
+	// ShutdownTimeout bounds the graceful shutdown. Default 5s.
+	ShutdownTimeout time.Duration
+}
+
+// Server serves the endpoints. Create it with New, feed it with OnRelease,
+// attach the stage with Attach and run it with Serve.
+type Server struct {
+	cfg      *config.Config
+	log      *zap.Logger
+	store    *Store
+	reg      *prometheus.Registry
+	latency  prometheus.Histogram
+	tokenSum [sha256.Size]byte // SHA-256 of the bearer token, compared in constant time
+	hasToken bool
+	shutdown time.Duration
+	handler  http.Handler
+	page     []byte // the embedded dashboard
+	pageCSP  string // its Content-Security-Policy (hashes of its inline script and style)
+	layout   []byte // /api/layout, computed once
+
+	src atomic.Pointer[sourceBox] // the stage, once attached
+}
+
+type sourceBox struct{ s Source }
+
+// New builds a server. It does not listen yet.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil {
+		return nil, errors.New("httpapi: nil config")
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	if opts.History <= 0 {
+		opts.History = 60
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 5 * time.Second
+	}
+	s := &Server{
+		cfg:      opts.Config,
+		log:      opts.Log,
+		store:    NewStore(opts.History),
+		shutdown: opts.ShutdownTimeout,
+	}
+	if tok := opts.Config.HTTP.BearerToken; tok != "" {
+		s.tokenSum, s.hasToken = sha256.Sum256([]byte(tok)), true
+	}
+	s.reg, s.latency = newRegistry(s.source)
+	page, csp, err := loadPage()
+	if err != nil {
+		return nil, err
+	}
+	s.page, s.pageCSP = page, csp
+	s.layout, err = json.Marshal(newLayout(opts.Config))
+	if err != nil {
+		return nil, err
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Attach makes the server report on src (the stage, once built). Before it,
+// /readyz answers 503 and the stage's metrics are absent.
+func (s *Server) Attach(src Source) { s.src.Store(&sourceBox{src}) }
+
+func (s *Server) source() Source {
+	if b := s.src.Load(); b != nil {
+		return b.s
+	}
+	return nil
+}
+
+// OnRelease is the stage's Options.OnRelease: it stores the published
+// messages and observes the window-close-to-publish latency (not for units
+// republished after a restart, which report 0).
+func (s *Server) OnRelease(u *ledger.Unit, closeToPublish time.Duration) {
+	s.store.Observe(u)
+	if closeToPublish > 0 {
+		s.latency.Observe(closeToPublish.Seconds())
+	}
+}
+
+// Store returns the release store.
+func (s *Server) Store() *Store { return s.store }
+
+// Registry returns the server's own Prometheus registry.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Handler returns the server's handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Listen binds addr (host:port; port 0 picks a free port).
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// URL is the page address of a listener, for humans: an unspecified host
+// (every interface) is shown as 127.0.0.1.
+func URL(ln net.Listener) string {
+	host, port, err := net.SplitHostPort(ln.Addr().String())
+	if err != nil {
+		return "http://" + ln.Addr().String() + "/"
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully (in-flight
+// requests get ShutdownTimeout to finish) and returns. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if !s.hasToken {
+		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && !config.IsLoopbackHost(host) {
+			s.log.Warn("http: listening beyond loopback without http.bearer_token: /metrics, /api and the dashboard are open to anyone who can reach this address",
+				zap.String("address", ln.Addr().String()))
+		}
+	}
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }() // owner: Serve; ends when srv shuts down
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdown)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("http: shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(s.log), Timeout: 10 * time.Second})))
+	mux.Handle("GET /api/releases", s.auth(http.HandlerFunc(s.releases)))
+	mux.Handle("GET /api/budget", s.auth(http.HandlerFunc(s.budget)))
+	mux.Handle("GET /api/layout", s.auth(http.HandlerFunc(s.layoutHandler)))
+	mux.Handle("GET /{$}", s.auth(http.HandlerFunc(s.index)))
+	return securityHeaders(mux)
+}
+
+// securityHeaders applies to every response.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// auth requires the bearer token, when one is configured.
+func (s *Server) auth(next http.Handler) http.Handler {
+	if !s.hasToken {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authorized(r.Header.Get("Authorization")) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Add("WWW-Authenticate", `Bearer realm="dp-stage"`)
+		w.Header().Add("WWW-Authenticate", `Basic realm="dp-stage", charset="UTF-8"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized: send Authorization: Bearer <http.bearer_token>"})
+	})
+}
+
+func (s *Server) authorized(header string) bool {
+	var tok string
+	scheme, rest, _ := strings.Cut(header, " ")
+	switch {
+	case strings.EqualFold(scheme, "Bearer"):
+		tok = strings.TrimSpace(rest)
+	case strings.EqualFold(scheme, "Basic"):
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+		if err != nil {
+			return false
+		}
+		_, tok, _ = strings.Cut(string(raw), ":")
+	default:
+		return false
+	}
+	sum := sha256.Sum256([]byte(tok))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
+}
+
+// readiness is the body of /readyz.
+type readiness struct {
+	Ready bool `json:"ready"`
+	pipeline.Readiness
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	var rd pipeline.Readiness
+	if src := s.source(); src != nil {
+		rd = src.Readiness()
+	}
+	code := http.StatusOK
+	if !rd.Ready() {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, readiness{Ready: rd.Ready(), Readiness: rd})
+}
+
+// maxLimit caps /api/releases?limit=.
+const maxLimit = 1000
+
+func (s *Server) releases(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	hist, group := q.Get("histogram"), q.Get("group")
+	limit := 50
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit must be a whole number from 1 to %d", maxLimit)})
+			return
+		}
+		limit = n
+	}
+	if hist != "" || group != "" {
+		if !s.declared(hist, group) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such declared histogram/group (see /api/layout)"})
+			return
+		}
+	}
+	msgs, version := s.store.Query(hist, group, limit)
+	etag := `"` + strconv.FormatUint(version, 10) + `"`
+	w.Header().Set("ETag", etag)
+	w.Header().Set("Cache-Control", "no-cache")
+	if match := r.Header.Get("If-None-Match"); match != "" && match == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	// The messages are written byte for byte as published: a JSON array of
+	// the topic's values.
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(m)
+	}
+	b.WriteString("]\n")
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b.Bytes())
+}
+
+// declared reports whether the histogram (if given) and group (if given)
+// are declared, the group in that histogram (in any, without histogram).
+func (s *Server) declared(hist, group string) bool {
+	for _, h := range s.cfg.Histograms {
+		if hist != "" && h.Name != hist {
+			continue
+		}
+		if group == "" {
+			return true
+		}
+		for _, g := range h.GroupNames() {
+			if g == group {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// BudgetView is the body of /api/budget: the period's guarantee and what
+// each period seen since the start has spent (every release message
+// carries the same numbers).
+type BudgetView struct {
+	BudgetEpsilon float64                 `json:"budget_epsilon"`
+	Delta         float64                 `json:"delta"`
+	PeriodSeconds float64                 `json:"period_seconds"`
+	Periods       []pipeline.BudgetStatus `json:"periods"`
+}
+
+func (s *Server) budget(w http.ResponseWriter, _ *http.Request) {
+	v := BudgetView{
+		BudgetEpsilon: s.cfg.Privacy.Budget.Epsilon,
+		Delta:         s.cfg.Privacy.Budget.Delta,
+		PeriodSeconds: s.cfg.Privacy.Budget.Period.D().Seconds(),
+		Periods:       []pipeline.BudgetStatus{},
+	}
+	if src := s.source(); src != nil {
+		if b := src.Budget(); b != nil {
+			v.Periods = b
+		}
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, v)
+}
+
+// Layout is the body of /api/layout: the public declarations every release
+// is made for (the same names, bins and groups appear in the releases).
+type Layout struct {
+	Histograms    []LayoutHistogram `json:"histograms"`
+	WindowSeconds float64           `json:"window_seconds"`
+	Mechanism     string            `json:"mechanism"`
+	Calibration   string            `json:"calibration,omitempty"`
+	BandLevel     float64           `json:"band_level"`
+}
+
+// LayoutHistogram is one declared histogram.
+type LayoutHistogram struct {
+	Name   string   `json:"name"`
+	Bins   []string `json:"bins"`
+	Groups []string `json:"groups"`
+}
+
+func newLayout(cfg *config.Config) Layout {
+	l := Layout{
+		WindowSeconds: cfg.Window.Size.D().Seconds(),
+		Mechanism:     cfg.Privacy.Mechanism,
+		BandLevel:     BandLevel,
+	}
+	if cfg.Privacy.Mechanism == config.MechanismDirichlet {
+		l.Calibration = cfg.Privacy.Calibration
+	}
+	for _, h := range cfg.Histograms {
+		l.Histograms = append(l.Histograms, LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames()})
+	}
+	return l
+}
+
+func (s *Server) layoutHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(s.layout)
+}
+
+func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", s.pageCSP)
+	h.Set("Cache-Control", "no-cache")
+	_, _ = w.Write(s.page)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, `{"error":"encoding"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
