@@ -138,14 +138,14 @@ type exactShape struct{ k, pCap, qCap float64 }
 func exactShapeOf(spec Spec) (sh exactShape, ok bool, why string) {
 	s := spec.Sensitivity
 	if math.Floor(s.LInf) != 1 {
-		return sh, false, "the exact calibration covers unit changes only (1 <= linf_sensitivity < 2); falls back to concentrated"
+		return sh, false, "the exact calibration covers unit changes only (linf_sensitivity in [1, 2)); falls back to concentrated"
 	}
 	k := math.Floor(s.L2Sq)
 	if s.L1 > 0 {
 		k = math.Min(k, math.Floor(s.L1))
 	}
 	if !(k >= 1) || math.IsInf(k, 0) {
-		return sh, false, "no integer change is admissible within these sensitivities (l2_sensitivity_sq or l1_sensitivity < 1, or infinite); falls back to concentrated"
+		return sh, false, "no integer change is admissible within these sensitivities (l2_sensitivity_sq or l1_sensitivity below 1, or infinite); falls back to concentrated"
 	}
 	sh = exactShape{k: k, pCap: k, qCap: k}
 	if spec.Neighbour == Replace {

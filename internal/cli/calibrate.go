@@ -28,7 +28,9 @@ Total (ε, δ)-DP over several composed releases (plans the per-release target):
 Flags:
   --mechanism M            dirichlet (default) | gaussian | laplace
                            (simplex-dirichlet | laplace-posterior | ehd | ehds: see below)
-  --calibration C          dirichlet only: concentrated (default) | diffuse | closed-form
+  --calibration C          dirichlet only: concentrated (default) | diffuse | closed-form | exact
+  --neighbour N            dirichlet exact only: replace | add_remove — the relation the
+                           sensitivities come from (default: any pair within them)
   --order λ                RDP order of the target, finite and > 1 (default 2)
   --rdp-epsilon ε          per-release RDP target at --order, finite and > 0
                            (required unless --epsilon is given)
@@ -54,6 +56,9 @@ its valid range).
 //
 //   - mechanism: "dirichlet" | "gaussian" | "laplace".
 //   - calibration: dirichlet only.
+//   - neighbour (exact only): the relation given with --neighbour;
+//     exact_fallback: why the exact calibration fell back to concentrated
+//     (omitted when it did not; see mechanism.ExactCovers).
 //   - order, rdp_epsilon: the per-release target (λ, ε)-RDP; with --epsilon
 //     rdp_epsilon is the planned per-release target.
 //   - alpha, r (dirichlet), sigma (gaussian), scale (laplace): the calibrated
@@ -75,6 +80,8 @@ its valid range).
 type calibrateOutput struct {
 	Mechanism    string     `json:"mechanism"`
 	Calibration  string     `json:"calibration,omitempty"`
+	Neighbour    string     `json:"neighbour,omitempty"`
+	Fallback     string     `json:"exact_fallback,omitempty"`
 	Order        float64    `json:"order"`
 	RDPEpsilon   float64    `json:"rdp_epsilon"`
 	Alpha        *float64   `json:"alpha,omitempty"`
@@ -136,7 +143,8 @@ func atLeastOne(v float64) bool  { return v >= 1 }
 // value).
 var flagWant = map[string]string{
 	"mechanism":         "dirichlet, gaussian or laplace",
-	"calibration":       "concentrated, diffuse or closed-form",
+	"calibration":       "concentrated, diffuse, closed-form or exact",
+	"neighbour":         "replace or add_remove",
 	"order":             "a finite number > 1",
 	"rdp-epsilon":       "a finite number > 0",
 	"l2-sensitivity-sq": "a finite number > 0",
@@ -205,6 +213,7 @@ func parseCalibrate(args []string) (*calibrateArgs, error) {
 	fs.Usage = func() {}
 	mech := fs.String("mechanism", string(mechanism.Dirichlet), "")
 	calib := fs.String("calibration", string(mechanism.Concentrated), "")
+	neighbour := fs.String("neighbour", "", "")
 	var order, rdpEps, l2sq, linf, l1, lower, eps, delta floatFlag
 	fs.Var(&order, "order", "")
 	fs.Var(&rdpEps, "rdp-epsilon", "")
@@ -244,12 +253,22 @@ func parseCalibrate(args []string) (*calibrateArgs, error) {
 		return nil, badFlag("--mechanism must be one of dirichlet, gaussian, laplace, got %q", *mech)
 	}
 	switch c := mechanism.Calibration(*calib); c {
-	case mechanism.Concentrated, mechanism.Diffuse, mechanism.ClosedForm:
+	case mechanism.Concentrated, mechanism.Diffuse, mechanism.ClosedForm, mechanism.Exact:
 		if s.Kind == mechanism.Dirichlet {
 			s.Calibration = c
 		} // gaussian and laplace have no calibration choice: ignored
 	default:
-		return nil, badFlag("--calibration must be one of concentrated, diffuse, closed-form, got %q", *calib)
+		return nil, badFlag("--calibration must be one of concentrated, diffuse, closed-form, exact, got %q", *calib)
+	}
+	if set["neighbour"] {
+		switch nb := mechanism.Neighbour(*neighbour); {
+		case s.Kind != mechanism.Dirichlet || s.Calibration != mechanism.Exact:
+			return nil, badFlag("--neighbour applies only to --mechanism dirichlet --calibration exact")
+		case nb == mechanism.Replace || nb == mechanism.AddRemove:
+			s.Neighbour = nb
+		default:
+			return nil, badFlag("--neighbour must be one of replace, add_remove, got %q", *neighbour)
+		}
 	}
 	var err error
 	if s.Order, err = order.value("order", 2, "a finite number > 1", func(v float64) bool { return v > 1 }); err != nil {
@@ -356,6 +375,7 @@ func parseCalibrate(args []string) (*calibrateArgs, error) {
 var fieldFlags = map[string]string{
 	"kind":              "mechanism",
 	"calibration":       "calibration",
+	"neighbour":         "neighbour",
 	"order":             "order",
 	"rdp_epsilon":       "rdp-epsilon",
 	"l1_sensitivity":    "l1-sensitivity",
@@ -422,6 +442,12 @@ func runCalibrate(a *calibrateArgs) (*calibrateOutput, error) {
 		if spec.Calibration == mechanism.Diffuse {
 			out.LowerBound = ptr(spec.LowerBound)
 		}
+		if spec.Calibration == mechanism.Exact {
+			out.Neighbour = string(spec.Neighbour)
+			if ok, why := mechanism.ExactCovers(spec); !ok {
+				out.Fallback = why
+			}
+		}
 	case mechanism.Gaussian:
 		out.Sigma = ptr(params.Sigma)
 		out.L2Sq = ptr(sens.L2Sq)
@@ -472,6 +498,9 @@ func printCalibration(w io.Writer, o *calibrateOutput) {
 	if o.LowerBound != nil {
 		sens = append(sens, "lower bound b="+g(*o.LowerBound))
 	}
+	if o.Neighbour != "" {
+		sens = append(sens, "neighbour "+o.Neighbour)
+	}
 	fmt.Fprintf(tw, "sensitivity\t%s\n", strings.Join(sens, "  "))
 	switch {
 	case o.Alpha != nil:
@@ -483,6 +512,9 @@ func printCalibration(w io.Writer, o *calibrateOutput) {
 	}
 	if o.MaxOrder != nil {
 		fmt.Fprintf(tw, "max order\t%s  (no RDP bound at or beyond it)\n", g(*o.MaxOrder))
+	}
+	if o.Fallback != "" {
+		fmt.Fprintf(tw, "note\t%s\n", o.Fallback)
 	}
 	if o.Epsilon != nil {
 		fmt.Fprintf(tw, "composition\t%d releases are (ε=%s, δ=%s)-DP (best order λ=%s)\n", *o.Releases, g(*o.Epsilon), g(*o.Delta), g(*o.EpsilonOrder))

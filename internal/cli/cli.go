@@ -14,6 +14,8 @@ Usage:
   stage validate  --config FILE   check a config and print the derived privacy plan
   stage calibrate [flags]         what noise does a privacy target need (see stage calibrate -h)
   stage generate  --config FILE   produce synthetic demo events into the input topic
+  stage eval      [flags]         reproduce the papers' privacy–utility plots (see stage eval -h)
+  stage plan      --config FILE --events N,...   expected error of a config's releases at N events
   stage bench     [flags]         measure the stage beside a bare kafka-go consumer (see stage bench -h)
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid configuration.
@@ -35,6 +37,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return Calibrate(rest, stdout, stderr)
 	case "generate":
 		return Generate(rest, stdout, stderr)
+	case "eval":
+		return Eval(rest, stdout, stderr)
+	case "plan":
+		return Plan(rest, stdout, stderr)
 	case "bench":
 		return Bench(rest, stdout, stderr)
 	case "help", "-h", "--help":
