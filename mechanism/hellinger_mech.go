@@ -112,7 +112,7 @@ func (m *ehdMech) RDP(order float64) float64 {
 }
 
 // ReleasePosterior writes the parameters α + c′ of the selected candidate.
-// alphaOut may alias counts. It does not allocate.
+// alphaOut may alias counts.
 func (m *ehdMech) ReleasePosterior(rng *Rand, counts []float64, alphaOut []float64) error {
 	if _, err := checkPosteriorCounts(rng, &m.p, counts, alphaOut, "alpha_out"); err != nil {
 		return err
@@ -236,7 +236,7 @@ func (m *ehdsMech) RDP(float64) float64 { return math.Inf(1) }
 func (m *ehdsMech) MaxOrder() float64 { return 1 }
 
 // ReleasePosterior writes the parameters of the selected candidate.
-// alphaOut may alias counts. It does not allocate.
+// alphaOut may alias counts.
 func (m *ehdsMech) ReleasePosterior(rng *Rand, counts []float64, alphaOut []float64) error {
 	if _, err := checkPosteriorCounts(rng, &m.p, counts, alphaOut, "alpha_out"); err != nil {
 		return err
