@@ -434,6 +434,8 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	ev := dec.NewEvent()
 	tracker := sess.trackers[p]
 	maxMsg := s.cfg.Events.MaxMessageBytes
+	loc := &partitionLocal{lateness: s.cfg.Window.AllowedLateness.D().Milliseconds()}
+	defer loc.flushStats(s.stats)
 	for {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
@@ -448,9 +450,9 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			}
 			continue
 		}
-		s.stats.Consumed.Add(1)
-		sess.wm.touch(p)
-		if s.stats.Consumed.Load()%256 == 0 || m.HighWaterMark-m.Offset <= 1 {
+		loc.consumed++
+		caughtUp := m.HighWaterMark-m.Offset <= 1
+		if loc.consumed%256 == 0 || caughtUp {
 			s.setLag(p, m.HighWaterMark-m.Offset-1)
 		}
 		reason := ""
@@ -459,8 +461,8 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		} else if r := dec.Decode(m.Value, ev); r != decode.ReasonNone {
 			reason = r.String()
 		} else {
-			s.stats.Decoded.Add(1)
-			reason = s.handle(sess, p, m.Offset, ev, tracker)
+			loc.decoded++
+			reason = s.handle(sess, p, m.Offset, ev, tracker, loc)
 		}
 		if reason != "" {
 			s.stats.Drop(reason)
@@ -469,7 +471,95 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			}
 			tracker.processed(m.Offset)
 		}
+		if loc.urgent || caughtUp || loc.consumed-loc.published >= publishEvery {
+			loc.publish(sess.wm, p, s.stats, s.sizeMs)
+		}
 	}
+}
+
+// publishEvery is the most messages a partition's consumer reads between two
+// publications of its event time and counters (see partitionLocal).
+const publishEvery = 64
+
+// partitionLocal is what one partition's consumer accumulates between
+// publications to the watermarks and the stats, so that the per-message path
+// takes no shared lock, reads no clock and writes no shared counter. It
+// publishes after every publishEvery messages, whenever it has read all the
+// partition held (the last message of a fetch at the high watermark), and
+// at once after a message that can change a decision of the releaser: the
+// partition's first event, a new smallest event time (it may move the first
+// window), or a new largest event time whose watermark lies in a later
+// window than the one published (only windowStart(max − lateness) decides
+// which windows close). The releaser therefore closes the same windows at
+// the same messages as with per-message updates; only idle detection and
+// the counters lag, by fewer than publishEvery messages.
+type partitionLocal struct {
+	lateness int64 // ms
+
+	have               bool
+	maxEvent, minEvent int64 // event time range seen on this partition
+	pubMax, pubMin     int64 // the range published
+	pubClose           int64 // windowStart(pubMax − lateness)
+	urgent             bool  // publish after this message
+
+	consumed, published int64 // messages read; messages read at the last publication
+
+	// Counters not yet added to Stats.
+	decoded, counted, boundEvents, boundGroups, boundCapacity int64
+	flushedConsumed                                           int64
+}
+
+// observe records a counted event's time; sizeMs is the window size.
+func (l *partitionLocal) observe(t, sizeMs int64) {
+	if !l.have {
+		l.have, l.maxEvent, l.minEvent, l.urgent = true, t, t, true
+		return
+	}
+	if t > l.maxEvent {
+		l.maxEvent = t
+		if windowStart(t-l.lateness, sizeMs) != l.pubClose {
+			l.urgent = true
+		}
+	}
+	if t < l.minEvent {
+		l.minEvent, l.urgent = t, true
+	}
+}
+
+// publish hands the event-time range and the counters on.
+func (l *partitionLocal) publish(wm *watermarks, p int, st *Stats, sizeMs int64) {
+	switch {
+	case !l.have:
+		wm.touch(p)
+	case l.maxEvent != l.pubMax || l.minEvent != l.pubMin:
+		wm.observe(p, l.minEvent) // lowers the minimum; cannot raise the maximum
+		wm.observe(p, l.maxEvent)
+		l.pubMax, l.pubMin = l.maxEvent, l.minEvent
+		l.pubClose = windowStart(l.maxEvent-l.lateness, sizeMs)
+	default:
+		wm.touch(p)
+	}
+	l.urgent = false
+	l.published = l.consumed
+	l.flushStats(st)
+}
+
+// flushStats adds the accumulated counters to st.
+func (l *partitionLocal) flushStats(st *Stats) {
+	st.Consumed.Add(l.consumed - l.flushedConsumed)
+	l.flushedConsumed = l.consumed
+	st.Decoded.Add(l.decoded)
+	st.Counted.Add(l.counted)
+	if l.boundEvents > 0 {
+		st.counter("bound_user_events").Add(l.boundEvents)
+	}
+	if l.boundGroups > 0 {
+		st.counter("bound_user_groups").Add(l.boundGroups)
+	}
+	if l.boundCapacity > 0 {
+		st.counter("bound_capacity").Add(l.boundCapacity)
+	}
+	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity = 0, 0, 0, 0, 0
 }
 
 // maxFutureJump is how far ahead of a partition's largest event time a new
@@ -480,8 +570,8 @@ const maxFutureJump = int64(24 * time.Hour / time.Millisecond)
 
 // handle bounds and counts a decoded event. It returns a drop reason for an
 // event that must go to the dead-letter topic, "" otherwise.
-func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker) string {
-	if maxE, ok := sess.wm.maxEvent(p); ok && ev.TimeMs > maxE+maxFutureJump {
+func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) string {
+	if loc.have && ev.TimeMs > loc.maxEvent+maxFutureJump {
 		return "time_too_far_ahead"
 	}
 	w := windowStart(ev.TimeMs, s.sizeMs)
@@ -496,27 +586,21 @@ func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tra
 	out := sess.agg.Add(w, ev)
 	tracker.counted(w, offset)
 	sess.closeMu.RUnlock()
-	sess.wm.observe(p, ev.TimeMs)
-	s.countOutcome(ev, out)
+	loc.observe(ev.TimeMs, s.sizeMs)
+	s.countOutcome(ev, out, loc)
 	return ""
 }
 
-func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome) {
+func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *partitionLocal) {
 	for _, r := range ev.Drops {
 		if r != decode.ReasonNone {
 			s.stats.Drop(r.String())
 		}
 	}
-	s.stats.Counted.Add(int64(out.Counted))
-	if out.DroppedUserEvents > 0 {
-		s.stats.counter("bound_user_events").Add(int64(out.DroppedUserEvents))
-	}
-	if out.DroppedUserGroups > 0 {
-		s.stats.counter("bound_user_groups").Add(int64(out.DroppedUserGroups))
-	}
-	if out.DroppedCapacity > 0 {
-		s.stats.counter("bound_capacity").Add(int64(out.DroppedCapacity))
-	}
+	loc.counted += int64(out.Counted)
+	loc.boundEvents += int64(out.DroppedUserEvents)
+	loc.boundGroups += int64(out.DroppedUserGroups)
+	loc.boundCapacity += int64(out.DroppedCapacity)
 }
 
 // releaseLoop closes windows as the watermark passes them, releases them and
