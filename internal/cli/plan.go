@@ -214,7 +214,7 @@ func verdict(p eval.PlanPoint) string {
 	case r <= 3:
 		return fmt.Sprintf("marginal (%.1f× sampling)", r)
 	default:
-		return fmt.Sprintf("too small (%.0f× sampling)", r)
+		return fmt.Sprintf("too small (%.1f× sampling)", r)
 	}
 }
 

@@ -132,6 +132,6 @@ func PlotPlan(path, title string, lines []PlanLine) error {
 	if err != nil {
 		return err
 	}
-	p.Legend.Left = false
+	p.Legend.Left, p.Legend.Top = false, true // the lines fall from the top left
 	return saveGrid(path, [][]*plot.Plot{{p}}, 6.5*vg.Inch, 4.5*vg.Inch)
 }

@@ -163,21 +163,37 @@ func saveGrid(path string, plots [][]*plot.Plot, w, h vg.Length) error {
 }
 
 // logTicks labels powers of ten, and also 2 and 5 times them when the axis
-// spans less than two decades (plot.LogTicks labels powers of ten only).
+// spans less than two decades (every multiple if that still labels fewer
+// than two); minor ticks at every other multiple.
+// (plot.LogTicks starts at 10^trunc(log10(min)) and so shows no tick at
+// all on a range inside one decade below 1.)
 type logTicks struct{}
 
 func (logTicks) Ticks(lo, hi float64) []plot.Tick {
-	ticks := plot.LogTicks{Prec: -1}.Ticks(lo, hi)
-	if math.Log10(hi/lo) >= 2 {
-		return ticks
-	}
-	for i, t := range ticks {
-		if t.Label != "" {
-			continue
+	var ticks []plot.Tick
+	few := math.Log10(hi/lo) < 2
+	for k := math.Floor(math.Log10(lo)); k <= math.Ceil(math.Log10(hi)); k++ {
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * math.Pow(10, k)
+			if v < lo*(1-1e-9) || v > hi*(1+1e-9) {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || (few && (m == 2 || m == 5)) {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ticks = append(ticks, t)
 		}
-		m := t.Value / math.Pow(10, math.Floor(math.Log10(t.Value)+1e-9))
-		if math.Abs(m-2) < 1e-6 || math.Abs(m-5) < 1e-6 {
-			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', -1, 64)
+	}
+	labelled := 0
+	for _, t := range ticks {
+		if t.Label != "" {
+			labelled++
+		}
+	}
+	if labelled < 2 { // a range within a decade: label every tick
+		for i := range ticks {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', -1, 64)
 		}
 	}
 	return ticks
