@@ -42,9 +42,10 @@ func TestDirichletBandCoverage(t *testing.T) {
 		{"two bins, empty window", 1, 1, []float64{0, 0}},
 	}
 	const draws = 400
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, tc := range cases {
+	for k, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(1, uint64(k)))
 			d := float64(len(tc.x))
 			n := 0.0
 			for _, v := range tc.x {
