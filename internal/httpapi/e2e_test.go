@@ -36,14 +36,20 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	e := newEnv(t, "1m", "", nil)
 	e.start()
 	// Window [0, 1m):
+	//   u1 home US mobile: pages/US home, devices mobile
+	//   u2 search DE desktop: pages/DE search, devices desktop
+	//   u3 cart US tablet: pages/US other (overflow bin); devices out_of_domain
+	//   u1 again: bounded in both histograms (max_events_per_user 1)
+	//   u4 home FR mobile: pages unknown_group; devices mobile
+	//   one malformed message (bad_json), one without a user (missing_user)
 	e.produce(
-		event("u1", 1*time.Second, "home", "US", "mobile"),                                                       // pages/US home, devices mobile
-		event("u2", 2*time.Second, "search", "DE", "desktop"),                                                    // pages/DE search, devices desktop
-		event("u3", 3*time.Second, "cart", "US", "tablet"),                                                       // pages/US other (overflow); devices: out_of_domain
-		event("u1", 4*time.Second, "home", "US", "mobile"),                                                       // u1 again: both histograms bounded (user_events)
-		event("u4", 5*time.Second, "home", "FR", "mobile"),                                                       // pages: unknown_group; devices mobile
-		kafka.Message{Key: []byte("x"), Value: []byte(`{not json`)},                                              // bad_json
-		kafka.Message{Key: []byte("y"), Value: []byte(fmt.Sprintf(`{"ts":%d,"page":"home"}`, base.UnixMilli()))}, // missing_user
+		event("u1", 1*time.Second, "home", "US", "mobile"),
+		event("u2", 2*time.Second, "search", "DE", "desktop"),
+		event("u3", 3*time.Second, "cart", "US", "tablet"),
+		event("u1", 4*time.Second, "home", "US", "mobile"),
+		event("u4", 5*time.Second, "home", "FR", "mobile"),
+		kafka.Message{Key: []byte("x"), Value: []byte(`{not json`)},
+		kafka.Message{Key: []byte("y"), Value: []byte(fmt.Sprintf(`{"ts":%d,"page":"home"}`, base.UnixMilli()))},
 	)
 	// Window [1m, 2m): moves the watermark past the first window's end.
 	e.produce(event("u5", 61*time.Second, "home", "US", "mobile"))

@@ -96,8 +96,8 @@ func (s *Store) Add(value []byte) {
 	s.version++
 }
 
-// Query returns up to limit messages, newest window first (ties in
-// histogram, then group order of the key), of histogram (all when "") and
+// Query returns up to limit messages, newest window first (ties by
+// histogram, then group, alphabetically), of histogram (all when "") and
 // group (all when ""). A status message concerns every group of its
 // histogram and matches any group. It also returns the store's version.
 func (s *Store) Query(histogram, group string, limit int) ([]json.RawMessage, uint64) {
