@@ -173,6 +173,13 @@ type Budget struct {
 type State struct {
 	// Dir holds the state database. Default "./stage-state".
 	Dir string `yaml:"dir"`
+	// AllowFreshLedger lets the stage start with an empty state database
+	// although the output topic already holds messages. Off by default:
+	// that situation means the state was lost or is not shared with the
+	// instance that made those releases, and releasing again could publish
+	// a window twice with fresh noise and forget what was spent. Turn it on
+	// only for a deliberate fresh start (e.g. a new budget on an old topic).
+	AllowFreshLedger bool `yaml:"allow_fresh_ledger"`
 }
 
 // Log configures logging.

@@ -58,7 +58,7 @@ func TestFullConfig(t *testing.T) {
 			Mechanism: "dirichlet", Calibration: "diffuse", Neighbour: "add_remove", Order: 4.5, RDPEpsilon: 0.05,
 			Budget: Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
 		},
-		State:     State{Dir: "/var/lib/dp-stage"},
+		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true},
 		Log:       Log{Format: "console", Level: "debug"},
 		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60},
 		HTTP:      HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env"},

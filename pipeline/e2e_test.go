@@ -525,3 +525,26 @@ func TestEndToEndRestartContinuesFromCommittedOffsets(t *testing.T) {
 		}
 	}
 }
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// checkExact asserts that a near-noiseless release equals the true bounded
+// shares (uniform for a group without events).
+func checkExact(t *testing.T, k string, r pipeline.Release, counts []float64) {
+	t.Helper()
+	n := 0.0
+	for _, c := range counts {
+		n += c
+	}
+	for i, p := range r.Probabilities {
+		want := 1 / float64(len(r.Bins))
+		if n > 0 {
+			want = counts[i] / n
+		}
+		if math.Abs(p-want) > 1e-12 {
+			t.Errorf("%s bin %s: released %v, true bounded share %v (counts %v)", k, r.Bins[i], p, want, counts)
+		}
+	}
+}

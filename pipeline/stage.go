@@ -73,23 +73,24 @@ type Options struct {
 
 // Stage is a running privatization stage.
 type Stage struct {
-	cfg      *config.Config
-	log      *zap.Logger
-	brokers  []string
-	dialer   *kafka.Dialer
-	plan     *Plan
-	ledger   *ledger.Ledger
-	sink     *sink
-	dlq      *sink // nil without kafka.dead_letter_topic
-	stats    *Stats
-	printer  *Printer
-	onRel    func(*ledger.Unit, time.Duration)
-	drain    time.Duration
-	now      func() time.Time
-	userSeed maphash.Seed
-	sizeMs   int64
-	periodMs int64
-	rng      *mechanism.Rand // used only by the releaser goroutine of the current session
+	cfg       *config.Config
+	log       *zap.Logger
+	brokers   []string
+	dialer    *kafka.Dialer
+	transport *kafka.Transport
+	plan      *Plan
+	ledger    *ledger.Ledger
+	sink      *sink
+	dlq       *sink // nil without kafka.dead_letter_topic
+	stats     *Stats
+	printer   *Printer
+	onRel     func(*ledger.Unit, time.Duration)
+	drain     time.Duration
+	now       func() time.Time
+	userSeed  maphash.Seed
+	sizeMs    int64
+	periodMs  int64
+	rng       *mechanism.Rand // used only by the releaser goroutine of the current session
 
 	ready readiness
 
@@ -128,30 +129,25 @@ func New(opts Options) (*Stage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	led, err := ledger.Open(cfg.State.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
-	}
 	s := &Stage{
-		cfg:      cfg,
-		log:      opts.Log,
-		brokers:  brokers,
-		dialer:   opts.Dialer,
-		plan:     plan,
-		ledger:   led,
-		stats:    newStats(),
-		printer:  opts.Printer,
-		onRel:    opts.OnRelease,
-		drain:    opts.DrainTimeout,
-		now:      opts.Now,
-		userSeed: maphash.MakeSeed(),
-		sizeMs:   cfg.Window.Size.D().Milliseconds(),
-		periodMs: cfg.Privacy.Budget.Period.D().Milliseconds(),
-		rng:      rng,
-		accts:    make(map[int64]*budget.Accountant),
-		lag:      make(map[int]int64),
+		cfg:       cfg,
+		log:       opts.Log,
+		brokers:   brokers,
+		dialer:    opts.Dialer,
+		plan:      plan,
+		stats:     newStats(),
+		printer:   opts.Printer,
+		onRel:     opts.OnRelease,
+		drain:     opts.DrainTimeout,
+		now:       opts.Now,
+		userSeed:  maphash.MakeSeed(),
+		sizeMs:    cfg.Window.Size.D().Milliseconds(),
+		periodMs:  cfg.Privacy.Budget.Period.D().Milliseconds(),
+		rng:       rng,
+		accts:     make(map[int64]*budget.Accountant),
+		lag:       make(map[int]int64),
+		transport: opts.Transport,
 	}
-	s.ready.stateLoaded.Store(true)
 	if s.drain <= 0 {
 		s.drain = 30 * time.Second
 	}
@@ -207,8 +203,23 @@ func (s *Stage) Stats() *Stats { return s.stats }
 // finishes the release in flight (bounded by DrainTimeout), commits what is
 // released, leaves the group and returns nil. Other errors are returned.
 func (s *Stage) Run(ctx context.Context) error {
-	defer s.ledger.Close()
 	defer s.sink.w.Close()
+	led, err := s.openLedger(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	s.ledger = led
+	defer led.Close()
+	if err := s.checkContinuity(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	s.ready.stateLoaded.Store(true)
 	if s.dlq != nil {
 		defer s.dlq.w.Close()
 	}
@@ -629,7 +640,15 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		passedAt := s.now()
 		sess.closeMu.Lock()
 		if !sess.haveNext {
-			sess.next, sess.haveNext = windowStart(minSeen, s.sizeMs), true
+			// The first window: the earliest event seen, or an earlier window
+			// already holding counts (an event counted before its partition
+			// published its time). Adds are excluded while we hold closeMu,
+			// so no window with counts can be left behind.
+			start := windowStart(minSeen, s.sizeMs)
+			if open := sess.agg.OpenWindows(); len(open) > 0 && open[0] < start {
+				start = open[0]
+			}
+			sess.next, sess.haveNext = start, true
 		}
 		next := sess.next
 		sess.closeMu.Unlock()

@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/ledger"
+)
+
+// ErrStateLost: the state database is empty but the output topic already
+// holds releases. See checkContinuity.
+var ErrStateLost = errors.New("pipeline: state.dir holds no releases but the output topic does")
+
+// openLedger opens the state database. While another stage process holds it
+// (a hot standby sharing state.dir with the active instance) it waits,
+// retrying, until that process exits or ctx ends.
+func (s *Stage) openLedger(ctx context.Context) (*ledger.Ledger, error) {
+	logged := false
+	for {
+		l, err := ledger.Open(s.cfg.State.Dir)
+		if err == nil {
+			if logged {
+				s.log.Info("state database acquired: this instance is now active", zap.String("state_dir", s.cfg.State.Dir))
+			}
+			return l, nil
+		}
+		if !errors.Is(err, ledger.ErrLocked) {
+			return nil, fmt.Errorf("pipeline: %w", err)
+		}
+		if !logged {
+			s.log.Info("another stage process holds state.dir: waiting as a standby", zap.String("state_dir", s.cfg.State.Dir))
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// checkContinuity refuses to start with an empty ledger when the output topic
+// already holds messages, unless state.allow_fresh_ledger is set. An empty
+// ledger next to a used output topic means the state that made those
+// releases is lost or lives elsewhere (a second instance with its own
+// state.dir): starting anyway could release a window again with fresh noise
+// (releases recorded there but not committed) and would forget the budget
+// already spent this period. The broker is retried while unreachable.
+func (s *Stage) checkContinuity(ctx context.Context) error {
+	if s.cfg.State.AllowFreshLedger {
+		return nil
+	}
+	if _, ok, err := s.ledger.LastWindow(); err != nil {
+		return fmt.Errorf("pipeline: read ledger: %w", err)
+	} else if ok {
+		return nil
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		n, err := s.outputMessages(ctx)
+		if err == nil {
+			if n > 0 {
+				return fmt.Errorf("%w (%d messages in %q, state.dir %q): restore state.dir from the instance that made them, or set state.allow_fresh_ledger: true for a deliberate fresh start",
+					ErrStateLost, n, s.cfg.Kafka.OutputTopic, s.cfg.State.Dir)
+			}
+			return nil
+		}
+		s.log.Warn("cannot read the output topic's offsets; retrying", zap.Error(err), zap.Duration("wait", backoff))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		if backoff *= 2; backoff > 5*time.Second {
+			backoff = 5 * time.Second
+		}
+	}
+}
+
+// outputMessages returns how many messages the output topic retains.
+func (s *Stage) outputMessages(ctx context.Context) (int64, error) {
+	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second}
+	if s.transport != nil {
+		c.Transport = s.transport
+	}
+	topic := s.cfg.Kafka.OutputTopic
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, err
+	}
+	var reqs []kafka.OffsetRequest
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return 0, fmt.Errorf("output topic %q: %w", topic, t.Error)
+		}
+		for _, p := range t.Partitions {
+			reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+		}
+	}
+	if len(reqs) == 0 {
+		return 0, fmt.Errorf("output topic %q has no partitions", topic)
+	}
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return 0, fmt.Errorf("output topic %q partition %d: %w", topic, po.Partition, po.Error)
+		}
+		n += po.LastOffset - po.FirstOffset
+	}
+	return n, nil
+}

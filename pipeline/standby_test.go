@@ -1,0 +1,95 @@
+package pipeline_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dpstage/stage/pipeline"
+)
+
+// TestStandbyTakesOver: a second instance sharing state.dir waits as a
+// standby while the first is active, then takes over where it stopped: every
+// window released exactly once, counts exact.
+func TestStandbyTakesOver(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	cfg.Kafka.SessionTimeout = cfg.Window.IdlePartitionTimeout * 2 // 1s
+	evs := stream(4, 100)
+	// The first flush event (2m01s) lands in window 2, which is released later.
+	flushEv := event{User: "flush", At: base.Add(2*time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}
+	tr := computeTruth(append(append([]event{}, evs...), flushEv))
+	var first, second []event
+	for _, e := range evs {
+		if e.At.Before(base.Add(2 * time.Minute)) {
+			first = append(first, e)
+		} else {
+			second = append(second, e)
+		}
+	}
+	h.produceEvents(first)
+	active := h.start(cfg)
+	h.produce(flush(base.Add(2*time.Minute + time.Second)))
+	h.readOutput(2*(len(groups)+1), 60*time.Second, 0)
+
+	standby := h.start(cfg)
+	time.Sleep(1500 * time.Millisecond)
+	if standby.stage.Readiness().StateLoaded {
+		t.Fatal("the standby loaded the state while the active instance holds it")
+	}
+	active.stop(t)
+	h.produceEvents(second)
+	h.produce(flush(base.Add(4*time.Minute + time.Second)))
+	out := h.readOutput(4*(len(groups)+1), 60*time.Second, 2*time.Second)
+	if len(out.Releases) != 4*(len(groups)+1) {
+		t.Fatalf("got %d releases, want %d", len(out.Releases), 4*(len(groups)+1))
+	}
+	for _, r := range out.Releases {
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		k := key(r.Histogram, r.Group, ws)
+		checkExact(t, k, r, tr[k])
+	}
+	for id, copies := range out.Raw {
+		for _, c := range copies[1:] {
+			if c != copies[0] {
+				t.Errorf("release %s republished with different values", id)
+			}
+		}
+	}
+}
+
+// TestFreshLedgerRefused: an instance whose state.dir is empty refuses to
+// start when the output topic already holds releases (the state was lost or
+// lives elsewhere), unless state.allow_fresh_ledger says it is deliberate.
+func TestFreshLedgerRefused(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	h.produceEvents(stream(1, 20))
+	run := h.start(cfg)
+	h.produce(flush(base.Add(time.Minute + time.Second)))
+	h.readOutput(len(groups)+1, 60*time.Second, 0)
+	run.stop(t)
+
+	other := *cfg
+	other.State.Dir = t.TempDir()
+	st, err := pipeline.New(pipeline.Options{Config: &other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := contextWithTimeout(30 * time.Second)
+	defer cancel()
+	if err := st.Run(ctx); !errors.Is(err, pipeline.ErrStateLost) {
+		t.Fatalf("run with an empty state.dir next to a used output topic: got %v, want ErrStateLost", err)
+	}
+
+	other.State.AllowFreshLedger = true
+	st, err = pipeline.New(pipeline.Options{Config: &other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := contextWithTimeout(3 * time.Second)
+	defer cancel2()
+	if err := st.Run(ctx2); err != nil {
+		t.Fatalf("run with state.allow_fresh_ledger: %v", err)
+	}
+}
