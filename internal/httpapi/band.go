@@ -22,7 +22,8 @@ import (
 // blended with the even split 1/d, with weight d·α/C on the even split. Both
 // m_i and C depend on N, which is private, so no band around the true share
 // can be computed from public information. What can be: C is at least
-// C₀ = d·α (a window without events), whatever N is.
+// C₀ = d·α (a window without events), whatever N is (also if counts are
+// raised to a lower bound b, which only adds r·b to every shape).
 //
 // For one known C, inverting the Beta test gives the exact interval
 // {m : y_i lies in the central `level` part of Beta(m·C, (1−m)·C)}, which
