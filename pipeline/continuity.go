@@ -121,3 +121,30 @@ func (s *Stage) outputMessages(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// replayRecent hands the most recent published units to OnRelease (with a
+// zero latency), so that views fed by it — the dashboard — show the last
+// releases again after a restart instead of an empty page until the next
+// window closes. Only already-published values are replayed.
+func (s *Stage) replayRecent(keep int) error {
+	if s.onRel == nil {
+		return nil
+	}
+	var recent []*ledger.Unit
+	err := s.ledger.Units(func(u *ledger.Unit) bool {
+		if u.Published {
+			recent = append(recent, u)
+			if len(recent) > keep {
+				recent = recent[1:]
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, u := range recent {
+		s.onRel(u, 0)
+	}
+	return nil
+}

@@ -219,6 +219,9 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	if err := s.replayRecent(256); err != nil {
+		return err
+	}
 	s.ready.stateLoaded.Store(true)
 	if s.dlq != nil {
 		defer s.dlq.w.Close()
