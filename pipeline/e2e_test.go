@@ -383,20 +383,7 @@ func TestEndToEndExactCounts(t *testing.T) {
 			bins = devices
 		}
 		checkSimplex(t, r, bins)
-		counts := tr[k]
-		n := 0.0
-		for _, c := range counts {
-			n += c
-		}
-		for i, p := range r.Probabilities {
-			want := 1 / float64(len(bins)) // no events: all-zero counts project to uniform
-			if n > 0 {
-				want = counts[i] / n
-			}
-			if math.Abs(p-want) > 1e-12 {
-				t.Errorf("%s bin %s: released %v, true bounded share %v (counts %v)", k, bins[i], p, want, counts)
-			}
-		}
+		checkExact(t, k, r, tr[k])
 	}
 	for w := 0; w < 3; w++ {
 		for _, g := range groups {
@@ -509,20 +496,7 @@ func TestEndToEndRestartContinuesFromCommittedOffsets(t *testing.T) {
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
 		k := key(r.Histogram, r.Group, ws)
-		counts := tr[k]
-		n := 0.0
-		for _, c := range counts {
-			n += c
-		}
-		for i, p := range r.Probabilities {
-			want := 1 / float64(len(r.Bins))
-			if n > 0 {
-				want = counts[i] / n
-			}
-			if math.Abs(p-want) > 1e-12 {
-				t.Errorf("%s bin %s: released %v, true %v", k, r.Bins[i], p, want)
-			}
-		}
+		checkExact(t, k, r, tr[k])
 	}
 }
 
