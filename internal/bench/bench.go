@@ -47,8 +47,16 @@ type Config struct {
 	// Users is the generator's user population (Zipf-skewed). Default
 	// 100,000.
 	Users int
-	// Rounds of the ceiling/stage pair, in ABBA order. Default 1.
+	// Rounds of the ceiling/stage pair, in ABBA order. Default 3.
 	Rounds int
+	// LiveSeconds is how long the live latency phase produces. Default 20s.
+	LiveSeconds time.Duration
+	// LiveEventsPerSec is the live phase's production rate. Default 20,000.
+	LiveEventsPerSec int
+	// LiveWindowEvery is the wall time between two window closes in the
+	// live phase (event time runs 1m/LiveWindowEvery times faster than the
+	// wall clock). Default 200ms.
+	LiveWindowEvery time.Duration
 	// MemoryUsers is the number of distinct users of the memory phase.
 	// Default 1,000,000.
 	MemoryUsers int
@@ -59,6 +67,7 @@ type Config struct {
 	SkipCeiling   bool
 	SkipStage     bool
 	SkipConnBatch bool
+	SkipLive      bool
 	SkipInProcess bool
 	SkipRelease   bool
 	SkipMemory    bool
@@ -73,6 +82,10 @@ type Config struct {
 	// CeilingCPUProfile, when set, receives a CPU profile of the (first)
 	// ceiling run.
 	CeilingCPUProfile string
+	// MutexProfile and BlockProfile, when set, receive the mutex contention
+	// and blocking profiles of the first stage pass (sampling every event
+	// slows the pass: use them for diagnosis, not for figures).
+	MutexProfile, BlockProfile string
 
 	// Progress, when set, receives one line per phase as it ends.
 	Progress io.Writer
@@ -92,7 +105,16 @@ func (c *Config) defaults() {
 		c.Users = 100_000
 	}
 	if c.Rounds <= 0 {
-		c.Rounds = 1
+		c.Rounds = 3
+	}
+	if c.LiveSeconds <= 0 {
+		c.LiveSeconds = 20 * time.Second
+	}
+	if c.LiveEventsPerSec <= 0 {
+		c.LiveEventsPerSec = 20_000
+	}
+	if c.LiveWindowEvery <= 0 {
+		c.LiveWindowEvery = 200 * time.Millisecond
 	}
 	if c.MemoryUsers <= 0 {
 		c.MemoryUsers = 1_000_000
@@ -123,9 +145,23 @@ type Results struct {
 	// Medians over rounds; the per-round figures follow.
 	CeilingEventsPerSec float64 `json:"ceiling_events_per_sec,omitempty"`
 	StageEventsPerSec   float64 `json:"stage_events_per_sec,omitempty"`
-	StageVsCeiling      float64 `json:"stage_vs_ceiling,omitempty"`
-	CeilingRounds       []Pass  `json:"ceiling_rounds,omitempty"`
-	StageRounds         []Pass  `json:"stage_rounds,omitempty"`
+	// StageVsCeiling is StageEventsPerSec / CeilingEventsPerSec.
+	StageVsCeiling float64 `json:"stage_vs_ceiling,omitempty"`
+	// StageVsCeilingPairs is the median over rounds of the ratio of the
+	// stage pass to the ceiling pass next to it.
+	StageVsCeilingPairs float64 `json:"stage_vs_ceiling_pairs,omitempty"`
+	// StageReadEventsPerSec counts the stage's time only until it had read
+	// the last message (the windows still open then are released after):
+	// the hot path without the release tail.
+	StageReadEventsPerSec float64 `json:"stage_read_events_per_sec,omitempty"`
+	StageReadVsCeiling    float64 `json:"stage_read_vs_ceiling,omitempty"`
+	// StageVsCeilingCPU is the ceiling's process CPU time per event over the
+	// stage's (medians): the ratio the wall-clock one tends to on a machine
+	// where the pass has every core to itself and is CPU-bound. Other
+	// processes' load changes it much less than the wall-clock ratios.
+	StageVsCeilingCPU float64 `json:"stage_vs_ceiling_cpu,omitempty"`
+	CeilingRounds     []Pass  `json:"ceiling_rounds,omitempty"`
+	StageRounds       []Pass  `json:"stage_rounds,omitempty"`
 
 	// ConnBatch is a third reader: kafka.Conn.ReadBatch per partition
 	// (no ConsumerGroup, no Reader goroutine and channel), message values
@@ -133,14 +169,29 @@ type Results struct {
 	ConnBatchEventsPerSec float64 `json:"conn_batch_events_per_sec,omitempty"`
 	ConnBatchVsCeiling    float64 `json:"conn_batch_vs_ceiling,omitempty"`
 
-	StageWindowsReleased int     `json:"stage_windows_released,omitempty"`
-	StageUnitsReleased   int     `json:"stage_units_released,omitempty"`
-	StageCounted         int64   `json:"stage_counted,omitempty"`
-	StageDropped         Drops   `json:"stage_dropped,omitempty"`
+	// From the first stage pass.
+	StageWindowsReleased int   `json:"stage_windows_released,omitempty"`
+	StageUnitsReleased   int   `json:"stage_units_released,omitempty"`
+	StageCounted         int64 `json:"stage_counted,omitempty"`
+	StageDropped         Drops `json:"stage_dropped,omitempty"`
+	// Close-to-publish latency of the first stage pass, where the windows
+	// of a backlog close much faster than they are released and queue.
+	CatchupLatencyP50Ms float64 `json:"catchup_latency_p50_ms,omitempty"`
+	CatchupLatencyP99Ms float64 `json:"catchup_latency_p99_ms,omitempty"`
+
+	// Close-to-publish latency (pipeline.Options.OnRelease) of the live
+	// phase: events produced at a steady rate while the stage runs, a
+	// window closing every LiveWindowEvery.
 	ReleaseLatencyP50Ms  float64 `json:"release_latency_p50_ms,omitempty"`
 	ReleaseLatencyP99Ms  float64 `json:"release_latency_p99_ms,omitempty"`
 	ReleaseLatencyMaxMs  float64 `json:"release_latency_max_ms,omitempty"`
 	ReleaseLatencyUnits  int     `json:"release_latency_units,omitempty"`
+	LiveWindowsReleased  int     `json:"live_windows_released,omitempty"`
+	LiveEventsPerSec     int     `json:"live_events_per_sec,omitempty"`
+	LiveWindowEverySecs  float64 `json:"live_window_every_seconds,omitempty"`
+	LiveEventsProduced   int64   `json:"live_events_produced,omitempty"`
+	LiveEventsConsumed   int64   `json:"live_events_consumed,omitempty"`
+	LiveEventsPerWindows float64 `json:"live_events_per_window,omitempty"`
 
 	InProcessEventsPerSec  float64 `json:"inprocess_events_per_sec,omitempty"`
 	InProcessAllocsPerEvt  float64 `json:"inprocess_allocs_per_event"`
@@ -179,6 +230,9 @@ type Pass struct {
 	// CPUSecondsPerMillion is process CPU time (user+system, the broker's
 	// included) per million events, where the platform reports it.
 	CPUSecondsPerMillion float64 `json:"cpu_seconds_per_million,omitempty"`
+	// ReadSeconds (stage only): from the first message to the last one
+	// read (polled every 2 ms); Seconds − ReadSeconds is the release tail.
+	ReadSeconds float64 `json:"read_seconds,omitempty"`
 }
 
 // Run runs the selected phases and returns their figures.
@@ -219,7 +273,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 		cfg.progress("release: d=10 %.0f/s, d=1000 %.0f/s, d=100000 %.1f/s", res.ReleasePerSecD10, res.ReleasePerSecD1000, res.ReleasePerSecD100000)
 	}
-	if !cfg.SkipCeiling || !cfg.SkipStage || !cfg.SkipConnBatch {
+	if !cfg.SkipCeiling || !cfg.SkipStage || !cfg.SkipConnBatch || !cfg.SkipLive {
 		if err := runKafkaPhases(ctx, cfg, w, res); err != nil {
 			return res, err
 		}
@@ -279,7 +333,10 @@ func startCPUProfile(path string) (stop func() error, err error) {
 	}, nil
 }
 
-func writeAllocProfile(path string) error {
+func writeAllocProfile(path string) error { return writeProfile("allocs", path) }
+
+// writeProfile writes the named runtime profile to path (nothing for "").
+func writeProfile(name, path string) error {
 	if path == "" {
 		return nil
 	}
@@ -287,7 +344,7 @@ func writeAllocProfile(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
 		f.Close()
 		return err
 	}

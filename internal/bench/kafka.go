@@ -22,6 +22,7 @@ import (
 
 const (
 	inputTopic  = "bench-events"
+	liveTopic   = "bench-live"
 	outputTopic = "bench-releases"
 )
 
@@ -34,6 +35,21 @@ const (
 	readerMaxWait  = 500 * time.Millisecond
 )
 
+// benchTopics are the topics of a run. Each stage (pass or live phase) has
+// its own output topic: a stage refuses to start with a fresh ledger over an
+// output topic that already holds releases.
+func benchTopics(cfg Config) map[string]int {
+	t := map[string]int{inputTopic: cfg.Partitions, liveTopic: cfg.Partitions, liveOutput: 1}
+	for r := range cfg.Rounds {
+		t[stageOutput(r)] = 1
+	}
+	return t
+}
+
+func stageOutput(round int) string { return fmt.Sprintf("%s-%d", outputTopic, round) }
+
+const liveOutput = outputTopic + "-live"
+
 // passTimeout bounds one ceiling or stage pass.
 func passTimeout(n int) time.Duration { return 2*time.Minute + time.Duration(n/2000)*time.Second }
 
@@ -44,7 +60,7 @@ func runKafkaPhases(ctx context.Context, cfg Config, w *workload, res *Results) 
 	}
 	defer os.RemoveAll(dir)
 	b, err := embedded.Start(embedded.Config{
-		Topics:  map[string]int{inputTopic: cfg.Partitions, outputTopic: 1},
+		Topics:  benchTopics(cfg),
 		DataDir: dir + "/kafka",
 	})
 	if err != nil {
@@ -52,11 +68,28 @@ func runKafkaPhases(ctx context.Context, cfg Config, w *workload, res *Results) 
 	}
 	defer b.Close()
 
-	if err := produce(ctx, b.Addr(), w, res); err != nil {
-		return err
+	if !cfg.SkipCeiling || !cfg.SkipStage || !cfg.SkipConnBatch {
+		if err := produce(ctx, b.Addr(), w, res); err != nil {
+			return err
+		}
+		cfg.progress("produce: %d events (%.0f bytes avg) in %.2fs, %.0f events/s", w.n, res.AvgEventBytes, res.ProduceSeconds, res.ProduceEventsPerSec)
+		if err := throughputPhases(ctx, cfg, b.Addr(), w, dir, res); err != nil {
+			return err
+		}
 	}
-	cfg.progress("produce: %d events (%.0f bytes avg) in %.2fs, %.0f events/s", w.n, res.AvgEventBytes, res.ProduceSeconds, res.ProduceEventsPerSec)
+	if !cfg.SkipLive {
+		if err := livePhase(ctx, cfg, b.Addr(), dir, res); err != nil {
+			return err
+		}
+		cfg.progress("live: %d windows released, close-to-publish p50 %.1f ms, p99 %.1f ms (%d units)",
+			res.LiveWindowsReleased, res.ReleaseLatencyP50Ms, res.ReleaseLatencyP99Ms, res.ReleaseLatencyUnits)
+	}
+	return nil
+}
 
+// throughputPhases runs the ceiling and stage passes (ABBA) and the
+// conn-batch reader over the produced topic.
+func throughputPhases(ctx context.Context, cfg Config, addr string, w *workload, dir string, res *Results) error {
 	var ceil, stage []float64
 	order := 0
 	runCeiling := func(round int) error {
@@ -64,7 +97,7 @@ func runKafkaPhases(ctx context.Context, cfg Config, w *workload, res *Results) 
 		if round == 0 {
 			prof = cfg.CeilingCPUProfile
 		}
-		p, err := ceilingPass(ctx, b.Addr(), w, fmt.Sprintf("bench-ceiling-%d", round), prof)
+		p, err := ceilingPass(ctx, addr, w, fmt.Sprintf("bench-ceiling-%d", round), prof)
 		if err != nil {
 			return err
 		}
@@ -76,7 +109,7 @@ func runKafkaPhases(ctx context.Context, cfg Config, w *workload, res *Results) 
 		return nil
 	}
 	runStage := func(round int) error {
-		sr, err := stagePass(ctx, cfg, b.Addr(), w, dir, round)
+		sr, err := stagePass(ctx, cfg, addr, w, dir, round)
 		if err != nil {
 			return err
 		}
@@ -89,10 +122,8 @@ func runKafkaPhases(ctx context.Context, cfg Config, w *workload, res *Results) 
 			res.StageUnitsReleased = sr.units
 			res.StageCounted = sr.counted
 			res.StageDropped = sr.dropped
-			res.ReleaseLatencyP50Ms = percentile(sr.latMs, 50)
-			res.ReleaseLatencyP99Ms = percentile(sr.latMs, 99)
-			res.ReleaseLatencyMaxMs = percentile(sr.latMs, 100)
-			res.ReleaseLatencyUnits = len(sr.latMs)
+			res.CatchupLatencyP50Ms = percentile(sr.latMs, 50)
+			res.CatchupLatencyP99Ms = percentile(sr.latMs, 99)
 		}
 		cfg.progress("stage[%d]: %.0f events/s (%.2fs after a %.2fs join, %.2f allocs/event), %d windows released, latency p50 %.1f ms p99 %.1f ms",
 			round, sr.pass.EventsPerSec, sr.pass.Seconds, sr.pass.JoinSeconds, sr.pass.AllocsPerEvent, sr.windows, percentile(sr.latMs, 50), percentile(sr.latMs, 99))
@@ -116,13 +147,29 @@ func runKafkaPhases(ctx context.Context, cfg Config, w *workload, res *Results) 
 	}
 	res.CeilingEventsPerSec = median(ceil)
 	res.StageEventsPerSec = median(stage)
+	var readRates, ceilCPU, stageCPU []float64
+	for _, p := range res.StageRounds {
+		readRates = append(readRates, float64(w.total())/p.ReadSeconds)
+		stageCPU = append(stageCPU, p.CPUSecondsPerMillion)
+	}
+	for _, p := range res.CeilingRounds {
+		ceilCPU = append(ceilCPU, p.CPUSecondsPerMillion)
+	}
+	res.StageReadEventsPerSec = median(readRates)
 	if len(ceil) > 0 && len(stage) > 0 {
-		// The ratio of the medians; with ABBA rounds each stage pass has a
-		// ceiling pass next to it.
 		res.StageVsCeiling = res.StageEventsPerSec / res.CeilingEventsPerSec
+		res.StageReadVsCeiling = res.StageReadEventsPerSec / res.CeilingEventsPerSec
+		var pairs []float64
+		for i := range min(len(ceil), len(stage)) {
+			pairs = append(pairs, stage[i]/ceil[i])
+		}
+		res.StageVsCeilingPairs = median(pairs)
+		if c, s := median(ceilCPU), median(stageCPU); c > 0 && s > 0 {
+			res.StageVsCeilingCPU = c / s
+		}
 	}
 	if !cfg.SkipConnBatch {
-		r, err := connBatchPass(ctx, b.Addr(), w)
+		r, err := connBatchPass(ctx, addr, w)
 		if err != nil {
 			return err
 		}
@@ -318,7 +365,7 @@ type stageResult struct {
 // releases are acknowledged.
 func stagePass(ctx context.Context, cfg Config, addr string, w *workload, dir string, round int) (*stageResult, error) {
 	stateDir := fmt.Sprintf("%s/stage-%d", dir, round)
-	scfg, err := stageConfig(addr, inputTopic, outputTopic, fmt.Sprintf("bench-stage-%d", round), stateDir, w.partitions)
+	scfg, err := stageConfig(addr, inputTopic, stageOutput(round), fmt.Sprintf("bench-stage-%d", round), stateDir, w.partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -366,6 +413,14 @@ func stagePass(ctx context.Context, cfg Config, addr string, w *workload, dir st
 		}
 	}
 	defer stopProf() //nolint:errcheck
+	if round == 0 && cfg.MutexProfile != "" {
+		runtime.SetMutexProfileFraction(1)
+		defer runtime.SetMutexProfileFraction(0)
+	}
+	if round == 0 && cfg.BlockProfile != "" {
+		runtime.SetBlockProfileRate(1)
+		defer runtime.SetBlockProfileRate(0)
+	}
 	m := startMeter()
 	runCtx, stopRun := context.WithCancel(pctx)
 	defer stopRun()
@@ -387,6 +442,27 @@ func stagePass(ctx context.Context, cfg Config, addr string, w *workload, dir st
 			first = time.Now()
 		}
 	}
+	// When did the stage read the last message? Polled every 2 ms; this
+	// splits the pass into reading and the release of the windows still
+	// open then.
+	consumedAll := make(chan time.Time, 1)
+	go func() { // owner: stagePass; ends with the pass
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-pctx.Done():
+				return
+			case now := <-t.C:
+				if st.Stats().Consumed.Load() >= int64(w.total()) {
+					consumedAll <- now
+					return
+				}
+			}
+		}
+	}()
 	select {
 	case <-done:
 	case err := <-runErr:
@@ -398,9 +474,15 @@ func stagePass(ctx context.Context, cfg Config, addr string, w *workload, dir st
 	if err := stopProf(); err != nil {
 		return nil, fmt.Errorf("bench: cpu profile: %w", err)
 	}
-	if round == 0 && cfg.AllocProfile != "" {
+	if round == 0 {
 		if err := writeAllocProfile(cfg.AllocProfile); err != nil {
 			return nil, fmt.Errorf("bench: alloc profile: %w", err)
+		}
+		if err := writeProfile("mutex", cfg.MutexProfile); err != nil {
+			return nil, fmt.Errorf("bench: mutex profile: %w", err)
+		}
+		if err := writeProfile("block", cfg.BlockProfile); err != nil {
+			return nil, fmt.Errorf("bench: block profile: %w", err)
 		}
 	}
 	stopRun()
@@ -410,6 +492,12 @@ func stagePass(ctx context.Context, cfg Config, addr string, w *workload, dir st
 	mu.Lock()
 	defer mu.Unlock()
 	el := lastDone.Sub(first)
+	readSeconds := el.Seconds()
+	select {
+	case t := <-consumedAll:
+		readSeconds = t.Sub(first).Seconds()
+	default:
+	}
 	sr := &stageResult{
 		pass: Pass{
 			JoinSeconds:          first.Sub(began).Seconds(),
@@ -417,6 +505,7 @@ func stagePass(ctx context.Context, cfg Config, addr string, w *workload, dir st
 			EventsPerSec:         float64(w.total()) / el.Seconds(),
 			AllocsPerEvent:       float64(allocs) / float64(w.total()),
 			CPUSecondsPerMillion: cpu / float64(w.total()) * 1e6,
+			ReadSeconds:          readSeconds,
 		},
 		windows: len(windows),
 		units:   units,

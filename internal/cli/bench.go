@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/dpstage/stage/internal/bench"
 )
@@ -23,17 +24,23 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.Partitions, "partitions", 4, "partitions of the input topic")
 	fs.IntVar(&c.Windows, "windows", 100, "one-minute event-time windows the events span")
 	fs.IntVar(&c.Users, "users", 100_000, "generator user population (Zipf-skewed)")
-	fs.IntVar(&c.Rounds, "rounds", 1, "ceiling/stage pass pairs, in ABBA order (figures are medians)")
+	fs.IntVar(&c.Rounds, "rounds", 3, "ceiling/stage pass pairs, in ABBA order (figures are medians)")
 	fs.IntVar(&c.MemoryUsers, "memory-users", 1_000_000, "distinct users of the memory phase")
 	fs.BoolVar(&c.SkipCeiling, "skip-ceiling", false, "skip the bare kafka-go consumer")
 	fs.BoolVar(&c.SkipStage, "skip-stage", false, "skip the full stage (and its latency figures)")
 	fs.BoolVar(&c.SkipConnBatch, "skip-conn-batch", false, "skip the kafka.Conn.ReadBatch reader")
+	fs.BoolVar(&c.SkipLive, "skip-live", false, "skip the live (steady-state) latency phase")
+	fs.DurationVar(&c.LiveSeconds, "live-duration", 20*time.Second, "how long the live latency phase produces")
+	fs.IntVar(&c.LiveEventsPerSec, "live-rate", 20_000, "events per second produced in the live phase")
+	fs.DurationVar(&c.LiveWindowEvery, "live-window-every", 200*time.Millisecond, "wall time between window closes in the live phase")
 	fs.BoolVar(&c.SkipInProcess, "skip-inprocess", false, "skip decode+bound+aggregate without Kafka")
 	fs.BoolVar(&c.SkipRelease, "skip-release", false, "skip the Dirichlet release rates")
 	fs.BoolVar(&c.SkipMemory, "skip-memory", false, "skip the bounder memory figures")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the first stage pass to `file`")
 	fs.StringVar(&c.AllocProfile, "allocprofile", "", "write the allocation profile after the first stage pass to `file` (and the one before it to file.base)")
 	fs.StringVar(&c.CeilingCPUProfile, "ceiling-cpuprofile", "", "write a CPU profile of the first ceiling pass to `file`")
+	fs.StringVar(&c.MutexProfile, "mutexprofile", "", "write the mutex contention profile of the first stage pass to `file` (slows it)")
+	fs.StringVar(&c.BlockProfile, "blockprofile", "", "write the blocking profile of the first stage pass to `file` (slows it)")
 	asJSON := fs.Bool("json", false, "print the figures as JSON instead of a table")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -43,8 +50,9 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stage bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if c.Events < 1 || c.Partitions < 1 || c.Windows < 1 || c.Users < 1 || c.Rounds < 1 || c.MemoryUsers < 2 {
-		fmt.Fprintln(stderr, "stage bench: --events, --partitions, --windows, --users, --rounds must be at least 1 and --memory-users at least 2")
+	if c.Events < 1 || c.Partitions < 1 || c.Windows < 1 || c.Users < 1 || c.Rounds < 1 || c.MemoryUsers < 2 ||
+		c.LiveSeconds <= 0 || c.LiveEventsPerSec < 1 || c.LiveWindowEvery < time.Millisecond || c.LiveWindowEvery > time.Minute {
+		fmt.Fprintln(stderr, "stage bench: --events, --partitions, --windows, --users, --rounds, --live-rate must be at least 1, --memory-users at least 2, --live-duration positive and --live-window-every in [1ms, 1m]")
 		return 2
 	}
 	if !*quiet {
