@@ -246,14 +246,14 @@ func (m *laplaceMech) RDP(order float64) float64 {
 // Release adds independent Lap_Z(b) noise to each count (which must be a
 // whole number ≤ 2^53) and projects onto the simplex exactly as the Gaussian
 // mechanism does (entries ≥ 0, possibly exactly 0, summing to 1; all clipped
-// to 0 → uniform). out may alias counts. Releases do not allocate.
+// to 0 → uniform). out may alias counts. Releases do not allocate. It is
+// ReleaseCounts ([CountReleaser]) followed by that projection.
 func (m *laplaceMech) Release(rng *Rand, counts []float64, out []float64) error {
-	if _, _, err := checkRelease(rng, counts, out, true); err != nil {
+	if err := m.ReleaseCounts(rng, counts, out); err != nil {
 		return err
 	}
-	for i, x := range counts {
-		v := int64(x) + rng.discreteLaplace(m.t, m.k)
-		out[i] = float64(max(v, 0))
+	for i, v := range out {
+		out[i] = max(v, 0)
 	}
 	projectClipped(out)
 	return nil

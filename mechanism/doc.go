@@ -100,6 +100,10 @@
 //     formula has the same shape but smaller weights and under-states the
 //     discrete Laplace's divergence, so it is not used for calibration.
 //
+// The Laplace baseline also exposes its noisy counts before projection
+// ([CountReleaser]); [CountPosterior] turns them into a private Dirichlet
+// posterior (the stage's laplace-posterior) with the same RDP curve.
+//
 // # Errors
 //
 // Every exported function validates its input and returns a *[ParamError]

@@ -95,6 +95,9 @@ type Params struct {
 	// sensitivity depends on the data).
 	HellingerSensitivity float64
 	Smoothing            float64 // ehds: γ of the γ-smooth sensitivity (004 §4.2.1, re-derived)
+	// Prior is the public prior α₀ of every bin of a [CountPosterior]
+	// (the stage's laplace-posterior); 0 for other mechanisms.
+	Prior float64
 }
 
 // Mechanism is a calibrated mechanism. Implementations are immutable after

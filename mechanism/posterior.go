@@ -15,7 +15,9 @@ import (
 //
 //   - laplace-posterior (this file): Laplace noise on the posterior
 //     parameters, ε-DP (002 Algorithms 1–2, LSDim and LSHist; 004
-//     §4.1.3–4.1.4);
+//     §4.1.3–4.1.4), with public n — for `stage calibrate` and `stage eval`;
+//     the stage's mechanism of the same config name, for streams where n is
+//     private, is [CountPosterior] (streamposterior.go);
 //   - ehd and ehds (hellinger.go): the exponential mechanism over the
 //     candidate posteriors {Dir(α + c′) : Σc′ = n} scored by Hellinger
 //     distance, ε-DP with global sensitivity (002 Algorithm 3) and
@@ -77,7 +79,7 @@ type PosteriorSpec struct {
 }
 
 // PosteriorReleaser is implemented by the laplace-posterior, ehd and ehds
-// mechanisms: ReleasePosterior writes the released posterior's parameters
+// mechanisms and by the stage's [CountPosterior]: ReleasePosterior writes the released posterior's parameters
 // α̃ (every entry ≥ the prior's, so > 0) into alphaOut (len(counts)
 // entries). Release writes the same draw's posterior mean α̃/Σα̃; the two
 // are different draws (each call is one release and costs one guarantee).
