@@ -141,11 +141,20 @@ type Contribution struct {
 
 // Privacy configures the mechanism and the budget.
 type Privacy struct {
-	// Mechanism: dirichlet (default) | gaussian | laplace.
+	// Mechanism: dirichlet (default) | gaussian | laplace |
+	// laplace-posterior. laplace-posterior is the laplace baseline's noise
+	// (same calibration, same RDP curve and charge) with the noisy counts
+	// x̃ turned into a Dirichlet posterior Dir(α̃), α̃_i = prior_alpha +
+	// max(x̃_i, 0): each release carries posterior_alpha and its mean
+	// α̃/Σα̃ as probabilities.
 	Mechanism string `yaml:"mechanism"`
 	// Calibration (dirichlet only): concentrated (default) | diffuse |
 	// closed-form.
 	Calibration string `yaml:"calibration"`
+	// PriorAlpha (laplace-posterior only) is the public Dirichlet prior α₀
+	// given to every bin: finite, > 0 and at most 1e12. Default 1 (the
+	// uniform prior). It must be left out (or 0) for the other mechanisms.
+	PriorAlpha float64 `yaml:"prior_alpha"`
 	// Neighbour relation between datasets: replace (default; one user's
 	// events replaced by another's) | add_remove (one user added or removed).
 	Neighbour string `yaml:"neighbour"`

@@ -26,6 +26,7 @@ const (
 	DefaultCalibration          = CalibrationConcentrated
 	DefaultNeighbour            = NeighbourReplace
 	DefaultOrder                = 2.0
+	DefaultPriorAlpha           = 1.0
 	DefaultDelta                = 1e-6
 	DefaultPeriod               = Duration(24 * time.Hour)
 	DefaultStateDir             = "./stage-state"
@@ -46,8 +47,9 @@ const (
 // again changes nothing.
 //
 // privacy.calibration defaults to concentrated only for the dirichlet
-// mechanism; it stays empty for gaussian and laplace, where it has no
-// meaning. privacy.budget.epsilon has no default. Histograms get no
+// mechanism; it stays empty for gaussian, laplace and laplace-posterior,
+// where it has no meaning. privacy.prior_alpha defaults to 1 only for
+// laplace-posterior and stays 0 otherwise. privacy.budget.epsilon has no default. Histograms get no
 // implicit group here: see [Histogram.GroupNames].
 func (c *Config) ApplyDefaults() {
 	str := func(p *string, path, def string) {
@@ -93,6 +95,9 @@ func (c *Config) ApplyDefaults() {
 	str(&c.Privacy.Mechanism, "privacy.mechanism", DefaultMechanism)
 	if c.Privacy.Mechanism == MechanismDirichlet {
 		str(&c.Privacy.Calibration, "privacy.calibration", DefaultCalibration)
+	}
+	if c.Privacy.Mechanism == MechanismLaplacePosterior {
+		flt(&c.Privacy.PriorAlpha, "privacy.prior_alpha", DefaultPriorAlpha)
 	}
 	str(&c.Privacy.Neighbour, "privacy.neighbour", DefaultNeighbour)
 	flt(&c.Privacy.Order, "privacy.order", DefaultOrder)

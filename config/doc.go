@@ -75,6 +75,6 @@
 // then rejected by validation rather than silently replaced by 1. For a
 // Config built in Go, every zero field is filled. privacy.budget.epsilon has
 // no default. privacy.calibration defaults to concentrated for the dirichlet
-// mechanism only. A histogram without group_by has a single implicit group
+// mechanism only, and privacy.prior_alpha to 1 for laplace-posterior only. A histogram without group_by has a single implicit group
 // "*": see [Histogram.GroupNames]; Groups itself is left empty.
 package config

@@ -8,6 +8,10 @@ const (
 	MechanismDirichlet = "dirichlet" // privacy.mechanism
 	MechanismGaussian  = "gaussian"
 	MechanismLaplace   = "laplace"
+	// MechanismLaplacePosterior releases a private posterior Dir(α̃): the
+	// laplace baseline's noisy counts plus privacy.prior_alpha (see
+	// mechanism.CountPosterior).
+	MechanismLaplacePosterior = "laplace-posterior"
 
 	CalibrationConcentrated = "concentrated" // privacy.calibration (dirichlet only)
 	CalibrationDiffuse      = "diffuse"
@@ -39,7 +43,7 @@ const ImplicitGroup = "*"
 const RedactedValue = "[redacted]"
 
 var (
-	mechanisms   = []string{MechanismDirichlet, MechanismGaussian, MechanismLaplace}
+	mechanisms   = []string{MechanismDirichlet, MechanismGaussian, MechanismLaplace, MechanismLaplacePosterior}
 	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm, CalibrationExact}
 	neighbours   = []string{NeighbourReplace, NeighbourAddRemove}
 	saslMechs    = []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}

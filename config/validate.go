@@ -377,10 +377,18 @@ func (k *checker) privacy() {
 	switch p.Mechanism {
 	case MechanismDirichlet:
 		k.oneOf("privacy.calibration", p.Calibration, calibrations)
-	case MechanismGaussian, MechanismLaplace:
+	case MechanismGaussian, MechanismLaplace, MechanismLaplacePosterior:
 		if p.Calibration != "" && p.Calibration != DefaultCalibration {
 			k.add("privacy.calibration", "only applies to mechanism dirichlet; leave it out")
 		}
+	}
+	if p.Mechanism == MechanismLaplacePosterior {
+		if !finite(p.PriorAlpha) || p.PriorAlpha <= 0 || p.PriorAlpha > 1e12 {
+			k.add("privacy.prior_alpha", "must be a finite number greater than 0 and at most 1e12")
+		}
+	} else if p.PriorAlpha != 0 {
+		// 0 is what an absent key reads as (and what Config.String writes).
+		k.add("privacy.prior_alpha", "only applies to mechanism laplace-posterior; leave it out")
 	}
 	k.oneOf("privacy.neighbour", p.Neighbour, neighbours)
 	if !finite(p.RDPEpsilon) || p.RDPEpsilon < 0 {

@@ -119,7 +119,19 @@ func TestValidateRules(t *testing.T) {
 		{"max groups per user", func(c *Config) { c.Contribution.MaxGroupsPerUser = -1 }, "contribution.max_groups_per_user", "at least 1"},
 		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = 0 }, "contribution.max_tracked_users", "at least 1"},
 		// privacy
-		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, got "exponential"`},
+		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, laplace-posterior, got "exponential"`},
+		{"prior_alpha with dirichlet", func(c *Config) { c.Privacy.PriorAlpha = 1 }, "privacy.prior_alpha", "only applies to mechanism laplace-posterior"},
+		{"prior_alpha with laplace", func(c *Config) { c.Privacy.Mechanism = "laplace"; c.Privacy.PriorAlpha = 2 }, "privacy.prior_alpha", "only applies to mechanism laplace-posterior"},
+		{"prior_alpha zero", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = 0 }, "privacy.prior_alpha", "greater than 0"},
+		{"prior_alpha negative", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = -1 }, "privacy.prior_alpha", "greater than 0"},
+		{"prior_alpha NaN", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = math.NaN() }, "privacy.prior_alpha", "finite"},
+		{"prior_alpha Inf", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = math.Inf(1) }, "privacy.prior_alpha", "finite"},
+		{"prior_alpha too large", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = 2e12 }, "privacy.prior_alpha", "at most 1e12"},
+		{"calibration with laplace-posterior", func(c *Config) {
+			c.Privacy.Mechanism = "laplace-posterior"
+			c.Privacy.PriorAlpha = 1
+			c.Privacy.Calibration = "diffuse"
+		}, "privacy.calibration", "only applies to mechanism dirichlet"},
 		{"calibration", func(c *Config) { c.Privacy.Calibration = "tight" }, "privacy.calibration", "must be one of concentrated, diffuse, closed-form"},
 		{"calibration with gaussian", func(c *Config) { c.Privacy.Mechanism = "gaussian"; c.Privacy.Calibration = "diffuse" }, "privacy.calibration", "only applies to mechanism dirichlet"},
 		{"calibration with laplace", func(c *Config) { c.Privacy.Mechanism = "laplace"; c.Privacy.Calibration = "closed-form" }, "privacy.calibration", "only applies to mechanism dirichlet"},
