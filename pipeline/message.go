@@ -9,8 +9,9 @@ import (
 
 // Release is one output message: the private normalized histogram of one
 // (histogram, group, window). Its JSON form is a contract that dashboards
-// read. Nothing in it is derived from the data except Probabilities: no raw
-// count, no event total.
+// read. Nothing in it is derived from the data except Probabilities and,
+// for laplace-posterior, PosteriorAlpha (both from the same private draw):
+// no raw count, no event total.
 type Release struct {
 	ReleaseID     string    `json:"release_id"`
 	Histogram     string    `json:"histogram"`
@@ -19,10 +20,20 @@ type Release struct {
 	WindowEnd     string    `json:"window_end"`
 	Bins          []string  `json:"bins"`
 	Probabilities []float64 `json:"probabilities"`
-	Mechanism     string    `json:"mechanism"`
-	Calibration   string    `json:"calibration,omitempty"`
-	Params        Params    `json:"params"`
-	Privacy       Privacy   `json:"privacy"`
+	// PosteriorAlpha (laplace-posterior only; omitted otherwise) is the
+	// released posterior Dir(α̃) over Bins, in bin order:
+	// α̃_i = params.prior_alpha + max(x̃_i, 0) with x̃ the noisy bounded
+	// counts. Every entry is ≥ prior_alpha > 0, and Probabilities is its
+	// mean α̃/Σα̃. The marginal of bin i is Beta(α̃_i, Σα̃ − α̃_i), from which
+	// a dashboard can draw credible intervals. It is private to the same
+	// guarantee as Probabilities: both are post-processing of one draw of
+	// the noisy counts. Note that Σα̃ − d·prior_alpha is a noisy estimate
+	// of the window's bounded event total for the group.
+	PosteriorAlpha []float64 `json:"posterior_alpha,omitempty"`
+	Mechanism      string    `json:"mechanism"`
+	Calibration    string    `json:"calibration,omitempty"`
+	Params         Params    `json:"params"`
+	Privacy        Privacy   `json:"privacy"`
 }
 
 // Params are the public noise parameters of the mechanism that made the
@@ -33,6 +44,9 @@ type Params struct {
 	R     float64 `json:"r,omitempty"`
 	Sigma float64 `json:"sigma,omitempty"`
 	Scale float64 `json:"scale,omitempty"`
+	// PriorAlpha is the public prior α₀ of every bin of a laplace-posterior
+	// release (privacy.prior_alpha); omitted for the other mechanisms.
+	PriorAlpha float64 `json:"prior_alpha,omitempty"`
 }
 
 // Privacy states what the release cost and what the period has spent.

@@ -41,6 +41,21 @@ import (
 // from the per-bin gamma bound, given the spec's Neighbour), and max_groups_per_user
 // does not enter the charge. A window charges one unit per histogram; a
 // period composes windows_per_period × histograms units.
+//
+// # laplace-posterior
+//
+// privacy.mechanism laplace-posterior is planned, calibrated and charged as
+// the laplace baseline: the spec handed to budget.PlanReleases (or to
+// mechanism.New with privacy.rdp_epsilon) has kind laplace and the
+// sensitivities above, so the scale b, the per-release RDP curve, the
+// number of units and the per-(histogram, window) charge are the
+// baseline's. The calibrated mechanism is then wrapped in a
+// mechanism.CountPosterior with privacy.prior_alpha: each group's release is
+// the posterior Dir(α̃), α̃_i = prior_alpha + max(x̃_i, 0), computed from the
+// baseline's noisy counts x̃ — a post-processing, which leaves the RDP curve
+// (and so the charge) unchanged (see mechanism/streamposterior.go). The
+// colleague's PosteriorSpec-based kind of the same name (002 LSHist with a
+// public n) is not used by the stage: a window's n is private.
 type Plan struct {
 	Neighbour        string
 	Sensitivity      mechanism.Sensitivity
@@ -101,12 +116,25 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	if spec.Kind == mechanism.Dirichlet {
 		spec.Calibration = mechanism.Calibration(cfg.Privacy.Calibration)
 	}
+	if cfg.Privacy.Mechanism == config.MechanismLaplacePosterior {
+		spec.Kind = mechanism.Laplace // the noise; the posterior is post-processing (see Plan)
+	}
 	if cfg.Privacy.RDPEpsilon > 0 {
-		return explicitPlan(cfg, spec, windows, units)
+		plan, err := explicitPlan(cfg, spec, windows, units)
+		if err != nil {
+			return nil, err
+		}
+		if plan.Mechanism, err = stageMechanism(cfg, plan.Mechanism); err != nil {
+			return nil, err
+		}
+		return plan, nil
 	}
 	p, err := budget.PlanReleases(spec, cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta, units)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
+	if p.Mechanism, err = stageMechanism(cfg, p.Mechanism); err != nil {
+		return nil, err
 	}
 	return &Plan{
 		Neighbour:        cfg.Privacy.Neighbour,
@@ -120,6 +148,21 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		Delta:            cfg.Privacy.Budget.Delta,
 		PlannedEpsilon:   p.Epsilon,
 	}, nil
+}
+
+// stageMechanism returns the mechanism the stage releases with, given the
+// calibrated noise mechanism m: m itself, or for laplace-posterior m wrapped
+// in a mechanism.CountPosterior (same RDP curve, so the charge computed from
+// m stays valid).
+func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechanism, error) {
+	if cfg.Privacy.Mechanism != config.MechanismLaplacePosterior {
+		return m, nil
+	}
+	pm, err := mechanism.NewCountPosterior(m, cfg.Privacy.PriorAlpha)
+	if err != nil {
+		return nil, fmt.Errorf("derive privacy plan: privacy.prior_alpha: %w", err)
+	}
+	return pm, nil
 }
 
 // explicitPlan calibrates every release to privacy.rdp_epsilon. The budget is

@@ -830,21 +830,37 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 	u.Charge = toLedgerCurve(s.plan.Charge)
 	buf := make([]float64, len(hist.Bins))
 	out := make([]float64, len(hist.Bins))
+	// laplace-posterior: the posterior parameters α̃ and their mean, from one
+	// draw (post-processing of the noisy counts; see Plan).
+	post, _ := s.plan.Mechanism.(mechanism.PosteriorReleaser)
+	var alpha []float64
+	if post != nil {
+		alpha = make([]float64, len(hist.Bins))
+	}
 	for g, group := range groups {
 		buf = counts.Counts(h, g, buf)
-		if err := s.plan.Mechanism.Release(s.rng, buf, out); err != nil {
+		if post != nil {
+			err = post.ReleasePosterior(s.rng, buf, alpha)
+			if err == nil {
+				err = mechanism.PosteriorMean(alpha, out)
+			}
+		} else {
+			err = s.plan.Mechanism.Release(s.rng, buf, out)
+		}
+		if err != nil {
 			return fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
 		}
 		rel := Release{
-			ReleaseID:     ReleaseID(hist.Name, group, w),
-			Histogram:     hist.Name,
-			Group:         group,
-			WindowStart:   rfc3339(w),
-			WindowEnd:     rfc3339(w + s.sizeMs),
-			Bins:          hist.Bins,
-			Probabilities: out,
-			Mechanism:     s.cfg.Privacy.Mechanism,
-			Params:        Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale},
+			ReleaseID:      ReleaseID(hist.Name, group, w),
+			Histogram:      hist.Name,
+			Group:          group,
+			WindowStart:    rfc3339(w),
+			WindowEnd:      rfc3339(w + s.sizeMs),
+			Bins:           hist.Bins,
+			Probabilities:  out,
+			PosteriorAlpha: alpha,
+			Mechanism:      s.cfg.Privacy.Mechanism,
+			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior},
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       s.plan.Mechanism.RDP(order),
