@@ -173,9 +173,9 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 // a clamped value |max(c+Z, 0) − c| ≤ |Z| and P[|Z| ≥ 40b] ≤ 2e^{−40}, so
 // with 16 bins the false-failure rate is below 1e-15. That some bin differs
 // from prior + truth is asserted too: each bin is exactly equal with
-// probability (1−q)/(1+q) < 0.7 at the scales asserted (b ≥ 1), so all 16
-// with probability < 0.7^16 < 0.004 — the test seeds nothing, so this bound
-// is its false-failure rate.
+// probability P[Z = 0] = (1−q)/(1+q) < 0.125 at the scales asserted (b ≥ 4,
+// q = e^{−1/b}), so all 16 with probability < 0.125^16 < 1e-14 (the test
+// seeds nothing, so these bounds are its false-failure rate).
 func TestEndToEndLaplacePosteriorNoisy(t *testing.T) {
 	h := newHarness(t)
 	cfg := h.posteriorConfig("  mechanism: laplace-posterior", 5)
@@ -187,8 +187,8 @@ func TestEndToEndLaplacePosteriorNoisy(t *testing.T) {
 	h.produceEvents(evs)
 	run := h.start(cfg)
 	b := run.stage.Plan().Mechanism.Params().Scale
-	if !(b >= 1) {
-		t.Fatalf("calibrated scale %v < 1: the noise check below assumes b ≥ 1", b)
+	if !(b >= 4) {
+		t.Fatalf("calibrated scale %v < 4: the noise check below assumes b ≥ 4", b)
 	}
 	h.produce(flush(base.Add(2*time.Minute + time.Second)))
 	want := 2 * (len(groups) + 1)
