@@ -25,7 +25,11 @@ type Release struct {
 	// α̃_i = params.prior_alpha + max(x̃_i, 0) with x̃ the noisy bounded
 	// counts. Every entry is ≥ prior_alpha > 0, and Probabilities is its
 	// mean α̃/Σα̃. The marginal of bin i is Beta(α̃_i, Σα̃ − α̃_i), from which
-	// a dashboard can draw credible intervals. It is private to the same
+	// a dashboard can draw credible intervals — of this plug-in posterior
+	// (002 LSHist's), which treats the noisy counts as if observed: they
+	// do not account for the Laplace noise (scale params.scale) and so
+	// under-cover the true shares when counts are small relative to the
+	// scale. It is private to the same
 	// guarantee as Probabilities: both are post-processing of one draw of
 	// the noisy counts. Note that Σα̃ − d·prior_alpha is a noisy estimate
 	// of the window's bounded event total for the group.
