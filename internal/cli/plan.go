@@ -162,7 +162,7 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	m := plan.Mechanism
 	spec, params := m.Spec(), m.Params()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	mech := string(spec.Kind)
+	mech := cfg.Privacy.Mechanism // laplace-posterior runs on a laplace spec
 	if spec.Calibration != "" {
 		mech += " (" + string(spec.Calibration) + ")"
 	}

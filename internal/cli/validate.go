@@ -68,7 +68,7 @@ func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", plan.Sensitivity.L1, plan.Sensitivity.L2Sq, plan.Sensitivity.LInf)
 	fmt.Fprintf(tw, "  composition\t%d windows × %d histograms = %d charges per period\n", plan.WindowsPerPeriod, plan.UnitsPerWindow, plan.Units)
-	fmt.Fprintf(tw, "  mechanism\t%s %s\n", spec.Kind, spec.Calibration)
+	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
 	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
 	switch {
 	case params.Alpha > 0:
