@@ -43,7 +43,7 @@ func TestRunSmall(t *testing.T) {
 	}
 	positive := []string{
 		"produce_events_per_sec", "ceiling_events_per_sec", "stage_events_per_sec", "stage_vs_ceiling",
-		"stage_vs_ceiling_pairs", "stage_read_events_per_sec", "stage_read_vs_ceiling", "stage_vs_ceiling_cpu",
+		"stage_vs_ceiling_pairs", "stage_vs_ceiling_best", "stage_read_events_per_sec", "stage_read_vs_ceiling", "stage_vs_ceiling_cpu",
 		"conn_batch_events_per_sec", "inprocess_events_per_sec",
 		"release_per_sec_d10", "release_per_sec_d1000", "release_per_sec_d100000",
 		"release_latency_p50_ms", "release_latency_p99_ms", "catchup_latency_p50_ms", "catchup_latency_p99_ms",

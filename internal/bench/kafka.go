@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,6 +165,7 @@ func throughputPhases(ctx context.Context, cfg Config, addr string, w *workload,
 			pairs = append(pairs, stage[i]/ceil[i])
 		}
 		res.StageVsCeilingPairs = median(pairs)
+		res.StageVsCeilingBest = slices.Max(stage) / slices.Max(ceil)
 		if c, s := median(ceilCPU), median(stageCPU); c > 0 && s > 0 {
 			res.StageVsCeilingCPU = c / s
 		}

@@ -49,6 +49,7 @@ func WriteTable(out io.Writer, r *Results) error {
 	if r.StageVsCeiling > 0 {
 		row("stage_vs_ceiling", fmt.Sprintf("%.3f", r.StageVsCeiling), check(r.StageVsCeiling >= TargetStageVsCeiling, "≥ 0.7")+"; ratio of the medians")
 		row("stage_vs_ceiling_pairs", fmt.Sprintf("%.3f", r.StageVsCeilingPairs), "median over rounds of stage pass / ceiling pass next to it")
+		row("stage_vs_ceiling_best", fmt.Sprintf("%.3f", r.StageVsCeilingBest), "fastest stage pass / fastest ceiling pass")
 		row("stage_read_events_per_sec", rate(r.StageReadEventsPerSec), fmt.Sprintf("stage until the last message was read (release tail left out): %.3f × ceiling", r.StageReadVsCeiling))
 		row("stage_vs_ceiling_cpu", fmt.Sprintf("%.3f", r.StageVsCeilingCPU), "ceiling CPU per event / stage CPU per event (broker included)")
 	}
