@@ -13,9 +13,17 @@
 // opened a new group.
 //
 // The bounder's state is one compact record per active (user, window) pair;
-// Spec.MaxTrackedUsers caps the number of such pairs over all open windows.
-// Beyond the cap, events of users not yet tracked are dropped
-// (dropped_capacity): an event is never counted without being bounded.
+// Spec.MaxTrackedUsers caps the number of users tracked in each window (0: no
+// cap). Beyond the cap, events of users not yet tracked in that window are
+// dropped (dropped_capacity): an event is never counted without being
+// bounded. The cap is per window so that a user's events in one window never
+// displace another user in a different window. Within a window, first come
+// first tracked: whether user Z is tracked depends on how many users came
+// first, so one user's presence can displace one other user. Under the
+// replace relation that keeps the per-window change within one user's events
+// out and one user's events in (the replace sensitivity); under add_remove
+// the change becomes that same "one out, one in", which pipeline/plan.go
+// charges for whenever the cap is on.
 //
 // [Aggregator.Close] returns a window's counts for every declared
 // (histogram, group, bin), zeros included, so what is released never depends
@@ -47,8 +55,8 @@ type Spec struct {
 	// MaxGroupsPerUser bounds the distinct groups one user's events count
 	// toward per window and histogram. At least 1.
 	MaxGroupsPerUser int
-	// MaxTrackedUsers caps the (user, window) pairs tracked over all open
-	// windows. At least 1.
+	// MaxTrackedUsers caps the users tracked in each window; 0: no cap
+	// (memory grows with the number of users).
 	MaxTrackedUsers int
 	// WindowSize is the tumbling window length (window_end = window_start +
 	// WindowSize); a positive whole number of milliseconds.
@@ -111,8 +119,9 @@ type histLayout struct {
 
 // window is the count vector of one open window, shared by all shards.
 type window struct {
-	start  int64
-	counts []int64 // atomic adds from any shard; read once every shard has let go of the window
+	start   int64
+	counts  []int64      // atomic adds from any shard; read once every shard has let go of the window
+	tracked atomic.Int64 // users tracked in this window (capped by MaxTrackedUsers)
 }
 
 // shardWindow is one shard's bounding state for one window.
@@ -187,8 +196,8 @@ func New(spec Spec) (*Aggregator, error) {
 	if spec.MaxGroupsPerUser < 1 {
 		errs = append(errs, fmt.Errorf("max_groups_per_user must be at least 1, got %d", spec.MaxGroupsPerUser))
 	}
-	if spec.MaxTrackedUsers < 1 || spec.MaxTrackedUsers > math.MaxInt32 {
-		errs = append(errs, fmt.Errorf("max_tracked_users must be in [1, %d], got %d", math.MaxInt32, spec.MaxTrackedUsers))
+	if spec.MaxTrackedUsers < 0 || spec.MaxTrackedUsers > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("max_tracked_users must be in [0, %d] (0: no cap), got %d", math.MaxInt32, spec.MaxTrackedUsers))
 	}
 	if spec.WindowSize <= 0 || spec.WindowSize%time.Millisecond != 0 {
 		errs = append(errs, fmt.Errorf("window size must be a positive whole number of milliseconds, got %v", spec.WindowSize))
@@ -284,8 +293,12 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 	if found {
 		rec = sw.users.record(slot)
 	} else {
-		if a.tracked.Add(1) > a.maxUsers {
-			a.tracked.Add(-1)
+		// The cap is per window, so a user's events in one window never
+		// take the place of another user's in a different window; within a
+		// window, first come first tracked (see the package doc for what
+		// that does to the sensitivity).
+		if a.maxUsers > 0 && sw.w.tracked.Add(1) > a.maxUsers {
+			sw.w.tracked.Add(-1)
 			s.mu.Unlock()
 			for h := range nh {
 				if _, _, ok := a.part(h, ev); ok {
@@ -295,6 +308,7 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 			return o
 		}
 		rec = sw.users.insert(key, slot)
+		a.tracked.Add(1)
 	}
 	for h := range nh {
 		b, g, ok := a.part(h, ev)

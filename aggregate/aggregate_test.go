@@ -81,7 +81,7 @@ func TestNewErrors(t *testing.T) {
 		"duplicate group": func(s *Spec) { s.Histograms[0].Groups = []string{"US", "US"} },
 		"events":          func(s *Spec) { s.MaxEventsPerUser = 0 },
 		"groups":          func(s *Spec) { s.MaxGroupsPerUser = -1 },
-		"tracked":         func(s *Spec) { s.MaxTrackedUsers = 0 },
+		"tracked":         func(s *Spec) { s.MaxTrackedUsers = -1 },
 		"window":          func(s *Spec) { s.WindowSize = 0 },
 		"window sub-ms":   func(s *Spec) { s.WindowSize = time.Second + time.Microsecond },
 	} {
@@ -297,24 +297,58 @@ func TestCapacity(t *testing.T) {
 	if o != (Outcome{Counted: 20, DroppedCapacity: 20}) || a.TrackedUsers() != 10 {
 		t.Fatalf("outcome %+v tracked %d", o, a.TrackedUsers())
 	}
-	// Tracked users are still bounded (not dropped for capacity); the cap is
-	// over all windows.
+	// Tracked users are still bounded (not dropped for capacity).
 	if o := a.Add(0, event(3, 1, 0, 1)); o != (Outcome{DroppedUserEvents: 2}) {
 		t.Fatalf("outcome %+v", o)
 	}
+	// The cap is per window: a full window 0 never blocks window 1, so one
+	// user's events in one window cannot displace a user in another.
+	for u := range uint64(10) {
+		if o := a.Add(60000, event(100+u, 1, 0, 1)); o.Counted != 2 {
+			t.Fatalf("window 1, user %d: outcome %+v", u, o)
+		}
+	}
 	if o := a.Add(60000, event(3, 1, 0, 1)); o != (Outcome{DroppedCapacity: 2}) {
-		t.Fatalf("outcome %+v", o)
+		t.Fatalf("window 1 over its own cap: outcome %+v", o)
 	}
 	got := closeCounts(t, a, 0)
 	if got[0][0][0] != 10 || got[1][0][0] != 10 {
 		t.Fatalf("counts %v", got)
 	}
-	// Closing frees the capacity.
+	// Closing frees the window's users.
+	if a.TrackedUsers() != 10 {
+		t.Fatalf("tracked %d after closing window 0, want window 1's 10", a.TrackedUsers())
+	}
+	closeCounts(t, a, 60000)
 	if a.TrackedUsers() != 0 {
-		t.Fatalf("tracked %d after close", a.TrackedUsers())
+		t.Fatalf("tracked %d after closing both", a.TrackedUsers())
 	}
 	if o := a.Add(60000, event(15, 1, 0, 1)); o.Counted != 2 {
 		t.Fatalf("outcome %+v", o)
+	}
+}
+
+// TestCapDisplacement states exactly what the cap does across users: in a
+// window at its cap, adding one user (who arrives first) displaces one other
+// (the first refused) — the per-window change is one user's events out and
+// one user's in, which the plan charges for (pipeline/plan.go).
+func TestCapDisplacement(t *testing.T) {
+	run := func(withA bool) [][][]float64 {
+		s := testSpec()
+		s.MaxTrackedUsers = 3
+		a := mustNew(t, s)
+		if withA {
+			a.Add(0, event(99, 2, 0, 2)) // user A first
+		}
+		for u := range uint64(5) {
+			a.Add(0, event(u, 0, 0, 0))
+		}
+		return closeCounts(t, a, 0)
+	}
+	with, without := run(true), run(false)
+	// Histogram 0, group 0: with A, bins {0: 2, 2: 1}; without, {0: 3}.
+	if with[0][0][0] != 2 || with[0][0][2] != 1 || without[0][0][0] != 3 || without[0][0][2] != 0 {
+		t.Fatalf("with A %v, without A %v", with, without)
 	}
 }
 

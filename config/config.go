@@ -92,6 +92,11 @@ type Events struct {
 	UserField string `yaml:"user_field"`
 	// MaxMessageBytes: larger messages are dropped as oversized. Default 65536.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// MaxFuture: an event whose time is more than this ahead of the wall
+	// clock is dropped as time_too_far_ahead (a forged or broken timestamp
+	// would otherwise drag the watermark forward and close open windows
+	// early). Default 1h.
+	MaxFuture Duration `yaml:"max_future"`
 }
 
 // Window configures tumbling event-time windows.
@@ -104,6 +109,12 @@ type Window struct {
 	// IdlePartitionTimeout: a partition with no message for this long (wall
 	// clock) stops holding back the watermark. Default 10s.
 	IdlePartitionTimeout Duration `yaml:"idle_partition_timeout"`
+	// Start (RFC 3339) is the first window released, for a stage started on
+	// a fresh state.dir; earlier events are late. Default: the window
+	// containing the wall-clock time of that first start. Which windows are
+	// released never depends on the data: not on the first event seen.
+	// Ignored once the ledger has recorded its first window.
+	Start string `yaml:"start"`
 }
 
 // Histogram declares one released histogram. Bins and groups are public.
@@ -133,9 +144,11 @@ type Contribution struct {
 	// MaxGroupsPerUser: per window, per histogram, a user's events count
 	// toward at most this many groups. Default 1.
 	MaxGroupsPerUser int `yaml:"max_groups_per_user"`
-	// MaxTrackedUsers caps the (user, window) pairs the bounder tracks;
-	// beyond it new users' events are dropped (never miscounted). Default
-	// 2,000,000.
+	// MaxTrackedUsers caps the users the bounder tracks in each window;
+	// beyond it new users' events in that window are dropped (never
+	// miscounted). 0: no cap. With a cap, one user's presence can displace
+	// another user in a full window, so under add_remove the stage charges
+	// the replace sensitivity (pipeline/plan.go). Default 2,000,000.
 	MaxTrackedUsers int `yaml:"max_tracked_users"`
 }
 

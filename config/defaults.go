@@ -19,6 +19,7 @@ const (
 	DefaultAllowedLateness      = Duration(5 * time.Second)
 	DefaultIdlePartitionTimeout = Duration(10 * time.Second)
 	DefaultSessionTimeout       = Duration(10 * time.Second)
+	DefaultMaxFuture            = Duration(time.Hour)
 	DefaultMaxEventsPerUser     = 1
 	DefaultMaxGroupsPerUser     = 1
 	DefaultMaxTrackedUsers      = 2_000_000
@@ -83,6 +84,7 @@ func (c *Config) ApplyDefaults() {
 	str(&c.Events.TimeField, "events.time_field", DefaultTimeField)
 	str(&c.Events.UserField, "events.user_field", DefaultUserField)
 	num(&c.Events.MaxMessageBytes, "events.max_message_bytes", DefaultMaxMessageBytes)
+	dur(&c.Events.MaxFuture, "events.max_future", DefaultMaxFuture)
 
 	dur(&c.Window.Size, "window.size", DefaultWindowSize)
 	dur(&c.Window.AllowedLateness, "window.allowed_lateness", DefaultAllowedLateness)

@@ -303,6 +303,14 @@ func (k *checker) window() {
 	if w.IdlePartitionTimeout <= 0 {
 		k.add("window.idle_partition_timeout", "must be greater than 0")
 	}
+	if k.c.Events.MaxFuture <= 0 {
+		k.add("events.max_future", "must be greater than 0")
+	}
+	if w.Start != "" {
+		if _, err := time.Parse(time.RFC3339, w.Start); err != nil {
+			k.add("window.start", "must be an RFC 3339 time such as 2026-01-01T00:00:00Z")
+		}
+	}
 }
 
 func (k *checker) histograms() {
@@ -368,7 +376,9 @@ func (k *checker) contribution() {
 	c := k.c.Contribution
 	k.atLeast1("contribution.max_events_per_user", c.MaxEventsPerUser)
 	k.atLeast1("contribution.max_groups_per_user", c.MaxGroupsPerUser)
-	k.atLeast1("contribution.max_tracked_users", c.MaxTrackedUsers)
+	if c.MaxTrackedUsers < 0 {
+		k.add("contribution.max_tracked_users", "must be ≥ 0 (0: no cap)")
+	}
 }
 
 func (k *checker) privacy() {

@@ -117,7 +117,7 @@ func TestValidateRules(t *testing.T) {
 		// contribution
 		{"max events per user", func(c *Config) { c.Contribution.MaxEventsPerUser = 0 }, "contribution.max_events_per_user", "at least 1"},
 		{"max groups per user", func(c *Config) { c.Contribution.MaxGroupsPerUser = -1 }, "contribution.max_groups_per_user", "at least 1"},
-		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = 0 }, "contribution.max_tracked_users", "at least 1"},
+		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = -1 }, "contribution.max_tracked_users", "≥ 0"},
 		// privacy
 		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, laplace-posterior, got "exponential"`},
 		{"prior_alpha with dirichlet", func(c *Config) { c.Privacy.PriorAlpha = 1 }, "privacy.prior_alpha", "only applies to mechanism laplace-posterior"},

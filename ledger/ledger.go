@@ -330,3 +330,80 @@ func periodKey(p int64) []byte {
 	binary.BigEndian.PutUint64(k, uint64(p)^(1<<63))
 	return k
 }
+
+var keyMeta = []byte("stage")
+
+// Meta is what the ledger was written under. It is recorded once, before the
+// first window is consumed, and checked at every start: the windows and the
+// budget periods of the recorded releases only make sense with the same
+// window size and period.
+type Meta struct {
+	// FirstWindow is the start (Unix ms) of the first window the stage
+	// releases. It is chosen without looking at the data (window.start, or
+	// the wall clock at the first start): which windows get a release must
+	// not depend on any user's events. Earlier events are late.
+	FirstWindow int64 `json:"first_window_ms"`
+	WindowMs    int64 `json:"window_ms"`
+	PeriodMs    int64 `json:"period_ms"`
+}
+
+// Meta returns the recorded metadata, if any.
+func (l *Ledger) Meta() (Meta, bool, error) {
+	var m Meta
+	var ok bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(keyMeta)
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &m)
+	})
+	if err != nil {
+		return Meta{}, false, fmt.Errorf("ledger: read metadata: %w", err)
+	}
+	return m, ok, nil
+}
+
+// SetMeta records m unless metadata is already recorded (then it returns the
+// recorded one and ok = false).
+func (l *Ledger) SetMeta(m Meta) (Meta, bool, error) {
+	var cur Meta
+	stored := false
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if v := b.Get(keyMeta); v != nil {
+			return json.Unmarshal(v, &cur)
+		}
+		v, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		cur, stored = m, true
+		return b.Put(keyMeta, v)
+	})
+	if err != nil {
+		return Meta{}, false, fmt.Errorf("ledger: record metadata: %w", err)
+	}
+	return cur, stored, nil
+}
+
+// FirstUnitWindow returns the smallest recorded window start, if any unit
+// exists (for ledgers written before Meta existed).
+func (l *Ledger) FirstUnitWindow() (int64, bool, error) {
+	var first int64
+	var ok bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketUnits).Cursor().First()
+		if k == nil {
+			return nil
+		}
+		if len(k) < 8 {
+			return fmt.Errorf("ledger: malformed unit key %x", k)
+		}
+		first = int64(binary.BigEndian.Uint64(k[:8]) ^ (1 << 63))
+		ok = true
+		return nil
+	})
+	return first, ok, err
+}

@@ -148,3 +148,48 @@ func (s *Stage) replayRecent(keep int) error {
 	}
 	return nil
 }
+
+// ErrConfigChanged: window.size or privacy.budget.period differ from what the
+// ledger was written under.
+var ErrConfigChanged = errors.New("pipeline: the configuration no longer matches the ledger")
+
+// loadMeta records the ledger's metadata at the first start and checks it at
+// every later one. The first window comes from window.start or the wall
+// clock — never from the data. A ledger written before the metadata existed
+// takes its first recorded window.
+func (s *Stage) loadMeta() (ledger.Meta, error) {
+	want := ledger.Meta{WindowMs: s.sizeMs, PeriodMs: s.periodMs}
+	if first, ok, err := s.ledger.FirstUnitWindow(); err != nil {
+		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
+	} else if ok {
+		want.FirstWindow = first
+	} else if st := s.cfg.Window.Start; st != "" {
+		t, err := time.Parse(time.RFC3339, st)
+		if err != nil {
+			return ledger.Meta{}, fmt.Errorf("pipeline: window.start: %w", err)
+		}
+		want.FirstWindow = windowStart(t.UnixMilli(), s.sizeMs)
+	} else {
+		want.FirstWindow = windowStart(s.now().UnixMilli(), s.sizeMs)
+	}
+	got, stored, err := s.ledger.SetMeta(want)
+	if err != nil {
+		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
+	}
+	if stored {
+		s.log.Info("first window recorded", zap.String("first_window", rfc3339(got.FirstWindow)))
+		return got, nil
+	}
+	if got.WindowMs != s.sizeMs || got.PeriodMs != s.periodMs {
+		return ledger.Meta{}, fmt.Errorf("%w: the ledger in %q was written with window.size %s and privacy.budget.period %s, the config says %s and %s; releases and budget periods would no longer line up — revert the change, or start on a new state.dir and output topic",
+			ErrConfigChanged, s.cfg.State.Dir, time.Duration(got.WindowMs)*time.Millisecond, time.Duration(got.PeriodMs)*time.Millisecond,
+			s.cfg.Window.Size.D(), s.cfg.Privacy.Budget.Period.D())
+	}
+	if st := s.cfg.Window.Start; st != "" {
+		if t, err := time.Parse(time.RFC3339, st); err == nil && windowStart(t.UnixMilli(), s.sizeMs) != got.FirstWindow {
+			s.log.Warn("window.start differs from the first window recorded in the ledger; the ledger wins",
+				zap.String("window_start", st), zap.String("recorded_first_window", rfc3339(got.FirstWindow)))
+		}
+	}
+	return got, nil
+}

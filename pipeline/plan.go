@@ -23,6 +23,16 @@ import (
 //     ‖w − v‖₂² = ‖w‖₂² + ‖v‖₂² − 2⟨v, w⟩ ≤ 2m², and every coordinate
 //     |w_i − v_i| ≤ max(w_i, v_i) ≤ m, so Δ2² = 2m², Δ∞ = m.
 //
+// The per-window cap contribution.max_tracked_users (first come, first
+// tracked) adds displacement: in a full window one user's presence can keep
+// one other user out (aggregate's TestCapDisplacement). Under replace the
+// change in a window is still one user's events out and one user's in (if A
+// is tracked and A′ is not, the first refused user takes the freed slot;
+// if A′ is tracked and A is not, A′ pushes the last tracked user out), so
+// the bound above stands. Under add_remove the change becomes that same "one
+// out, one in", so with the cap on add_remove is charged the replace
+// sensitivities; only max_tracked_users: 0 (no cap) keeps Δ1 = m, Δ2² = m².
+//
 // # What one window charges
 //
 // The three mechanisms' RDP bounds are sums over coordinates of a convex
@@ -76,14 +86,18 @@ type Plan struct {
 
 // DeriveSensitivity returns the sensitivities of one histogram's count
 // vector (all groups concatenated) under the neighbour relation, when one
-// user contributes at most maxEvents events per window to it.
-func DeriveSensitivity(neighbour string, maxEvents int) (mechanism.Sensitivity, error) {
+// user contributes at most maxEvents events per window to it and, with
+// capped, the bounder tracks at most a fixed number of users per window.
+func DeriveSensitivity(neighbour string, maxEvents int, capped bool) (mechanism.Sensitivity, error) {
 	if maxEvents < 1 {
 		return mechanism.Sensitivity{}, fmt.Errorf("max_events_per_user must be ≥ 1, got %d", maxEvents)
 	}
 	m := float64(maxEvents)
 	switch neighbour {
 	case "add_remove":
+		if capped { // displacement: one user out, one other user in
+			return mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}, nil
+		}
 		return mechanism.Sensitivity{L1: m, L2Sq: m * m, LInf: m}, nil
 	case "replace":
 		return mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}, nil
@@ -94,7 +108,7 @@ func DeriveSensitivity(neighbour string, maxEvents int) (mechanism.Sensitivity, 
 
 // DerivePlan derives the privacy plan of a validated config.
 func DerivePlan(cfg *config.Config) (*Plan, error) {
-	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, cfg.Contribution.MaxEventsPerUser)
+	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, cfg.Contribution.MaxEventsPerUser, cfg.Contribution.MaxTrackedUsers > 0)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}

@@ -29,6 +29,7 @@ window:
   size: 1m
   allowed_lateness: 0s
   idle_partition_timeout: 500ms
+  start: 2026-01-01T00:00:00Z
 histograms:
   - name: pages
     field: page

@@ -99,6 +99,12 @@ type Stage struct {
 	// reader stats; reset on every generation.
 	lag map[int]int64
 
+	// fail ends Run with an error; set by Run.
+	fail func(error)
+	// meta is the ledger's metadata (first window, window size, period),
+	// loaded or recorded by Run before anything is consumed.
+	meta ledger.Meta
+
 	budgetMu sync.Mutex // guards accts
 	// accts holds the accountant of each budget period seen, restored from
 	// the ledger on first use.
@@ -202,7 +208,22 @@ func (s *Stage) Stats() *Stats { return s.stats }
 // Run consumes until ctx is cancelled (soft stop): it then stops reading,
 // finishes the release in flight (bounded by DrainTimeout), commits what is
 // released, leaves the group and returns nil. Other errors are returned.
-func (s *Stage) Run(ctx context.Context) error {
+func (s *Stage) Run(parent context.Context) (runErr error) {
+	// fail ends the run with an error (see Stage.fail); a cancelled parent
+	// is a soft stop and returns nil.
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	s.fail = func(err error) {
+		s.log.Error("stopping the stage", zap.Error(err))
+		cancel(err)
+	}
+	defer func() {
+		if runErr == nil && parent.Err() == nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				runErr = cause
+			}
+		}
+	}()
 	defer s.sink.w.Close()
 	led, err := s.openLedger(ctx)
 	if err != nil {
@@ -217,6 +238,9 @@ func (s *Stage) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		return err
+	}
+	if s.meta, err = s.loadMeta(); err != nil {
 		return err
 	}
 	if err := s.replayRecent(256); err != nil {
@@ -329,10 +353,9 @@ type session struct {
 	trackers map[int]*offsetTracker
 	agg      *aggregate.Aggregator
 
-	closeMu sync.RWMutex // guards next/haveNext against adds into closed windows: workers add under RLock, the releaser closes under Lock
+	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
 	// next is the start of the first window not yet closed.
-	next     int64
-	haveNext bool
+	next int64
 }
 
 func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
@@ -372,14 +395,24 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		sess.trackers[a.ID] = newOffsetTracker(start)
 	}
 	sess.wm = newWatermarks(sess.parts, s.cfg.Window.AllowedLateness.D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
+	// The first window of this session comes from the ledger only, never
+	// from the data: the last recorded window (it may be partly released —
+	// a crash between two histograms — so it is closed again: recorded
+	// units are republished, missing ones released from the re-read
+	// events), or the first window recorded in the ledger's metadata.
 	if last, ok, err := s.ledger.LastWindow(); err != nil {
 		s.log.Error("cannot read ledger", zap.Error(err))
 		return
 	} else if ok {
-		// The last recorded window may be partly released (a crash between
-		// two histograms): close it again; recorded units are republished,
-		// missing ones released from the re-read events.
-		sess.next, sess.haveNext = last, true
+		sess.next = last
+	} else {
+		sess.next = s.meta.FirstWindow
+	}
+	if err := s.checkContinuity(ctx); err != nil {
+		// A standby with its own empty state.dir taking over after the
+		// active instance published: stop rather than release again.
+		s.fail(err)
+		return
 	}
 	s.log.Info("assigned partitions", zap.Int32("generation", gen.ID), zap.Ints("partitions", sess.parts))
 	s.ready.assigned.Store(true)
@@ -449,6 +482,8 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	tracker := sess.trackers[p]
 	maxMsg := s.cfg.Events.MaxMessageBytes
 	loc := &partitionLocal{lateness: s.cfg.Window.AllowedLateness.D().Milliseconds()}
+	maxFuture := s.cfg.Events.MaxFuture.D().Milliseconds()
+	loc.futureLimit = s.now().UnixMilli() + maxFuture
 	defer loc.flushStats(s.stats)
 	for {
 		m, err := r.FetchMessage(ctx)
@@ -487,6 +522,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		}
 		if loc.urgent || caughtUp || loc.consumed-loc.published >= publishEvery {
 			loc.publish(sess.wm, p, s.stats, s.sizeMs)
+			loc.futureLimit = s.now().UnixMilli() + maxFuture
 		}
 	}
 }
@@ -517,6 +553,10 @@ type partitionLocal struct {
 	urgent             bool  // publish after this message
 
 	consumed, published int64 // messages read; messages read at the last publication
+
+	// futureLimit: events after this time (Unix ms; wall clock +
+	// events.max_future at the last publication) are dropped.
+	futureLimit int64
 
 	// Counters not yet added to Stats.
 	decoded, counted, boundEvents, boundGroups, boundCapacity int64
@@ -576,21 +616,18 @@ func (l *partitionLocal) flushStats(st *Stats) {
 	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity = 0, 0, 0, 0, 0
 }
 
-// maxFutureJump is how far ahead of a partition's largest event time a new
-// event may be. An event further ahead is treated as a corrupt timestamp:
-// accepting it would drag the watermark forward and close every open window
-// early.
-const maxFutureJump = int64(24 * time.Hour / time.Millisecond)
-
 // handle bounds and counts a decoded event. It returns a drop reason for an
 // event that must go to the dead-letter topic, "" otherwise.
 func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) string {
-	if loc.have && ev.TimeMs > loc.maxEvent+maxFutureJump {
+	// events.max_future against the wall clock (read once per publication,
+	// see partitionLocal): never relative to other events, so one user's
+	// timestamps cannot decide whether another's event counts.
+	if ev.TimeMs > loc.futureLimit {
 		return "time_too_far_ahead"
 	}
 	w := windowStart(ev.TimeMs, s.sizeMs)
 	sess.closeMu.RLock()
-	if sess.haveNext && w < sess.next {
+	if w < sess.next {
 		sess.closeMu.RUnlock()
 		s.stats.Late.Add(1)
 		s.stats.Drop("late")
@@ -634,7 +671,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 			return
 		case <-tick.C:
 		}
-		wm, minSeen, ok := sess.wm.current()
+		wm, _, ok := sess.wm.current()
 		if !ok {
 			continue
 		}
@@ -642,17 +679,6 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		// latest; latency is measured from here to the acknowledgement.
 		passedAt := s.now()
 		sess.closeMu.Lock()
-		if !sess.haveNext {
-			// The first window: the earliest event seen, or an earlier window
-			// already holding counts (an event counted before its partition
-			// published its time). Adds are excluded while we hold closeMu,
-			// so no window with counts can be left behind.
-			start := windowStart(minSeen, s.sizeMs)
-			if open := sess.agg.OpenWindows(); len(open) > 0 && open[0] < start {
-				start = open[0]
-			}
-			sess.next, sess.haveNext = start, true
-		}
 		next := sess.next
 		sess.closeMu.Unlock()
 		released := false
@@ -664,7 +690,13 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 			err := s.closeAndRelease(pubCtx, sess, next, passedAt)
 			cancel()
 			if err != nil {
-				s.log.Error("release failed; the recorded release will be republished", zap.Error(err))
+				if soft.Err() == nil && gctx.Err() == nil {
+					// Not a stop or a rebalance: a release that cannot be
+					// made must not leave a stage that looks healthy but
+					// releases nothing. Stop; whatever was recorded is
+					// republished with the same values at the next start.
+					s.fail(fmt.Errorf("release of window %s failed: %w", rfc3339(next), err))
+				}
 				return
 			}
 			released = true

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -91,5 +93,72 @@ func TestFreshLedgerRefused(t *testing.T) {
 	defer cancel2()
 	if err := st.Run(ctx2); err != nil {
 		t.Fatalf("run with state.allow_fresh_ledger: %v", err)
+	}
+}
+
+// TestFirstWindowIsNotChosenByData: which windows are released never depends
+// on the data. An event before the configured first window (window.start) —
+// a user who happens to be early, or a forged ts — does not make the stage
+// release an earlier window: it is late, and the released windows are the
+// same with or without it.
+func TestFirstWindowIsNotChosenByData(t *testing.T) {
+	released := func(withEarly bool) map[string]bool {
+		h := newHarness(t)
+		cfg := h.config("gaussian", 1e7)
+		cfg.Window.Start = base.Add(time.Minute).Format(time.RFC3339)
+		evs := stream(3, 30)[0:0]
+		for _, e := range stream(3, 30) {
+			if !e.At.Before(base.Add(time.Minute)) {
+				evs = append(evs, e)
+			}
+		}
+		if withEarly {
+			evs = append([]event{{User: "victim", At: base.Add(30 * time.Second), Page: "home", Country: "US", Device: "mobile"}}, evs...)
+		}
+		h.produceEvents(evs)
+		run := h.start(cfg)
+		h.produce(flush(base.Add(3*time.Minute + time.Second)))
+		out := h.readOutput(2*(len(groups)+1), 60*time.Second, 2*time.Second)
+		got := map[string]bool{}
+		for _, r := range out.Releases {
+			got[r.Histogram+"/"+r.Group+"/"+r.WindowStart] = true
+		}
+		if withEarly && run.stage.Stats().Late.Load() < 1 {
+			t.Errorf("the early event was not counted as late")
+		}
+		return got
+	}
+	a, b := released(false), released(true)
+	if len(a) != 2*(len(groups)+1) || len(b) != len(a) {
+		t.Fatalf("released %d windows×groups without the early event and %d with it, want %d both", len(a), len(b), 2*(len(groups)+1))
+	}
+	for k := range a {
+		if !b[k] {
+			t.Errorf("%s released without the early event but not with it", k)
+		}
+	}
+}
+
+// TestForgedFutureTimestamp: an event stamped far ahead of the wall clock is
+// dropped (time_too_far_ahead) and does not close the open windows early:
+// later on-time events still count.
+func TestForgedFutureTimestamp(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	evs := stream(2, 30)
+	tr := computeTruth(evs)
+	far := time.Now().Add(48 * time.Hour)
+	h.produce(kafka.Message{Key: []byte("forger"), Value: event{User: "forger", At: far, Page: "home", Country: "US", Device: "mobile"}.json()})
+	h.produceEvents(evs)
+	run := h.start(cfg)
+	h.produce(flush(base.Add(2*time.Minute + time.Second)))
+	out := h.readOutput(2*(len(groups)+1), 60*time.Second, time.Second)
+	for _, r := range out.Releases {
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		k := key(r.Histogram, r.Group, ws)
+		checkExact(t, k, r, tr[k])
+	}
+	if got := run.stage.Stats().Dropped()["time_too_far_ahead"]; got != 1 {
+		t.Errorf("time_too_far_ahead = %d, want 1", got)
 	}
 }

@@ -128,6 +128,7 @@ window:
   size: 1m
   allowed_lateness: 0s
   idle_partition_timeout: 500ms
+  start: 2026-03-01T00:00:00Z
 histograms:
   - name: pages
     field: page

@@ -109,6 +109,7 @@ window:
   size: %s
   allowed_lateness: 0s
   idle_partition_timeout: 10s
+  start: 2026-01-01T00:00:00Z # = epoch: the first window released
 histograms:
   - name: pages
     field: page

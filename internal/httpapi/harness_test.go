@@ -58,6 +58,7 @@ window:
   size: %s
   allowed_lateness: 0s
   idle_partition_timeout: 300ms
+  start: 2026-01-01T00:00:00Z
 histograms:
   - name: pages
     field: page
