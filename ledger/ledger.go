@@ -407,3 +407,37 @@ func (l *Ledger) FirstUnitWindow() (int64, bool, error) {
 	})
 	return first, ok, err
 }
+
+// MarkPublishedKeys marks the units with the given keys (Unit.Key) published,
+// in one transaction.
+func (l *Ledger) MarkPublishedKeys(keys [][]byte) error {
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		units := tx.Bucket(bucketUnits)
+		for _, key := range keys {
+			v := units.Get(key)
+			if v == nil {
+				return fmt.Errorf("no unit recorded under %x", key)
+			}
+			var u Unit
+			if err := json.Unmarshal(v, &u); err != nil {
+				return err
+			}
+			if u.Published {
+				continue
+			}
+			u.Published = true
+			nv, err := json.Marshal(&u)
+			if err != nil {
+				return err
+			}
+			if err := units.Put(key, nv); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: mark %d units published: %w", len(keys), err)
+	}
+	return nil
+}

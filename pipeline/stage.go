@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -681,30 +682,65 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		sess.closeMu.Lock()
 		next := sess.next
 		sess.closeMu.Unlock()
-		released := false
+		// Every window the watermark passed is closed and its units
+		// recorded (values and charge, durably) first; then all of them go
+		// out in one publish and are marked published in one transaction;
+		// then offsets are committed. Recording before publishing is what
+		// keeps a release at most once; batching only saves round trips.
+		var batch []*ledger.Unit
+		closedTo := int64(math.MinInt64)
+		flush := func() bool {
+			if len(batch) == 0 {
+				return true
+			}
+			pubCtx, cancel := s.publishContext(soft, gctx)
+			err := s.publishUnits(pubCtx, batch, passedAt)
+			cancel()
+			batch = batch[:0]
+			if err != nil {
+				s.releaseFailed(soft, gctx, closedTo, err)
+				return false
+			}
+			return true
+		}
 		for next+s.sizeMs <= wm {
 			if soft.Err() != nil || gctx.Err() != nil {
 				break
 			}
-			pubCtx, cancel := s.publishContext(soft, gctx)
-			err := s.closeAndRelease(pubCtx, sess, next, passedAt)
-			cancel()
+			units, err := s.closeAndRecord(sess, next)
 			if err != nil {
-				if soft.Err() == nil && gctx.Err() == nil {
-					// Not a stop or a rebalance: a release that cannot be
-					// made must not leave a stage that looks healthy but
-					// releases nothing. Stop; whatever was recorded is
-					// republished with the same values at the next start.
-					s.fail(fmt.Errorf("release of window %s failed: %w", rfc3339(next), err))
-				}
+				s.releaseFailed(soft, gctx, next, err)
 				return
 			}
-			released = true
+			batch = append(batch, units...)
 			next += s.sizeMs
+			closedTo = next
+			if len(batch) >= maxPublishBatch && !flush() {
+				return
+			}
 		}
-		if released {
+		if !flush() {
+			return
+		}
+		if closedTo != math.MinInt64 {
+			for _, t := range sess.trackers {
+				t.released(closedTo)
+			}
 			s.commit(sess)
 		}
+	}
+}
+
+// maxPublishBatch bounds the units published together.
+const maxPublishBatch = 256
+
+// releaseFailed handles a release that could not be made. A stop or a
+// rebalance just ends the loop (recorded units are republished with the same
+// values at the next start); anything else stops the stage: a stage that
+// looks healthy but releases nothing is worse than one that restarts.
+func (s *Stage) releaseFailed(soft, gctx context.Context, w int64, err error) {
+	if soft.Err() == nil && gctx.Err() == nil {
+		s.fail(fmt.Errorf("release up to window %s failed: %w", rfc3339(w), err))
 	}
 }
 
@@ -720,25 +756,28 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 	return c, func() { stopG(); stopS(); cancel() }
 }
 
-// closeAndRelease closes window w and releases every histogram's unit.
-func (s *Stage) closeAndRelease(ctx context.Context, sess *session, w int64, passedAt time.Time) error {
+// closeAndRecord closes window w and records every histogram's unit (or
+// finds it recorded). It returns the units still to publish.
+func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
 	counts, err := sess.agg.Close(w)
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("close window %s: %w", rfc3339(w), err)
+		return nil, fmt.Errorf("close window %s: %w", rfc3339(w), err)
 	}
 	defer counts.Release()
+	var out []*ledger.Unit
 	for h := range s.cfg.Histograms {
-		if err := s.releaseUnit(ctx, h, w, counts, passedAt); err != nil {
-			return err
+		u, err := s.recordUnit(h, w, counts)
+		if err != nil {
+			return nil, err
+		}
+		if u != nil {
+			out = append(out, u)
 		}
 	}
-	for _, t := range sess.trackers {
-		t.released(w + s.sizeMs)
-	}
-	return nil
+	return out, nil
 }
 
 func (s *Stage) periodOf(w int64) int64 { return windowStart(w, s.periodMs) }
@@ -789,23 +828,26 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
 }
 
-// releaseUnit makes (or republishes) the releases of histogram h for window
-// w, in the write-ahead order: record values and charge durably → publish →
-// mark published.
-func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggregate.WindowCounts, passedAt time.Time) error {
+// recordUnit makes the releases of histogram h for window w and records them
+// with their charge, durably, in one transaction — the first step of the
+// write-ahead order (record and charge → publish → mark published; the
+// caller publishes). It returns the unit to publish: a new one, one recorded
+// but not yet acknowledged before a stop (the same values, no fresh noise,
+// no second charge), or nil when the unit was already published.
+func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*ledger.Unit, error) {
 	hist := s.cfg.Histograms[h]
 	if u, ok, err := s.ledger.Lookup(hist.Name, w); err != nil {
-		return err
+		return nil, err
 	} else if ok {
 		if u.Published {
-			return nil
+			return nil, nil
 		}
-		return s.publishUnit(ctx, u, passedAt)
+		return u, nil // recorded before a stop: publish the same values
 	}
 	period := s.periodOf(w)
 	acct, err := s.accountant(period)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	u := &ledger.Unit{
 		Histogram:   hist.Name,
@@ -817,7 +859,7 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 	order := s.plan.Mechanism.Spec().Order
 	if err := acct.CanSpend(s.plan.Charge); err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
-			return err
+			return nil, err
 		}
 		u.Status = ledger.StatusBudgetExhausted
 		st := Status{
@@ -835,11 +877,11 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 		st.Privacy.PeriodEnd = rfc3339(period + s.periodMs)
 		v, err := json.Marshal(&st)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		u.Messages = []ledger.Message{{Key: []byte(hist.Name), Value: v}}
 		if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
-			return err
+			return nil, err
 		}
 		s.stats.Exhausted.Add(1)
 		s.log.Warn("budget exhausted: release not made", zap.String("histogram", hist.Name),
@@ -848,12 +890,12 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 		if s.printer != nil {
 			s.printer.PrintStatus(&st)
 		}
-		return s.publishUnit(ctx, u, passedAt)
+		return u, nil
 	}
 
 	spentAfter := acct.Spent().Add(s.plan.Charge)
 	if err := spentAfter.Err(); err != nil {
-		return fmt.Errorf("compose charge: %w", err)
+		return nil, fmt.Errorf("compose charge: %w", err)
 	}
 	spentEps, _ := budget.ToEpsilon(spentAfter, s.plan.Delta)
 	params := s.plan.Mechanism.Params()
@@ -880,7 +922,7 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 			err = s.plan.Mechanism.Release(s.rng, buf, out)
 		}
 		if err != nil {
-			return fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
+			return nil, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
 		}
 		rel := Release{
 			ReleaseID:      ReleaseID(hist.Name, group, w),
@@ -910,32 +952,50 @@ func (s *Stage) releaseUnit(ctx context.Context, h int, w int64, counts *aggrega
 		}
 		v, err := json.Marshal(&rel)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
 	}
 	// Record the values and the charge in one transaction, then charge the
 	// in-memory accountant: the ledger is the source of truth after a crash.
 	if err := s.ledger.Record(u, toLedgerCurve(spentAfter)); err != nil {
-		return err
+		return nil, err
 	}
 	if err := acct.Spend(s.plan.Charge); err != nil {
-		return fmt.Errorf("accountant disagrees with ledger (recorded %s@%s): %w", hist.Name, rfc3339(w), err)
+		return nil, fmt.Errorf("accountant disagrees with ledger (recorded %s@%s): %w", hist.Name, rfc3339(w), err)
 	}
-	return s.publishUnit(ctx, u, passedAt)
+	return u, nil
 }
 
 func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit, passedAt time.Time) error {
-	msgs := make([]kafka.Message, len(u.Messages))
-	for i, m := range u.Messages {
-		msgs[i] = kafka.Message{Key: m.Key, Value: m.Value}
+	return s.publishUnits(ctx, []*ledger.Unit{u}, passedAt)
+}
+
+// publishUnits publishes recorded units in one write (acknowledged by all
+// in-sync replicas), then marks them published in one transaction.
+func (s *Stage) publishUnits(ctx context.Context, units []*ledger.Unit, passedAt time.Time) error {
+	var msgs []kafka.Message
+	keys := make([][]byte, 0, len(units))
+	for _, u := range units {
+		for _, m := range u.Messages {
+			msgs = append(msgs, kafka.Message{Key: m.Key, Value: m.Value})
+		}
+		keys = append(keys, u.Key())
 	}
 	if err := s.sink.publish(ctx, msgs); err != nil {
-		return fmt.Errorf("publish %s@%s: %w", u.Histogram, rfc3339(u.WindowStart), err)
+		return fmt.Errorf("publish %d units from %s@%s: %w", len(units), units[0].Histogram, rfc3339(units[0].WindowStart), err)
 	}
-	if err := s.ledger.MarkPublished(u.Histogram, u.WindowStart); err != nil {
+	if err := s.ledger.MarkPublishedKeys(keys); err != nil {
 		return err
 	}
+	for _, u := range units {
+		s.published(u, passedAt)
+	}
+	return nil
+}
+
+// published updates stats and views after u was acknowledged.
+func (s *Stage) published(u *ledger.Unit, passedAt time.Time) {
 	if u.Status == ledger.StatusReleased {
 		s.stats.Releases.Add(int64(len(u.Messages)))
 		if s.printer != nil {
@@ -954,7 +1014,6 @@ func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit, passedAt time.T
 		}
 		s.onRel(u, lat)
 	}
-	return nil
 }
 
 // republishPending publishes every recorded but unacknowledged unit.
