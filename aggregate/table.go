@@ -5,7 +5,8 @@ package aggregate
 // whose records are stored inline: slot i is words[i*stride : (i+1)*stride],
 // holding the key's low and high 32 bits and then the record. Key 0 marks a
 // free slot, so Add stores the user hash 0 as 1: at worst that would merge
-// two users under one bound, which is privacy-safe, and as shards are chosen
+// two users under one bound (see package decode on what a merge costs; it
+// needs a 2⁻⁶⁴ coincidence under a secret seed), and as shards are chosen
 // by the low hash bits no user of hash 0's shard has hash 1. One probe
 // sequence finds a user or the place to insert it, and the record shares its
 // cache line with the key.

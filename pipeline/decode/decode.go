@@ -43,13 +43,15 @@
 // [Event.User] is maphash of the user id bytes under the seed given to [New].
 // The seed is random per process, so the hash cannot be precomputed by
 // whoever produces events to force collisions. A collision between two users
-// only merges them under one contribution bound: together they can count at
-// most as much as one user may. That removes data but never lets one user
-// contribute more than the bound, so the privacy guarantee, which is stated
-// per user, is unaffected. (The opposite error, one user seen as two, would be
-// a privacy failure; hashing never splits a user.) With 64-bit hashes the
-// expected number of colliding pairs among n users is n²/2⁶⁵: about 3·10⁻⁸ at
-// one million users.
+// merges them under one contribution bound: together they count at most as
+// much as one user may, and hashing never splits a user (which would let one
+// user contribute twice). A merge is not free of cost, though: under the
+// add_remove relation, removing one of two merged users can let the other's
+// event count instead, a change of one user out and one in (the replace
+// sensitivity). The seed makes that an accident, not an attack: with 64-bit
+// hashes the expected number of colliding pairs among n users is n²/2⁶⁵,
+// about 3·10⁻⁸ at one million users; and with the tracked-user cap on (the
+// default) add_remove is charged the replace sensitivity anyway.
 package decode
 
 import (
