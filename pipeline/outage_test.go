@@ -57,3 +57,34 @@ func TestEndToEndBrokerOutage(t *testing.T) {
 	}
 	_ = run
 }
+
+// TestEndToEndBrokerDownAtStart: the stage starts while the broker is away,
+// retries (no crash), and releases everything once the broker is back.
+func TestEndToEndBrokerDownAtStart(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	evs := stream(2, 50)
+	tr := computeTruth(evs)
+	h.produceEvents(evs)
+	if err := h.broker.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	run := h.start(cfg)
+	time.Sleep(2 * time.Second)
+	if run.stage.Readiness().Ready() {
+		t.Fatal("ready while the broker is down")
+	}
+	if err := h.broker.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	h.produce(flush(base.Add(2*time.Minute + time.Second)))
+	out := h.readOutput(2*(len(groups)+1), 90*time.Second, time.Second)
+	if len(out.Releases) != 2*(len(groups)+1) {
+		t.Fatalf("got %d releases, want %d", len(out.Releases), 2*(len(groups)+1))
+	}
+	for _, r := range out.Releases {
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		k := key(r.Histogram, r.Group, ws)
+		checkExact(t, k, r, tr[k])
+	}
+}
