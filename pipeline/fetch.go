@@ -1,0 +1,150 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// connFetcher reads one partition in offset order with fetch requests on a
+// kafka.Conn to the partition's leader. It replaces kafka-go's Reader on the
+// hot path: the Reader runs a goroutine per partition and hands every message
+// over a channel, which `stage bench` measured as the stage's largest cost
+// (docs/bench.md). Errors are returned to the caller, which backs off and
+// calls fetch again: the connection is re-dialled (finding the new leader
+// after a leader change) and reading resumes at the next offset.
+type connFetcher struct {
+	dialer    *kafka.Dialer
+	brokers   []string
+	topic     string
+	partition int
+	maxWait   time.Duration
+	maxBytes  int
+	// next is the next offset to read; negative (kafka.FirstOffset) until
+	// the first fetch resolves it to the partition's first offset.
+	next int64
+	// onReset is told when the next offset was no longer retained and
+	// reading restarted at the first retained offset.
+	onReset func(from, to int64)
+
+	conn      *kafka.Conn
+	stopClose func() bool // undoes the context.AfterFunc that closes conn
+	batch     *kafka.Batch
+}
+
+func newConnFetcher(dialer *kafka.Dialer, brokers []string, topic string, partition int, next int64) *connFetcher {
+	if dialer == nil {
+		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+	}
+	return &connFetcher{dialer: dialer, brokers: brokers, topic: topic, partition: partition,
+		maxWait: 500 * time.Millisecond, maxBytes: 16 << 20, next: next}
+}
+
+// fetch returns the next message. It blocks until one is there, ctx ends,
+// or the connection fails.
+func (f *connFetcher) fetch(ctx context.Context) (kafka.Message, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return kafka.Message{}, err
+		}
+		if f.batch == nil {
+			if err := f.open(ctx); err != nil {
+				f.drop()
+				if ctx.Err() != nil {
+					return kafka.Message{}, ctx.Err()
+				}
+				return kafka.Message{}, err
+			}
+		}
+		m, err := f.batch.ReadMessage()
+		if err == nil {
+			f.next = m.Offset + 1
+			m.Topic, m.Partition = f.topic, f.partition
+			m.HighWaterMark = f.batch.HighWaterMark()
+			return m, nil
+		}
+		cerr := f.batch.Close()
+		f.batch = nil
+		if errors.Is(err, io.EOF) && cerr == nil {
+			continue // the fetch is consumed (or came back empty after maxWait): fetch again
+		}
+		if cerr != nil {
+			err = cerr
+		}
+		if errors.Is(err, kafka.OffsetOutOfRange) {
+			// The next offset is no longer retained (retention ran past the
+			// committed offset): restart at the first retained offset.
+			first, ferr := f.conn.ReadFirstOffset()
+			if ferr == nil && first > f.next {
+				if f.onReset != nil {
+					f.onReset(f.next, first)
+				}
+				f.next = first
+				continue
+			}
+		}
+		f.drop()
+		if ctx.Err() != nil {
+			return kafka.Message{}, ctx.Err()
+		}
+		return kafka.Message{}, fmt.Errorf("fetch %s/%d at offset %d: %w", f.topic, f.partition, f.next, err)
+	}
+}
+
+// open dials the leader if needed and starts a fetch at f.next.
+func (f *connFetcher) open(ctx context.Context) error {
+	if f.conn == nil {
+		var err error
+		for _, b := range f.brokers {
+			var c *kafka.Conn
+			if c, err = f.dialer.DialLeader(ctx, "tcp", b, f.topic, f.partition); err == nil {
+				f.conn = c
+				f.stopClose = context.AfterFunc(ctx, func() { c.Close() })
+				break
+			}
+		}
+		if f.conn == nil {
+			return fmt.Errorf("dial leader of %s/%d: %w", f.topic, f.partition, err)
+		}
+	}
+	if f.next < 0 {
+		first, err := f.conn.ReadFirstOffset()
+		if err != nil {
+			return fmt.Errorf("first offset of %s/%d: %w", f.topic, f.partition, err)
+		}
+		f.next = first
+	}
+	if _, err := f.conn.Seek(f.next, kafka.SeekAbsolute); err != nil {
+		return fmt.Errorf("seek %s/%d to %d: %w", f.topic, f.partition, f.next, err)
+	}
+	if err := f.conn.SetReadDeadline(time.Now().Add(f.maxWait + 10*time.Second)); err != nil {
+		return err
+	}
+	f.batch = f.conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: f.maxWait})
+	return nil
+}
+
+// drop closes the connection (a later fetch re-dials).
+func (f *connFetcher) drop() {
+	if f.batch != nil {
+		_ = f.batch.Close()
+		f.batch = nil
+	}
+	if f.conn != nil {
+		if f.stopClose != nil {
+			f.stopClose()
+		}
+		_ = f.conn.Close()
+		f.conn = nil
+	}
+}
+
+// Close releases the connection.
+func (f *connFetcher) Close() error {
+	f.drop()
+	return nil
+}
