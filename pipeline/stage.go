@@ -17,7 +17,10 @@
 // never pass an unreleased window's first offset, and dropping every open
 // window when partitions move. ConsumerGroup/Generation gives exactly that: a
 // generation lists its assignments, its Start goroutines are cancelled when
-// the generation ends, and CommitOffsets commits what we choose.
+// the generation ends, and CommitOffsets commits what we choose. Each
+// assigned partition is then read by a fetch loop on a kafka.Conn to its
+// leader (fetch.go), which `stage bench` measured as much cheaper per message
+// than a partition-bound kafka.Reader.
 //
 // # One active instance
 //
