@@ -59,6 +59,13 @@ func (h *harness) config(mech string, epsilon float64) *config.Config {
 	if mech != "gaussian" {
 		privacy = "mechanism: dirichlet\n  calibration: " + mech
 	}
+	return h.configWith(privacy, epsilon)
+}
+
+// configWith returns the harness config with the given privacy lines (the
+// first unindented, later ones indented by two spaces).
+func (h *harness) configWith(privacy string, epsilon float64) *config.Config {
+	h.t.Helper()
 	y := fmt.Sprintf(`
 kafka:
   brokers: [%q]

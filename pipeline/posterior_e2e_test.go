@@ -15,54 +15,6 @@ import (
 // The stage with privacy.mechanism: laplace-posterior, end to end over the
 // embedded broker (the harness of e2e_test.go), and its plan.
 
-// posteriorConfig is the harness config (same histograms, bounds, windows)
-// with the given privacy block lines (indented by two spaces).
-func (h *harness) posteriorConfig(privacy string, epsilon float64) *config.Config {
-	h.t.Helper()
-	y := fmt.Sprintf(`
-kafka:
-  brokers: [%q]
-  group_id: g-%s
-  input_topic: events-%s
-  output_topic: out-%s
-window:
-  size: 1m
-  allowed_lateness: 0s
-  idle_partition_timeout: 500ms
-  start: 2026-01-01T00:00:00Z
-histograms:
-  - name: pages
-    field: page
-    bins: [%s]
-    overflow_bin: other
-    group_by: country
-    groups: [US, DE, FR]
-  - name: devices
-    field: device
-    bins: [mobile, desktop]
-contribution:
-  max_events_per_user: 1
-  max_groups_per_user: 1
-privacy:
-%s
-  neighbour: replace
-  order: 2
-  budget:
-    epsilon: %g
-    delta: 1.0e-6
-    period: 1h
-state:
-  dir: %q
-log:
-  level: warn
-`, h.broker.Addr(), h.name, h.name, h.name, pagesBins, privacy, epsilon, h.dir)
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
-	if err != nil {
-		h.t.Fatalf("config: %v", err)
-	}
-	return cfg
-}
-
 // checkPosteriorRelease checks the structure every laplace-posterior release
 // must have: posterior_alpha over the declared bins, every entry ≥ the
 // prior > 0 and the prior plus a whole number, probabilities = α̃/Σα̃.
@@ -104,7 +56,7 @@ func checkPosteriorRelease(t *testing.T, r pipeline.Release, bins []string, prio
 func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 	h := newHarness(t)
 	const prior = 0.5
-	cfg := h.posteriorConfig("  mechanism: laplace-posterior\n  prior_alpha: 0.5", 1e7)
+	cfg := h.configWith("mechanism: laplace-posterior\n  prior_alpha: 0.5", 1e7)
 	evs := stream(3, 200)
 	for i := 0; i < 2000; i++ { // a heavy user, bounded to one event
 		evs = append(evs, event{User: "heavy", At: base.Add(time.Minute + time.Duration(i)*time.Millisecond), Page: "checkout", Country: "DE", Device: "desktop"})
@@ -179,7 +131,7 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 // seeds nothing, so these bounds are its false-failure rate).
 func TestEndToEndLaplacePosteriorNoisy(t *testing.T) {
 	h := newHarness(t)
-	cfg := h.posteriorConfig("  mechanism: laplace-posterior", 5)
+	cfg := h.configWith("mechanism: laplace-posterior", 5)
 	if cfg.Privacy.PriorAlpha != 1 {
 		t.Fatalf("prior_alpha default %v, want 1", cfg.Privacy.PriorAlpha)
 	}
