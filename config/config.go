@@ -162,7 +162,7 @@ type Privacy struct {
 	// α̃/Σα̃ as probabilities.
 	Mechanism string `yaml:"mechanism"`
 	// Calibration (dirichlet only): concentrated (default) | diffuse |
-	// closed-form.
+	// closed-form | exact.
 	Calibration string `yaml:"calibration"`
 	// PriorAlpha (laplace-posterior only) is the public Dirichlet prior α₀
 	// given to every bin: finite, > 0 and at most 1e12. Default 1 (the

@@ -27,8 +27,10 @@
 // A release covers every event of its window, whichever partition carried
 // it, so one process must own every partition of the input topic. The stage
 // joins its group with a balancer that assigns all partitions to one member
-// (internal/allone); further instances are hot standbys that take over, from
-// the committed offsets, when the active one leaves.
+// (internal/allone). A standby shares the active instance's state.dir and
+// waits on the ledger's lock before it joins the group (continuity.go); it
+// takes over, from the ledger and the committed offsets, when the active one
+// exits.
 package pipeline
 
 import (
@@ -99,8 +101,8 @@ type Stage struct {
 	ready readiness
 
 	lagMu sync.Mutex // guards lag
-	// lag is the consumer lag per assigned partition, from kafka-go's
-	// reader stats; reset on every generation.
+	// lag is the consumer lag per assigned partition (high-water mark −
+	// offset − 1 of the last fetched message); reset on every generation.
 	lag map[int]int64
 
 	// fail ends Run with an error; set by Run.
@@ -529,8 +531,8 @@ const publishEvery = 64
 // publishes after every publishEvery messages, whenever it has read all the
 // partition held (the last message of a fetch at the high watermark), and
 // at once after a message that can change a decision of the releaser: the
-// partition's first event, a new smallest event time (it may move the first
-// window), or a new largest event time whose watermark lies in a later
+// partition's first event, a new smallest event time (watermark
+// bookkeeping only: the first window comes from the ledger, not the data), or a new largest event time whose watermark lies in a later
 // window than the one published (only windowStart(max − lateness) decides
 // which windows close). The releaser therefore closes the same windows at
 // the same messages as with per-message updates; only idle detection and
