@@ -250,13 +250,13 @@ func parseCalibrate(args []string) (*calibrateArgs, error) {
 	case mechanism.Dirichlet, mechanism.Gaussian, mechanism.Laplace:
 		s.Kind = k
 	default:
-		return nil, badFlag("--mechanism must be one of dirichlet, gaussian, laplace, got %q", *mech)
+		return nil, badFlag("--mechanism must be one of dirichlet, gaussian, laplace, simplex-dirichlet, laplace-posterior, ehd, ehds, got %q", *mech)
 	}
 	switch c := mechanism.Calibration(*calib); c {
 	case mechanism.Concentrated, mechanism.Diffuse, mechanism.ClosedForm, mechanism.Exact:
 		if s.Kind == mechanism.Dirichlet {
 			s.Calibration = c
-		} // gaussian and laplace have no calibration choice: ignored
+		} // gaussian and laplace take the same flags (issue 2's contract) and ignore it
 	default:
 		return nil, badFlag("--calibration must be one of concentrated, diffuse, closed-form, exact, got %q", *calib)
 	}
