@@ -16,7 +16,11 @@ import (
 // over a channel, which `stage bench` measured as the stage's largest cost
 // (docs/bench.md). Errors are returned to the caller, which backs off and
 // calls fetch again: the connection is re-dialled (finding the new leader
-// after a leader change) and reading resumes at the next offset.
+// after a leader change) and reading resumes at the next offset. An empty
+// fetch (no data within maxWait: kafka-go reports RequestTimedOut, or the
+// batch simply ends) is not an error: fetch polls again on the same
+// connection. The connection is closed when the ctx of the fetch call that
+// dialled it ends; pass the same ctx to every call.
 type connFetcher struct {
 	dialer    *kafka.Dialer
 	brokers   []string
@@ -31,9 +35,10 @@ type connFetcher struct {
 	// reading restarted at the first retained offset.
 	onReset func(from, to int64)
 
-	conn      *kafka.Conn
-	stopClose func() bool // undoes the context.AfterFunc that closes conn
-	batch     *kafka.Batch
+	conn       *kafka.Conn
+	stopClose  func() bool // undoes the context.AfterFunc that closes conn
+	batch      *kafka.Batch
+	checkRange bool
 }
 
 func newConnFetcher(dialer *kafka.Dialer, brokers []string, topic string, partition int, next int64) *connFetcher {
@@ -67,9 +72,12 @@ func (f *connFetcher) fetch(ctx context.Context) (kafka.Message, error) {
 			m.HighWaterMark = f.batch.HighWaterMark()
 			return m, nil
 		}
+		if o := f.batch.Offset(); o > f.next {
+			f.next = o // compacted tail / control records
+		}
 		cerr := f.batch.Close()
 		f.batch = nil
-		if errors.Is(err, io.EOF) && cerr == nil {
+		if (errors.Is(err, io.EOF) && cerr == nil) || (errors.Is(err, kafka.RequestTimedOut) && (cerr == nil || errors.Is(cerr, kafka.RequestTimedOut))) {
 			continue // the fetch is consumed (or came back empty after maxWait): fetch again
 		}
 		if cerr != nil {
@@ -78,14 +86,8 @@ func (f *connFetcher) fetch(ctx context.Context) (kafka.Message, error) {
 		if errors.Is(err, kafka.OffsetOutOfRange) {
 			// The next offset is no longer retained (retention ran past the
 			// committed offset): restart at the first retained offset.
-			first, ferr := f.conn.ReadFirstOffset()
-			if ferr == nil && first > f.next {
-				if f.onReset != nil {
-					f.onReset(f.next, first)
-				}
-				f.next = first
-				continue
-			}
+			f.drop() // the error left unread bytes on conn: re-dial, open() re-checks the range
+			continue
 		}
 		f.drop()
 		if ctx.Err() != nil {
@@ -103,6 +105,10 @@ func (f *connFetcher) open(ctx context.Context) error {
 			var c *kafka.Conn
 			if c, err = f.dialer.DialLeader(ctx, "tcp", b, f.topic, f.partition); err == nil {
 				f.conn = c
+				f.checkRange = true
+				// Bound the offset look-ups below: a half-open broker must
+				// not hang the partition.
+				_ = c.SetDeadline(time.Now().Add(f.dialTimeout()))
 				f.stopClose = context.AfterFunc(ctx, func() { c.Close() })
 				break
 			}
@@ -111,18 +117,30 @@ func (f *connFetcher) open(ctx context.Context) error {
 			return fmt.Errorf("dial leader of %s/%d: %w", f.topic, f.partition, err)
 		}
 	}
-	if f.next < 0 {
-		first, err := f.conn.ReadFirstOffset()
+	if f.checkRange {
+		first, last, err := f.conn.ReadOffsets()
 		if err != nil {
-			return fmt.Errorf("first offset of %s/%d: %w", f.topic, f.partition, err)
+			return fmt.Errorf("offsets of %s/%d: %w", f.topic, f.partition, err)
 		}
-		f.next = first
+		switch {
+		case f.next < 0:
+			f.next = first
+		case f.next < first:
+			if f.onReset != nil {
+				f.onReset(f.next, first)
+			}
+			f.next = first
+		case f.next > last:
+			return fmt.Errorf("offset %d of %s/%d is past the log end %d: %w", f.next, f.topic, f.partition, last, kafka.OffsetOutOfRange)
+		}
+		f.checkRange = false
 	}
-	if _, err := f.conn.Seek(f.next, kafka.SeekAbsolute); err != nil {
+	if _, err := f.conn.Seek(f.next, kafka.SeekAbsolute|kafka.SeekDontCheck); err != nil {
 		return fmt.Errorf("seek %s/%d to %d: %w", f.topic, f.partition, f.next, err)
 	}
-	if err := f.conn.SetReadDeadline(time.Now().Add(f.maxWait + 10*time.Second)); err != nil {
-		return err
+	// Both directions: the dial-time deadline above also bounds writes.
+	if err := f.conn.SetDeadline(time.Now().Add(f.maxWait + 10*time.Second)); err != nil {
+		return fmt.Errorf("set deadline on %s/%d: %w", f.topic, f.partition, err)
 	}
 	f.batch = f.conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: f.maxWait})
 	return nil
@@ -141,6 +159,13 @@ func (f *connFetcher) drop() {
 		_ = f.conn.Close()
 		f.conn = nil
 	}
+}
+
+func (f *connFetcher) dialTimeout() time.Duration {
+	if f.dialer.Timeout > 0 {
+		return f.dialer.Timeout
+	}
+	return 10 * time.Second
 }
 
 // Close releases the connection.

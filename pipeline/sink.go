@@ -56,6 +56,11 @@ func (s *sink) publish(ctx context.Context, msgs []kafka.Message) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("publish abandoned after %d attempts: %w", attempt, errors.Join(ctx.Err(), err))
 		}
+		if permanent(err) {
+			// Retrying cannot help (a message too large, a missing topic
+			// or permission): say so at once instead of retrying forever.
+			return fmt.Errorf("%w: %w", ErrPublishRefused, err)
+		}
 		if s.onRetry != nil {
 			s.onRetry()
 		}
@@ -70,4 +75,34 @@ func (s *sink) publish(ctx context.Context, msgs []kafka.Message) error {
 			backoff = s.maxBackoff
 		}
 	}
+}
+
+// ErrPublishRefused: the broker (or the client) refused a publish in a way
+// that retrying cannot fix. Fix the topic, its permissions or message size
+// limits and restart: recorded releases are republished with the same values.
+var ErrPublishRefused = errors.New("pipeline: publish refused permanently")
+
+// permanent reports whether err cannot go away by retrying: a message larger
+// than the client or broker accepts, or a Kafka error the protocol marks as
+// not retriable (authorization, invalid topic, …). Network errors and
+// retriable Kafka errors (leader elections, not enough replicas, …) are not.
+func permanent(err error) bool {
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return true
+	}
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && permanent(e) {
+				return true
+			}
+		}
+		return false
+	}
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		return !ke.Temporary()
+	}
+	return false
 }

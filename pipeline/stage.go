@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -188,6 +189,10 @@ func New(opts Options) (*Stage, error) {
 // forwarded to the dead-letter topic.
 const DropReasonHeader = "dp-stage-drop-reason"
 
+// maxDeadLetterValue is the largest value forwarded to the dead-letter topic
+// whole; longer ones are cut (with a dp-stage-original-size header).
+const maxDeadLetterValue = 64 << 10
+
 // deadLetter forwards a malformed message to the dead-letter topic with its
 // reason, retrying until acknowledged (the partition waits: nothing is lost,
 // and the message's offset is not committed before it is forwarded).
@@ -195,14 +200,25 @@ func (s *Stage) deadLetter(ctx context.Context, m kafka.Message, reason string) 
 	if s.dlq == nil {
 		return nil
 	}
-	return s.dlq.publish(ctx, []kafka.Message{{
-		Key:   m.Key,
-		Value: m.Value,
-		Headers: []kafka.Header{
-			{Key: DropReasonHeader, Value: []byte(reason)},
-			{Key: "dp-stage-source", Value: []byte(fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset))},
-		},
-	}})
+	value := m.Value
+	headers := []kafka.Header{
+		{Key: DropReasonHeader, Value: []byte(reason)},
+		{Key: "dp-stage-source", Value: []byte(fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset))},
+	}
+	if len(value) > maxDeadLetterValue {
+		// An oversized event would be refused by the writer (1 MiB default
+		// batch limit) and block its partition: forward its head only; the
+		// source header says where the whole message is.
+		headers = append(headers, kafka.Header{Key: "dp-stage-original-size", Value: []byte(strconv.Itoa(len(value)))})
+		value = value[:maxDeadLetterValue]
+	}
+	err := s.dlq.publish(ctx, []kafka.Message{{Key: m.Key, Value: value, Headers: headers}})
+	if err != nil && ctx.Err() == nil {
+		// Refused for good (the dead-letter topic missing, no permission):
+		// stop loudly rather than drop the event or stall the partition.
+		s.fail(fmt.Errorf("dead-letter topic %q: %w", s.cfg.Kafka.DeadLetterTopic, err))
+	}
+	return err
 }
 
 // Plan returns the privacy plan in force.
@@ -383,7 +399,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	}
 	agg, err := aggregate.New(aggregate.SpecFromConfig(s.cfg))
 	if err != nil {
-		s.log.Error("cannot build aggregator", zap.Error(err))
+		s.fail(fmt.Errorf("build aggregator: %w", err))
 		return
 	}
 	sess := &session{
@@ -407,7 +423,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	// units are republished, missing ones released from the re-read
 	// events), or the first window recorded in the ledger's metadata.
 	if last, ok, err := s.ledger.LastWindow(); err != nil {
-		s.log.Error("cannot read ledger", zap.Error(err))
+		s.fail(fmt.Errorf("read ledger: %w", err))
 		return
 	} else if ok {
 		sess.next = last
@@ -427,7 +443,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	s.lag = make(map[int]int64, len(sess.parts))
 	s.lagMu.Unlock()
 
-	// softCtx ends on a soft stop; each goroutine also watches its
+	// ctx ends on a soft stop; each goroutine also watches its
 	// generation's context (rebalance or group close).
 	var wg sync.WaitGroup
 	for _, a := range assigns {
@@ -469,7 +485,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	defer r.Close()
 	dec, err := decode.New(s.cfg, s.userSeed)
 	if err != nil {
-		s.log.Error("cannot build decoder", zap.Error(err))
+		s.fail(fmt.Errorf("build decoder: %w", err))
 		return
 	}
 	ev := dec.NewEvent()
@@ -485,6 +501,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			if ctx.Err() != nil {
 				return
 			}
+			s.ready.connected.Store(false)
 			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
 			select {
 			case <-ctx.Done():
@@ -492,6 +509,9 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			case <-time.After(500 * time.Millisecond):
 			}
 			continue
+		}
+		if !s.ready.connected.Load() {
+			s.ready.connected.Store(true)
 		}
 		loc.consumed++
 		caughtUp := m.HighWaterMark-m.Offset <= 1
@@ -545,6 +565,7 @@ type partitionLocal struct {
 	pubMax, pubMin     int64 // the range published
 	pubClose           int64 // windowStart(pubMax − lateness)
 	urgent             bool  // publish after this message
+	live               bool  // an event was counted since the last publication
 
 	consumed, published int64 // messages read; messages read at the last publication
 
@@ -559,6 +580,7 @@ type partitionLocal struct {
 
 // observe records a counted event's time; sizeMs is the window size.
 func (l *partitionLocal) observe(t, sizeMs int64) {
+	l.live = true
 	if !l.have {
 		l.have, l.maxEvent, l.minEvent, l.urgent = true, t, t, true
 		return
@@ -576,9 +598,11 @@ func (l *partitionLocal) observe(t, sizeMs int64) {
 
 // publish hands the event-time range and the counters on.
 func (l *partitionLocal) publish(wm *watermarks, p int, st *Stats, sizeMs int64) {
+	// Only counted events keep a partition live: one that delivers nothing
+	// but malformed, late or too-far-ahead messages goes idle and stops
+	// holding the watermark back (garbage cannot stall every release).
 	switch {
-	case !l.have:
-		wm.touch(p)
+	case !l.live:
 	case l.maxEvent != l.pubMax || l.minEvent != l.pubMin:
 		wm.observe(p, l.minEvent) // lowers the minimum; cannot raise the maximum
 		wm.observe(p, l.maxEvent)
@@ -587,6 +611,7 @@ func (l *partitionLocal) publish(wm *watermarks, p int, st *Stats, sizeMs int64)
 	default:
 		wm.touch(p)
 	}
+	l.live = false
 	l.urgent = false
 	l.published = l.consumed
 	l.flushStats(st)
@@ -651,6 +676,17 @@ func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *parti
 // releaseLoop closes windows as the watermark passes them, releases them and
 // commits offsets. It is the only goroutine that releases in a session.
 func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
+	// A rebalance may have cut a batch publish short in the previous
+	// generation: its units are recorded but not acknowledged. Publish them
+	// (same values) first; offsets are only ever committed below, after
+	// that, so no commit passes an unpublished release.
+	pubCtx, cancel := s.publishContext(soft, gctx)
+	err := s.republishPending(pubCtx)
+	cancel()
+	if err != nil {
+		s.releaseFailed(soft, gctx, sess.next, err)
+		return
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	// Publishing of a release in flight survives a soft stop, up to the
