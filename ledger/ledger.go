@@ -322,7 +322,10 @@ func (l *Ledger) LastWindow() (int64, bool, error) {
 		ok = true
 		return nil
 	})
-	return last, ok, err
+	if err != nil {
+		return 0, false, fmt.Errorf("ledger: last window: %w", err)
+	}
+	return last, ok, nil
 }
 
 func periodKey(p int64) []byte {
@@ -405,7 +408,10 @@ func (l *Ledger) FirstUnitWindow() (int64, bool, error) {
 		ok = true
 		return nil
 	})
-	return first, ok, err
+	if err != nil {
+		return 0, false, fmt.Errorf("ledger: first window: %w", err)
+	}
+	return first, ok, nil
 }
 
 // MarkPublishedKeys marks the units with the given keys (Unit.Key) published,

@@ -51,14 +51,24 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go func() { // owner: Run; a second signal after the first exits at once
-		<-ctx.Done()
+	done := make(chan struct{})
+	defer close(done)
+	go func() { // owner: Run; ends when Run returns. A second signal after the first exits at once.
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
 		stop()
 		hard := make(chan os.Signal, 1)
 		signal.Notify(hard, os.Interrupt, syscall.SIGTERM)
-		<-hard
-		log.Warn("second signal: exiting without draining")
-		os.Exit(1)
+		defer signal.Stop(hard)
+		select {
+		case <-hard:
+			log.Warn("second signal: exiting without draining")
+			os.Exit(1)
+		case <-done:
+		}
 	}()
 
 	if err := runStage(ctx, cfg, log, stdout, *print || cfg.Log.Format == config.LogFormatConsole); err != nil {
