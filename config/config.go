@@ -115,6 +115,14 @@ type Window struct {
 	// released never depends on the data: not on the first event seen.
 	// Ignored once the ledger has recorded its first window.
 	Start string `yaml:"start"`
+	// CloseAfter, when set (> 0), closes windows by the wall clock instead
+	// of by event time: the window [s, e) is released once the wall clock
+	// passes e + close_after, whatever the events say, and events that
+	// arrive later are late. For real-time streams (event time ≈ wall
+	// clock) it makes *when* releases appear independent of the data — a
+	// fixed schedule — closing the timing side channel of event-time
+	// watermarks. Default 0: close by the event-time watermark.
+	CloseAfter Duration `yaml:"close_after"`
 }
 
 // Histogram declares one released histogram. Bins and groups are public.

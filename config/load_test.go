@@ -232,7 +232,7 @@ func TestDecodeProblems(t *testing.T) {
 	}{
 		{"unknown top-level key", "histogram:\n  - name: x\n", "histogram", 1, `unknown key "histogram" (did you mean "histograms"?)`},
 		{"misspelled nested key", "kafka:\n  brokers: []\n  grup_id: x\n", "kafka.grup_id", 3, `unknown key "grup_id" (did you mean "group_id"?)`},
-		{"unknown key without suggestion", "window:\n  frobnicate: 1\n", "window.frobnicate", 2, `unknown key "frobnicate" (known keys: size, allowed_lateness, idle_partition_timeout, start)`},
+		{"unknown key without suggestion", "window:\n  frobnicate: 1\n", "window.frobnicate", 2, `unknown key "frobnicate" (known keys: size, allowed_lateness, idle_partition_timeout, start, close_after)`},
 		{"unknown key in a histogram", "histograms:\n  - name: a\n    field: f\n    bins: [a, b]\n    overflow: b\n", "histograms[0].overflow", 5, `unknown key "overflow" (did you mean "overflow_bin"?)`},
 		{"unknown key in tls", "kafka:\n  tls:\n    ca: x\n", "kafka.tls.ca", 3, `unknown key "ca"`},
 		{"string for int", "kafka:\n  input_partitions: four\n", "kafka.input_partitions", 2, `"four": expected a whole number`},

@@ -306,6 +306,9 @@ func (k *checker) window() {
 	if k.c.Events.MaxFuture <= 0 {
 		k.add("events.max_future", "must be greater than 0")
 	}
+	if w.CloseAfter < 0 {
+		k.add("window.close_after", "must not be negative (0: close by event time)")
+	}
 	if w.Start != "" {
 		if _, err := time.Parse(time.RFC3339, w.Start); err != nil {
 			k.add("window.start", "must be an RFC 3339 time such as 2026-01-01T00:00:00Z")

@@ -416,7 +416,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		}
 		sess.trackers[a.ID] = newOffsetTracker(start)
 	}
-	sess.wm = newWatermarks(sess.parts, s.cfg.Window.AllowedLateness.D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
+	sess.wm = newWatermarks(sess.parts, s.cfg.Window.AllowedLateness.D(), s.cfg.Window.IdlePartitionTimeout.D(), s.cfg.Window.CloseAfter.D(), s.now)
 	// The first window of this session comes from the ledger only, never
 	// from the data: the last recorded window (it may be partly released —
 	// a crash between two histograms — so it is closed again: recorded

@@ -7,6 +7,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/config"
+
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -160,5 +162,27 @@ func TestForgedFutureTimestamp(t *testing.T) {
 	}
 	if got := run.stage.Stats().Dropped()["time_too_far_ahead"]; got != 1 {
 		t.Errorf("time_too_far_ahead = %d, want 1", got)
+	}
+}
+
+// TestWallClockClosing: with window.close_after, windows close on the wall
+// clock's schedule whatever the input — here there is none at all, and every
+// declared (histogram, group) is still released for each window as its time
+// comes, from the prior.
+func TestWallClockClosing(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("concentrated", 10)
+	cfg.Window.Start = ""
+	cfg.Window.Size = config.Duration(time.Second)
+	cfg.Window.CloseAfter = config.Duration(200 * time.Millisecond)
+	cfg.Privacy.Budget.Period = config.Duration(time.Minute)
+	start := time.Now()
+	h.start(cfg)
+	out := h.readOutput(3*(len(groups)+1), 20*time.Second, 0)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("three windows took %v on a 1s schedule", took)
+	}
+	for _, r := range out.Releases {
+		checkSimplex(t, r, r.Bins)
 	}
 }

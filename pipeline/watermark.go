@@ -15,6 +15,7 @@ import (
 // idleTimeout (wall clock) stops holding the watermark back; when every
 // partition is idle the watermark is the largest partition watermark.
 type watermarks struct {
+	closeAfter  int64 // ms; > 0: the watermark is the wall clock minus this, events ignored
 	lateness    int64 // ms
 	idleTimeout time.Duration
 	now         func() time.Time
@@ -30,8 +31,9 @@ type partitionTime struct {
 	lastSeen time.Time
 }
 
-func newWatermarks(partitions []int, lateness, idleTimeout time.Duration, now func() time.Time) *watermarks {
+func newWatermarks(partitions []int, lateness, idleTimeout, closeAfter time.Duration, now func() time.Time) *watermarks {
 	w := &watermarks{
+		closeAfter:  closeAfter.Milliseconds(),
 		lateness:    lateness.Milliseconds(),
 		idleTimeout: idleTimeout,
 		now:         now,
@@ -88,6 +90,11 @@ func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
+	if w.closeAfter > 0 {
+		// Wall-clock closing (window.close_after): a fixed schedule that no
+		// event can move.
+		return now.UnixMilli() - w.closeAfter, math.MaxInt64, true
+	}
 	wm = math.MaxInt64
 	minSeen = math.MaxInt64
 	anyLive, maxAll := false, int64(math.MinInt64)
