@@ -11,6 +11,7 @@ type Config struct {
 	State        State        `yaml:"state"`
 	Log          Log          `yaml:"log"`
 	Generator    Generator    `yaml:"generator"`
+	Output       Output       `yaml:"output"`
 	HTTP         HTTP         `yaml:"http"`
 
 	// meta records what the file said (which keys it set, which values came
@@ -252,4 +253,13 @@ type HTTP struct {
 	// empty variable counts as absent, so it also means none; the stage
 	// warns at start-up when it listens beyond loopback without a token).
 	BearerToken string `yaml:"bearer_token" secret:"true"`
+}
+
+// Output configures extra, optional copies of the releases.
+type Output struct {
+	// ArrowDir, when set, also writes every published (histogram, window)
+	// as an Arrow IPC file <arrow_dir>/<histogram>/<window start>.arrow:
+	// the released probabilities (never counts), one row per (group, bin).
+	// Default empty: off.
+	ArrowDir string `yaml:"arrow_dir"`
 }

@@ -62,6 +62,7 @@ func TestFullConfig(t *testing.T) {
 		Log:       Log{Format: "console", Level: "debug"},
 		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60},
 		HTTP:      HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env"},
+		Output:    Output{ArrowDir: "/var/lib/dp-stage/arrow"},
 	}
 	got := *cfg
 	got.meta = nil

@@ -1019,6 +1019,13 @@ func (s *Stage) publishUnits(ctx context.Context, units []*ledger.Unit, passedAt
 	}
 	for _, u := range units {
 		s.published(u, passedAt)
+		if dir := s.cfg.Output.ArrowDir; dir != "" {
+			if err := writeArrow(dir, u); err != nil {
+				// The release is out and recorded: a failed extra copy is
+				// logged, not retried (it holds nothing the topic lacks).
+				s.log.Error("arrow output failed", zap.Error(err))
+			}
+		}
 	}
 	return nil
 }
