@@ -86,14 +86,9 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stage plan: --out must not be empty")
 		return 2
 	}
-	cfg, code := loadConfig(*path, stderr)
-	if cfg == nil {
+	cfg, plan, code := loadPlan(*path, stderr)
+	if plan == nil {
 		return code
-	}
-	plan, err := pipeline.DerivePlan(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", *path, err)
-		return 2
 	}
 	printReleasePlan(stdout, cfg, plan)
 

@@ -27,17 +27,27 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stage validate: --config is required")
 		return 2
 	}
-	cfg, code := loadConfig(*path, stderr)
-	if cfg == nil {
+	cfg, plan, code := loadPlan(*path, stderr)
+	if plan == nil {
 		return code
-	}
-	plan, err := pipeline.DerivePlan(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", *path, err)
-		return 2
 	}
 	printPlan(stdout, cfg, plan)
 	return 0
+}
+
+// loadPlan loads and validates path and derives its privacy plan, printing
+// what is wrong on failure (exit code 2).
+func loadPlan(path string, stderr io.Writer) (*config.Config, *pipeline.Plan, int) {
+	cfg, code := loadConfig(path, stderr)
+	if cfg == nil {
+		return nil, nil, code
+	}
+	plan, err := pipeline.DerivePlan(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", path, err)
+		return nil, nil, 2
+	}
+	return cfg, plan, 0
 }
 
 // loadConfig loads and validates path, printing every problem with its YAML
