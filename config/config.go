@@ -211,6 +211,12 @@ type State struct {
 	// a window twice with fresh noise and forget what was spent. Turn it on
 	// only for a deliberate fresh start (e.g. a new budget on an old topic).
 	AllowFreshLedger bool `yaml:"allow_fresh_ledger"`
+	// Retain is how long (in event time, behind the last released window)
+	// published releases stay in the ledger; older ones are pruned at
+	// start-up, with the spends of periods that are over. Unpublished
+	// releases and the last window are never pruned. 0 keeps everything.
+	// Default 168h.
+	Retain Duration `yaml:"retain"`
 }
 
 // Log configures logging.

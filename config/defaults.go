@@ -20,6 +20,7 @@ const (
 	DefaultIdlePartitionTimeout = Duration(10 * time.Second)
 	DefaultSessionTimeout       = Duration(10 * time.Second)
 	DefaultMaxFuture            = Duration(time.Hour)
+	DefaultRetain               = Duration(7 * 24 * time.Hour)
 	DefaultMaxEventsPerUser     = 1
 	DefaultMaxGroupsPerUser     = 1
 	DefaultMaxTrackedUsers      = 2_000_000
@@ -107,6 +108,7 @@ func (c *Config) ApplyDefaults() {
 	dur(&c.Privacy.Budget.Period, "privacy.budget.period", DefaultPeriod)
 
 	str(&c.State.Dir, "state.dir", DefaultStateDir)
+	dur(&c.State.Retain, "state.retain", DefaultRetain)
 
 	str(&c.Log.Format, "log.format", DefaultLogFormat)
 	str(&c.Log.Level, "log.level", DefaultLogLevel)

@@ -306,6 +306,9 @@ func (k *checker) window() {
 	if k.c.Events.MaxFuture <= 0 {
 		k.add("events.max_future", "must be greater than 0")
 	}
+	if k.c.State.Retain < 0 {
+		k.add("state.retain", "must not be negative (0: keep everything)")
+	}
 	if w.CloseAfter < 0 {
 		k.add("window.close_after", "must not be negative (0: close by event time)")
 	}

@@ -447,3 +447,73 @@ func (l *Ledger) MarkPublishedKeys(keys [][]byte) error {
 	}
 	return nil
 }
+
+// Prune deletes published units whose window starts before `before` (Unix
+// ms), and the spend of periods that ended before it, in one transaction.
+// It never deletes an unpublished unit (it must be republished with the
+// same values) nor any unit of the last recorded window (the stage resumes
+// from it, and a resumed stage must never go back to an earlier window). It
+// returns how many units and periods it deleted.
+func (l *Ledger) Prune(before int64) (units, periods int, err error) {
+	meta, ok, err := l.Meta()
+	if err != nil {
+		return 0, 0, err
+	}
+	last, haveLast, err := l.LastWindow()
+	if err != nil {
+		return 0, 0, err
+	}
+	if haveLast && before > last {
+		before = last
+	}
+	err = l.db.Update(func(tx *bolt.Tx) error {
+		ub := tx.Bucket(bucketUnits)
+		c := ub.Cursor()
+		var del [][]byte
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) < 8 {
+				return fmt.Errorf("malformed unit key %x", k)
+			}
+			if int64(binary.BigEndian.Uint64(k[:8])^(1<<63)) >= before {
+				break // keys are ordered by window start
+			}
+			var u Unit
+			if err := json.Unmarshal(v, &u); err != nil {
+				return err
+			}
+			if u.Published {
+				del = append(del, append([]byte(nil), k...))
+			}
+		}
+		for _, k := range del {
+			if err := ub.Delete(k); err != nil {
+				return err
+			}
+		}
+		units = len(del)
+		if !ok || meta.PeriodMs <= 0 {
+			return nil // without the period length, keep every spend
+		}
+		pb := tx.Bucket(bucketPeriods)
+		pc := pb.Cursor()
+		var pdel [][]byte
+		for k, _ := pc.First(); k != nil; k, _ = pc.Next() {
+			start := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
+			if start+meta.PeriodMs > before {
+				break
+			}
+			pdel = append(pdel, append([]byte(nil), k...))
+		}
+		for _, k := range pdel {
+			if err := pb.Delete(k); err != nil {
+				return err
+			}
+		}
+		periods = len(pdel)
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("ledger: prune before %d: %w", before, err)
+	}
+	return units, periods, nil
+}

@@ -85,3 +85,48 @@ func TestLockedByAnotherOpen(t *testing.T) {
 		t.Fatalf("second open: got %v, want ErrLocked", err)
 	}
 }
+
+// TestPrune: published units before the horizon go, with the spends of the
+// periods that ended; unpublished units and the last window always stay.
+func TestPrune(t *testing.T) {
+	l, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, _, err := l.SetMeta(Meta{FirstWindow: 0, WindowMs: 10, PeriodMs: 100}); err != nil {
+		t.Fatal(err)
+	}
+	c := Curve{Orders: []float64{2}, Epsilons: []float64{0.1}}
+	for w := int64(0); w < 300; w += 10 {
+		u := &Unit{Histogram: "h", WindowStart: w, WindowEnd: w + 10, Period: w - w%100, Status: StatusReleased, Charge: c}
+		if err := l.Record(u, c); err != nil {
+			t.Fatal(err)
+		}
+		if w != 50 { // window 50 stays unpublished
+			if err := l.MarkPublished("h", w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	units, periods, err := l.Prune(250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if units != 24 || periods != 2 { // windows 0..240 but 50; periods [0,100) and [100,200)
+		t.Fatalf("pruned %d units and %d periods, want 24 and 2", units, periods)
+	}
+	if _, ok, _ := l.Lookup("h", 50); !ok {
+		t.Error("an unpublished unit was pruned")
+	}
+	if _, ok, _ := l.Spent(200); !ok {
+		t.Error("the spend of the running period was pruned")
+	}
+	// A horizon past the last window never removes the last window.
+	if _, _, err := l.Prune(1 << 40); err != nil {
+		t.Fatal(err)
+	}
+	if last, ok, _ := l.LastWindow(); !ok || last != 290 {
+		t.Fatalf("last window %d (ok=%v) after pruning, want 290", last, ok)
+	}
+}

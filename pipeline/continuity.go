@@ -193,3 +193,26 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 	}
 	return got, nil
 }
+
+// prune drops published releases older than state.retain behind the last
+// recorded window (see ledger.Prune for what is never dropped), so the
+// ledger and the start-up scan stay bounded.
+func (s *Stage) prune() error {
+	keep := s.cfg.State.Retain.D().Milliseconds()
+	if keep <= 0 {
+		return nil
+	}
+	last, ok, err := s.ledger.LastWindow()
+	if err != nil || !ok {
+		return err
+	}
+	units, periods, err := s.ledger.Prune(last - keep)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	if units > 0 || periods > 0 {
+		s.log.Info("pruned the ledger", zap.Int("units", units), zap.Int("periods", periods),
+			zap.String("before", rfc3339(last-keep)))
+	}
+	return nil
+}

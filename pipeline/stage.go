@@ -265,6 +265,9 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	if s.meta, err = s.loadMeta(); err != nil {
 		return err
 	}
+	if err := s.prune(); err != nil {
+		return err
+	}
 	if err := s.replayRecent(256); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/ledger"
 
 	"github.com/dpstage/stage/pipeline"
 )
@@ -184,5 +185,48 @@ func TestWallClockClosing(t *testing.T) {
 	}
 	for _, r := range out.Releases {
 		checkSimplex(t, r, r.Bins)
+	}
+}
+
+// TestRestartAfterPruning: a restart that prunes old releases from the ledger
+// (state.retain) still never releases a window twice: it resumes after the
+// last window, and events for pruned windows are late.
+func TestRestartAfterPruning(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	h.produceEvents(stream(4, 20))
+	run := h.start(cfg)
+	h.produce(flush(base.Add(4*time.Minute + time.Second)))
+	h.readOutput(4*(len(groups)+1), 60*time.Second, 0)
+	run.stop(t)
+
+	cfg.State.Retain = config.Duration(time.Minute)
+	h.produce(kafka.Message{Key: []byte("old"), Value: event{User: "old", At: base.Add(30 * time.Second), Page: "home", Country: "US", Device: "mobile"}.json()})
+	h.produceEvents(stream(6, 20)[len(stream(5, 20)):]) // window 5's events
+	run = h.start(cfg)
+	h.produce(flush(base.Add(6*time.Minute + time.Second)))
+	out := h.readOutput(6*(len(groups)+1), 60*time.Second, 2*time.Second)
+	if len(out.Raw) != 6*(len(groups)+1) {
+		t.Fatalf("%d distinct releases, want %d", len(out.Raw), 6*(len(groups)+1))
+	}
+	for id, copies := range out.Raw {
+		if len(copies) != 1 {
+			t.Errorf("release %s published %d times", id, len(copies))
+		}
+	}
+	if run.stage.Stats().Late.Load() < 1 {
+		t.Error("the event for a pruned window was not late")
+	}
+	run.stop(t)
+	// Pruned at the restart: windows 0 and 1 (more than 1m behind window 3).
+	l, err := ledger.Open(cfg.State.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	n := 0
+	_ = l.Units(func(*ledger.Unit) bool { n++; return true })
+	if n != 4*2 {
+		t.Errorf("ledger holds %d units after pruning, want 8 (windows 2–5)", n)
 	}
 }
