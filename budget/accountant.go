@@ -41,17 +41,27 @@ type Accountant struct {
 // delta)-DP. Errors ([ErrInvalidArgument], [ErrEmptyCurve]): an invalid grid,
 // epsilon ≤ 0 or not finite, delta ∉ (0, 1).
 func NewAccountant(orders []float64, epsilon, delta float64) (*Accountant, error) {
-	zero, err := ZeroCurve(orders)
+	zero, err := newLimit(orders, epsilon, delta)
 	if err != nil {
 		return nil, err
 	}
+	return &Accountant{orders: zero.orders, limit: epsilon, delta: delta, spent: zero}, nil
+}
+
+// newLimit checks an accountant's grid and (epsilon, delta) limit and
+// returns the zero curve on the grid: what every accountant starts from.
+func newLimit(orders []float64, epsilon, delta float64) (Curve, error) {
+	zero, err := ZeroCurve(orders)
+	if err != nil {
+		return Curve{}, err
+	}
 	if err := checkEpsilon("epsilon", epsilon); err != nil {
-		return nil, err
+		return Curve{}, err
 	}
 	if err := checkDelta(delta); err != nil {
-		return nil, err
+		return Curve{}, err
 	}
-	return &Accountant{orders: zero.orders, limit: epsilon, delta: delta, spent: zero}, nil
+	return zero, nil
 }
 
 // Limit returns the accountant's (ε, δ) budget.

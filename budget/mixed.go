@@ -182,14 +182,8 @@ type MixedAccountant struct {
 // NewMixedAccountant returns an accountant with nothing spent on the grid
 // orders, with the total limit (epsilon, delta)-DP.
 func NewMixedAccountant(orders []float64, epsilon, delta float64) (*MixedAccountant, error) {
-	zero, err := ZeroCurve(orders)
+	zero, err := newLimit(orders, epsilon, delta)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkEpsilon("epsilon", epsilon); err != nil {
-		return nil, err
-	}
-	if err := checkDelta(delta); err != nil {
 		return nil, err
 	}
 	return &MixedAccountant{orders: zero.orders, limit: epsilon, delta: delta, rdp: zero}, nil
