@@ -144,7 +144,49 @@ type Histogram struct {
 	// Groups is the public list of groups (required with GroupBy). A release
 	// is made for every listed group at every window, with or without events.
 	Groups []string `yaml:"groups"`
+	// Kind is "count" (default: each event counts one into the bin its Field
+	// names) or "average" (each event carries in Field a JSON array of
+	// len(Bins) non-negative numbers summing to 1, one probability vector;
+	// the window releases the private average of the users' vectors with the
+	// simplex Dirichlet mechanism, configured by Average). An average
+	// histogram takes no overflow_bin, group_by or groups.
+	Kind string `yaml:"kind"`
+	// Average configures a kind: average histogram (ignored otherwise).
+	Average Average `yaml:"average"`
 }
+
+// Histogram kinds.
+const (
+	KindCount   = "count"
+	KindAverage = "average"
+)
+
+// Average configures the simplex Dirichlet mechanism of an average histogram
+// (mechanism.AverageSpec; the guarantee is derived in mechanism/average.go).
+// Per window, at most Users users are kept (those with the smallest keyed
+// hashes of the user id, whatever the order of arrival), each user's vectors
+// in the window are averaged into one, the kept users' vectors are padded with
+// uniform vectors to exactly Users of them and averaged, the average is
+// smoothed towards uniform by Eta and released as one draw of Dir(K·p).
+type Average struct {
+	// Users is the public number of users averaged per window (N_pub ≥ 1):
+	// larger means less noise per user but more padding when fewer users
+	// contribute. Required.
+	Users int `yaml:"users"`
+	// K is the Dirichlet concentration (k > 0): the release's variance is
+	// p_i(1−p_i)/(K+1); larger K is more accurate and costs more ε. Required.
+	K float64 `yaml:"k"`
+	// Eta is the smoothing (0 < Eta < 1/len(bins)): every coordinate gets at
+	// least Eta. Default min(0.01, 0.1/len(bins)).
+	Eta float64 `yaml:"eta"`
+	// Delta is the δ of one release, in (0, 1). Default: the period's δ
+	// split evenly over the period's average releases, half of it when count
+	// histograms share the budget.
+	Delta float64 `yaml:"delta"`
+}
+
+// IsAverage reports whether h is an average histogram.
+func (h Histogram) IsAverage() bool { return h.Kind == KindAverage }
 
 // Contribution bounds each user's contribution before counting.
 type Contribution struct {

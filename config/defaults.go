@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -106,6 +107,15 @@ func (c *Config) ApplyDefaults() {
 	flt(&c.Privacy.Order, "privacy.order", DefaultOrder)
 	flt(&c.Privacy.Budget.Delta, "privacy.budget.delta", DefaultDelta)
 	dur(&c.Privacy.Budget.Period, "privacy.budget.period", DefaultPeriod)
+
+	for i := range c.Histograms {
+		h := &c.Histograms[i]
+		p := fmt.Sprintf("histograms[%d]", i)
+		str(&h.Kind, p+".kind", KindCount)
+		if h.Kind == KindAverage && len(h.Bins) > 0 {
+			flt(&h.Average.Eta, p+".average.eta", min(0.01, 0.1/float64(len(h.Bins))))
+		}
+	}
 
 	str(&c.State.Dir, "state.dir", DefaultStateDir)
 	dur(&c.State.Retain, "state.retain", DefaultRetain)

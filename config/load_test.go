@@ -50,8 +50,10 @@ func TestFullConfig(t *testing.T) {
 		},
 		Histograms: []Histogram{
 			{Name: "pages", Field: "page", Bins: []string{"home", "search", "cart", "checkout", "other"},
-				OverflowBin: "other", GroupBy: "country", Groups: []string{"US", "DE", "FR"}},
-			{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop", "tablet"}},
+				OverflowBin: "other", GroupBy: "country", Groups: []string{"US", "DE", "FR"}, Kind: "count"},
+			{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop", "tablet"}, Kind: "count"},
+			{Name: "interests", Kind: "average", Field: "interest_vector", Bins: []string{"news", "sport", "music"},
+				Average: Average{Users: 1000, K: 200, Eta: 0.02, Delta: 1e-9}},
 		},
 		Contribution: Contribution{MaxEventsPerUser: 3, MaxGroupsPerUser: 2, MaxTrackedUsers: 500000},
 		Privacy: Privacy{
@@ -134,7 +136,7 @@ func TestDefaults(t *testing.T) {
 		Events: Events{Format: "json", TimeField: "ts", UserField: "user_id", MaxMessageBytes: 65536, MaxFuture: DefaultMaxFuture},
 		Window: Window{Size: Duration(time.Minute), AllowedLateness: Duration(5 * time.Second),
 			IdlePartitionTimeout: Duration(10 * time.Second)},
-		Histograms:   []Histogram{{Name: "pages", Field: "page", Bins: []string{"home", "other"}}},
+		Histograms:   []Histogram{{Name: "pages", Field: "page", Bins: []string{"home", "other"}, Kind: "count"}},
 		Contribution: Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 2_000_000},
 		Privacy: Privacy{Mechanism: "dirichlet", Calibration: "concentrated", Neighbour: "replace", Order: 2,
 			Budget: Budget{Epsilon: 1, Delta: 1e-6, Period: Duration(24 * time.Hour)}},

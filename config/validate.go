@@ -346,6 +346,14 @@ func (k *checker) histograms() {
 		if h.OverflowBin != "" && !slices.Contains(h.Bins, h.OverflowBin) {
 			k.add(p+".overflow_bin", "%s is not among the bins", k.show(p+".overflow_bin", h.OverflowBin))
 		}
+		switch h.Kind {
+		case KindCount, "":
+		case KindAverage:
+			k.average(p, h)
+			continue
+		default:
+			k.add(p+".kind", "must be count or average, got %s", k.show(p+".kind", h.Kind))
+		}
 		switch {
 		case h.GroupBy != "":
 			if h.GroupBy == h.Field {
@@ -358,6 +366,37 @@ func (k *checker) histograms() {
 		case len(h.Groups) > 0:
 			k.add(p+".groups", "given without group_by")
 		}
+	}
+}
+
+// maxAverageCells bounds users × bins of an average histogram: the memory one
+// window holds for it (8 bytes per cell, plus a few words per user).
+const maxAverageCells = 50_000_000
+
+// average checks an average histogram (its name, field and bins are checked
+// by the caller).
+func (k *checker) average(p string, h Histogram) {
+	if h.OverflowBin != "" {
+		k.add(p+".overflow_bin", "not allowed for kind average (every coordinate is a declared bin)")
+	}
+	if h.GroupBy != "" || len(h.Groups) > 0 {
+		k.add(p+".group_by", "not supported for kind average: declare one average histogram per group, with its own field")
+	}
+	a := h.Average
+	switch {
+	case a.Users < 1:
+		k.add(p+".average.users", "required: the public number of users averaged per window (≥ 1)")
+	case len(h.Bins) >= 2 && a.Users > maxAverageCells/len(h.Bins):
+		k.add(p+".average.users", "%d users × %d bins exceeds %d cells held per window; lower users", a.Users, len(h.Bins), maxAverageCells)
+	}
+	if !(a.K > 0) || math.IsInf(a.K, 0) {
+		k.add(p+".average.k", "required: the Dirichlet concentration, finite and > 0")
+	}
+	if n := len(h.Bins); n >= 2 && !(a.Eta > 0 && a.Eta*float64(n) < 1) {
+		k.add(p+".average.eta", "must be in (0, 1/%d) (1/number of bins)", n)
+	}
+	if !(a.Delta >= 0 && a.Delta < 1) {
+		k.add(p+".average.delta", "must be in (0, 1), or 0 for the default share of privacy.budget.delta")
 	}
 }
 

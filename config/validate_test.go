@@ -100,6 +100,16 @@ func TestValidateRules(t *testing.T) {
 		{"idle timeout zero", func(c *Config) { c.Window.IdlePartitionTimeout = 0 }, "window.idle_partition_timeout", "greater than 0"},
 		// histograms
 		{"no histograms", func(c *Config) { c.Histograms = nil }, "histograms", "at least one histogram"},
+		{"unknown kind", func(c *Config) { c.Histograms[0].Kind = "sum" }, "histograms[0].kind", `must be count or average, got "sum"`},
+		{"average without users", func(c *Config) { avg(c); c.Histograms[0].Average.Users = 0 }, "histograms[0].average.users", "required"},
+		{"average too many cells", func(c *Config) { avg(c); c.Histograms[0].Average.Users = 40_000_000 }, "histograms[0].average.users", "exceeds"},
+		{"average without k", func(c *Config) { avg(c); c.Histograms[0].Average.K = 0 }, "histograms[0].average.k", "required"},
+		{"average k inf", func(c *Config) { avg(c); c.Histograms[0].Average.K = math.Inf(1) }, "histograms[0].average.k", "finite"},
+		{"average eta too large", func(c *Config) { avg(c); c.Histograms[0].Average.Eta = 0.34 }, "histograms[0].average.eta", "(0, 1/3)"},
+		{"average eta NaN", func(c *Config) { avg(c); c.Histograms[0].Average.Eta = math.NaN() }, "histograms[0].average.eta", "(0, 1/3)"},
+		{"average delta 1", func(c *Config) { avg(c); c.Histograms[0].Average.Delta = 1 }, "histograms[0].average.delta", "(0, 1)"},
+		{"average with overflow bin", func(c *Config) { avg(c); c.Histograms[0].OverflowBin = "other" }, "histograms[0].overflow_bin", "not allowed for kind average"},
+		{"average with group_by", func(c *Config) { avg(c); c.Histograms[0].GroupBy = "country"; c.Histograms[0].Groups = []string{"US"} }, "histograms[0].group_by", "not supported for kind average"},
 		{"empty name", func(c *Config) { c.Histograms[1].Name = "" }, "histograms[1].name", "must not be empty"},
 		{"name with slash", func(c *Config) { c.Histograms[0].Name = "a/b" }, "histograms[0].name", "must not contain /"},
 		{"duplicate name", func(c *Config) { c.Histograms[1].Name = "pages" }, "histograms[1].name", `duplicate histogram name "pages" (also histograms[0])`},
@@ -252,5 +262,35 @@ func TestTLSClientConfigOff(t *testing.T) {
 	}
 	if _, err := (TLS{Enabled: true, CAFile: "/nope/ca.pem"}).ClientConfig(); err == nil {
 		t.Error("want an error for a missing CA file")
+	}
+}
+
+// avg turns histogram 0 of the base config into a valid average histogram.
+func avg(c *Config) {
+	h := &c.Histograms[0]
+	h.Kind, h.OverflowBin = KindAverage, ""
+	h.Average = Average{Users: 100, K: 50, Eta: 0.01}
+}
+
+func TestAverageHistogramDefaults(t *testing.T) {
+	cfg, err := Parse([]byte(`
+kafka:
+  brokers: [localhost:9092]
+histograms:
+  - name: interests
+    kind: average
+    field: interests
+    bins: [a, b, c, d, e, f, g, h, i, j, k, l]
+    average: {users: 500, k: 100}
+privacy:
+  budget:
+    epsilon: 1
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.Histograms[0]
+	if !h.IsAverage() || h.Average.Eta != 0.1/12 || h.Average.Delta != 0 {
+		t.Errorf("average defaults: kind %q eta %g delta %g, want average, 0.1/12, 0", h.Kind, h.Average.Eta, h.Average.Delta)
 	}
 }
