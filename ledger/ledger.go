@@ -50,6 +50,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketUnits   = []byte("units")
 	bucketPeriods = []byte("periods")
+	bucketApprox  = []byte("approx")
 	keySchema     = []byte("schema")
 )
 
@@ -120,6 +121,10 @@ type Unit struct {
 	// Charge is the RDP curve added to the period's spend by this unit
 	// (empty for StatusBudgetExhausted).
 	Charge Curve `json:"charge"`
+	// Approx is the (ε, δ)-DP charge of a unit released by a mechanism
+	// without an RDP curve (an average histogram's simplex Dirichlet
+	// release); nil otherwise. Record adds it to the period's ApproxSpend.
+	Approx *Approx `json:"approx,omitempty"`
 	// Messages are the exact output messages, in publish order.
 	Messages []Message `json:"messages"`
 	// Published is set once every message was acknowledged by the output
@@ -127,6 +132,14 @@ type Unit struct {
 	Published bool `json:"published"`
 	// RecordedAt is wall-clock time of recording, for operators.
 	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// Approx is an (ε, δ)-DP charge, or a period's basic composition of such
+// charges (the ε's add and the δ's add).
+type Approx struct {
+	Epsilon  float64 `json:"epsilon"`
+	Delta    float64 `json:"delta"`
+	Releases int     `json:"releases"`
 }
 
 // Message is one output record.
@@ -165,7 +178,7 @@ func Open(dir string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %q: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods} {
+		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods, bucketApprox} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -208,8 +221,10 @@ func (l *Ledger) Lookup(histogram string, windowStart int64) (*Unit, bool, error
 }
 
 // Record durably stores u and, in the same transaction, sets the spend of
-// u.Period to spentAfter (the period's spend including u.Charge). The caller
-// has checked spentAfter against the budget. Record refuses a unit whose key
+// u.Period to spentAfter (the period's spend including u.Charge) — or, for a
+// unit with an Approx charge, adds that charge to the period's ApproxSpent
+// (spentAfter is then ignored). The caller has checked the spend against the
+// budget. Record refuses a unit whose key
 // is already recorded (ErrAlreadyRecorded): a window is released at most once.
 func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
 	val, err := json.Marshal(u)
@@ -229,10 +244,13 @@ func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
 		if err := units.Put(key, val); err != nil {
 			return err
 		}
-		if u.Status == StatusReleased {
-			return tx.Bucket(bucketPeriods).Put(periodKey(u.Period), spent)
+		if u.Status != StatusReleased {
+			return nil
 		}
-		return nil
+		if u.Approx != nil {
+			return addApprox(tx.Bucket(bucketApprox), u.Period, *u.Approx)
+		}
+		return tx.Bucket(bucketPeriods).Put(periodKey(u.Period), spent)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: record %s@%d: %w", u.Histogram, u.WindowStart, err)
@@ -286,6 +304,44 @@ func (l *Ledger) Spent(period int64) (Curve, bool, error) {
 		return Curve{}, false, fmt.Errorf("ledger: read spend of period %d: %w", period, err)
 	}
 	return c, ok, nil
+}
+
+// addApprox adds c to the approximate-DP spend of period p (in tx).
+func addApprox(b *bolt.Bucket, p int64, c Approx) error {
+	var cur Approx
+	if v := b.Get(periodKey(p)); v != nil {
+		if err := json.Unmarshal(v, &cur); err != nil {
+			return fmt.Errorf("decode approx spend: %w", err)
+		}
+	}
+	cur.Epsilon += c.Epsilon
+	cur.Delta += c.Delta
+	cur.Releases += max(c.Releases, 1)
+	v, err := json.Marshal(cur)
+	if err != nil {
+		return err
+	}
+	return b.Put(periodKey(p), v)
+}
+
+// ApproxSpent returns the basic composition of the (ε, δ)-DP charges
+// recorded in the period starting at period (Unix ms), and whether any was
+// recorded.
+func (l *Ledger) ApproxSpent(period int64) (Approx, bool, error) {
+	var a Approx
+	var ok bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketApprox).Get(periodKey(period))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &a)
+	})
+	if err != nil {
+		return Approx{}, false, fmt.Errorf("ledger: read approx spend of period %d: %w", period, err)
+	}
+	return a, ok, nil
 }
 
 // Units calls fn for every recorded unit in (window start, histogram) order
@@ -494,26 +550,38 @@ func (l *Ledger) Prune(before int64) (units, periods int, err error) {
 		if !ok || meta.PeriodMs <= 0 {
 			return nil // without the period length, keep every spend
 		}
-		pb := tx.Bucket(bucketPeriods)
-		pc := pb.Cursor()
-		var pdel [][]byte
-		for k, _ := pc.First(); k != nil; k, _ = pc.Next() {
-			start := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
-			if start+meta.PeriodMs > before {
-				break
-			}
-			pdel = append(pdel, append([]byte(nil), k...))
+		var err error
+		if periods, err = prunePeriods(tx.Bucket(bucketPeriods), meta.PeriodMs, before); err != nil {
+			return err
 		}
-		for _, k := range pdel {
-			if err := pb.Delete(k); err != nil {
-				return err
-			}
-		}
-		periods = len(pdel)
-		return nil
+		_, err = prunePeriods(tx.Bucket(bucketApprox), meta.PeriodMs, before)
+		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("ledger: prune before %d: %w", before, err)
 	}
 	return units, periods, nil
+}
+
+// prunePeriods deletes the entries of a per-period bucket whose period
+// ended before `before`, and returns how many it deleted.
+func prunePeriods(b *bolt.Bucket, periodMs, before int64) (int, error) {
+	c := b.Cursor()
+	var del [][]byte
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) != 8 {
+			return 0, fmt.Errorf("malformed period key %x", k)
+		}
+		start := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
+		if start+periodMs > before {
+			break
+		}
+		del = append(del, append([]byte(nil), k...))
+	}
+	for _, k := range del {
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(del), nil
 }

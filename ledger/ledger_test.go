@@ -130,3 +130,62 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("last window %d (ok=%v) after pruning, want 290", last, ok)
 	}
 }
+
+// TestApproxSpend: (ε, δ) charges of average histograms add up per period,
+// survive a reopen, leave the RDP spend alone, are not added for a refused
+// duplicate, and are pruned with their period.
+func TestApproxSpend(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.SetMeta(Meta{FirstWindow: 0, WindowMs: 100, PeriodMs: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	for w := int64(0); w < 300; w += 100 {
+		u := &Unit{Histogram: "interests", WindowStart: w, WindowEnd: w + 100, Period: 0,
+			Status: StatusReleased, Approx: &Approx{Epsilon: 0.25, Delta: 1e-9, Releases: 1}, Published: true}
+		if err := l.Record(u, Curve{}); err != nil {
+			t.Fatal(err)
+		}
+		if w == 0 {
+			if err := l.Record(u, Curve{}); !errors.Is(err, ErrAlreadyRecorded) {
+				t.Fatalf("duplicate: %v", err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a, ok, err := l.ApproxSpent(0)
+	if err != nil || !ok || a.Releases != 3 || math.Abs(a.Epsilon-0.75) > 1e-15 || math.Abs(a.Delta-3e-9) > 1e-22 {
+		t.Fatalf("approx spend %+v ok=%v err=%v, want 3 releases, ε 0.75, δ 3e-9", a, ok, err)
+	}
+	if _, ok, _ := l.Spent(0); ok {
+		t.Error("an approx charge wrote an RDP spend")
+	}
+	u, _, _ := l.Lookup("interests", 100)
+	if u.Approx == nil || u.Approx.Epsilon != 0.25 {
+		t.Errorf("unit's approx charge not stored: %+v", u.Approx)
+	}
+	// A unit of the next period makes period 0 finished and prunable.
+	next := &Unit{Histogram: "interests", WindowStart: 1000, WindowEnd: 1100, Period: 1000,
+		Status: StatusReleased, Approx: &Approx{Epsilon: 0.25, Delta: 1e-9, Releases: 1}}
+	if err := l.Record(next, Curve{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, periods, err := l.Prune(1000); err != nil || periods != 0 {
+		t.Fatalf("prune: periods %d (RDP buckets) err %v", periods, err)
+	}
+	if _, ok, _ := l.ApproxSpent(0); ok {
+		t.Error("finished period's approx spend not pruned")
+	}
+	if a, ok, _ := l.ApproxSpent(1000); !ok || a.Releases != 1 {
+		t.Errorf("current period's approx spend pruned: %+v %v", a, ok)
+	}
+}
