@@ -89,6 +89,7 @@ dpstage_contributions_dropped_by_bounding_total{bound="user_groups"} 0
 # TYPE dpstage_events_dropped_total counter
 dpstage_events_dropped_total{reason="bad_json"} 1
 dpstage_events_dropped_total{reason="bad_time"} 0
+dpstage_events_dropped_total{reason="bad_vector"} 0
 dpstage_events_dropped_total{reason="invalid_utf8"} 0
 dpstage_events_dropped_total{reason="late"} 1
 dpstage_events_dropped_total{reason="missing_field"} 0

@@ -1,6 +1,7 @@
 // Package decode turns one raw event message (a flat JSON object) into the
 // few values the stage needs: event time, a keyed hash of the user id, and
-// for every configured histogram a bin index and a group index. It is the
+// for every configured histogram a bin index and a group index (count
+// histograms) or a probability vector (average histograms). It is the
 // first thing hostile input meets, so it validates the whole message, never
 // panics, and never allocates on the hot path.
 //
@@ -37,6 +38,16 @@
 //     declared values. A number matches only in the spelling it was declared
 //     in ("1.0" does not match a bin "1"). null or absent is missing_field;
 //     an object or array is wrong_type (for that histogram only).
+//   - Vector fields (the field of a histogram of kind average): a JSON array
+//     of exactly len(bins) JSON numbers, one per bin in config order, each
+//     non-negative and finite as parsed to float64 (-0, and negative numbers
+//     so small they parse to -0, are fine; 1e400 overflows and is not),
+//     whose float64 sum, added in order, is within 1 ± 1e-6. The vector is
+//     then divided by that sum, so [Event.Vectors] sums to 1 up to rounding.
+//     Anything else in an array is bad_vector (for that histogram only):
+//     another length, an element that is a string, literal, object or array,
+//     a negative or infinite element, a sum outside the tolerance. null or
+//     absent is missing_field; a value that is not an array is wrong_type.
 //
 // # The user hash
 //
@@ -58,7 +69,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
+	"strconv"
+	"unsafe"
 
 	"github.com/dpstage/stage/config"
 )
@@ -72,10 +86,15 @@ const stackBuf = 256
 // Event is one decoded event. Create it with [Decoder.NewEvent] (one per
 // worker) and reuse it for every message: Decode overwrites every field.
 //
-// Bins, Groups and Drops have one entry per configured histogram, in config
-// order. When Decode returns a reason other than ReasonNone the event as a
-// whole is dropped: every Bins and Groups entry is then -1 and every Drops
-// entry ReasonNone (the event-level reason is the one to count).
+// Bins, Groups, Drops and Vectors have one entry per configured histogram,
+// in config order. When Decode returns a reason other than ReasonNone the
+// event as a whole is dropped: every Bins and Groups entry is then -1, every
+// Drops entry ReasonNone (the event-level reason is the one to count), and
+// the content of the Vectors is unspecified.
+//
+// A histogram of kind average never has a bin or group: its Bins and Groups
+// entries are always -1 (whoever counts must skip it, by Vectors[h] != nil),
+// and its part of the event, when Drops[h] is ReasonNone, is Vectors[h].
 type Event struct {
 	// TimeMs is the event time in Unix milliseconds.
 	TimeMs int64
@@ -88,12 +107,23 @@ type Event struct {
 	Groups []int32
 	// Drops[h] says why histogram h's part was dropped, ReasonNone otherwise.
 	Drops []Reason
+	// Vectors[h] is nil for a count histogram. For an average histogram it
+	// is a slice of len(bins) allocated once by NewEvent and overwritten in
+	// place by Decode: when Decode returns ReasonNone and Drops[h] is
+	// ReasonNone it holds the event's probability vector, divided by its sum
+	// (non-negative, summing to 1 up to rounding); otherwise its content is
+	// unspecified. Copy it to keep it past the next Decode.
+	Vectors [][]float64
 
 	slots   []span // per distinct field: where its value is in the message
 	scratch []byte // for escaped values longer than the stack buffer
 }
 
 type histogram struct {
+	// average: a kind average histogram, whose binSlot field holds a vector
+	// of dim numbers; bins, groups and the lists below are then unused.
+	average   bool
+	dim       int
 	binSlot   int // slot of the bin field
 	groupSlot int // slot of the group_by field, -1 without group_by
 	bins      map[string]int32
@@ -199,12 +229,26 @@ func New(cfg *config.Config, key maphash.Seed) (*Decoder, error) {
 		if len(h.Bins) == 0 {
 			return nil, fmt.Errorf("decode: histograms[%d].bins is empty", i)
 		}
+		switch h.Kind {
+		case "", config.KindCount, config.KindAverage:
+		default:
+			return nil, fmt.Errorf("decode: histograms[%d].kind %q is not supported (count or average)", i, h.Kind)
+		}
 		hs := histogram{binSlot: slot(h.Field), groupSlot: -1, overflow: -1, bins: make(map[string]int32, len(h.Bins))}
 		for j, b := range h.Bins {
 			if _, dup := hs.bins[b]; dup {
 				return nil, fmt.Errorf("decode: histograms[%d].bins: duplicate bin %q", i, b)
 			}
 			hs.bins[b] = int32(j)
+		}
+		if h.IsAverage() {
+			if h.OverflowBin != "" || h.GroupBy != "" || len(h.Groups) > 0 {
+				return nil, fmt.Errorf("decode: histograms[%d]: an average histogram takes no overflow_bin, group_by or groups", i)
+			}
+			d.hists = append(d.hists, histogram{average: true, dim: len(h.Bins), binSlot: hs.binSlot, groupSlot: -1, overflow: -1})
+			continue
+		}
+		for _, b := range h.Bins {
 			d.maxValue = max(d.maxValue, len(b))
 		}
 		hs.binList = smallList(h.Bins)
@@ -242,7 +286,7 @@ func New(cfg *config.Config, key maphash.Seed) (*Decoder, error) {
 }
 
 // NumHistograms is the number of configured histograms (the length of an
-// Event's Bins, Groups and Drops).
+// Event's Bins, Groups, Drops and Vectors).
 func (d *Decoder) NumHistograms() int { return len(d.hists) }
 
 // MaxMessageBytes is the size above which messages are oversized.
@@ -252,10 +296,23 @@ func (d *Decoder) MaxMessageBytes() int { return d.maxBytes }
 func (d *Decoder) NewEvent() *Event {
 	n := len(d.hists)
 	ev := &Event{
-		Bins:   make([]int32, n),
-		Groups: make([]int32, n),
-		Drops:  make([]Reason, n),
-		slots:  make([]span, len(d.fields)),
+		Bins:    make([]int32, n),
+		Groups:  make([]int32, n),
+		Drops:   make([]Reason, n),
+		Vectors: make([][]float64, n),
+		slots:   make([]span, len(d.fields)),
+	}
+	dims := 0
+	for _, hs := range d.hists {
+		dims += hs.dim
+	}
+	if dims > 0 {
+		all := make([]float64, dims)
+		for h, hs := range d.hists {
+			if hs.average {
+				ev.Vectors[h], all = all[:hs.dim:hs.dim], all[hs.dim:]
+			}
+		}
 	}
 	if d.scratchSz > 0 {
 		ev.scratch = make([]byte, d.scratchSz)
@@ -315,9 +372,7 @@ func (d *Decoder) lookupLongKey(key []byte) int {
 // JSON scan the first defect found decides between bad_json and
 // invalid_utf8. Decode never retains msg and never panics on any msg.
 func (d *Decoder) Decode(msg []byte, ev *Event) Reason {
-	if len(ev.Bins) != len(d.hists) || len(ev.Groups) != len(d.hists) ||
-		len(ev.Drops) != len(d.hists) || len(ev.slots) != len(d.fields) ||
-		len(ev.scratch) < d.scratchSz {
+	if !d.fits(ev) {
 		*ev = *d.NewEvent() // an Event from another decoder
 	}
 	r := d.decode(msg, ev)
@@ -327,6 +382,21 @@ func (d *Decoder) Decode(msg []byte, ev *Event) Reason {
 		}
 	}
 	return r
+}
+
+// fits reports whether ev has the shape of this decoder's events.
+func (d *Decoder) fits(ev *Event) bool {
+	if len(ev.Bins) != len(d.hists) || len(ev.Groups) != len(d.hists) ||
+		len(ev.Drops) != len(d.hists) || len(ev.Vectors) != len(d.hists) ||
+		len(ev.slots) != len(d.fields) || len(ev.scratch) < d.scratchSz {
+		return false
+	}
+	for h := range d.hists {
+		if len(ev.Vectors[h]) != d.hists[h].dim {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *Decoder) decode(msg []byte, ev *Event) Reason {
@@ -406,6 +476,10 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 	for h := range d.hists {
 		hs := &d.hists[h]
 		ev.Bins[h], ev.Groups[h], ev.Drops[h] = -1, -1, ReasonNone
+		if hs.average {
+			ev.Drops[h] = vector(msg, ev.slots[hs.binSlot], ev.Vectors[h])
+			continue
+		}
 		v, r := value(msg, ev.slots[hs.binSlot], tmp)
 		if r != ReasonNone {
 			ev.Drops[h] = r
@@ -463,6 +537,93 @@ func value(msg []byte, sp span, tmp []byte) ([]byte, Reason) {
 		}
 	}
 	return v, ReasonNone
+}
+
+// vectorTolerance is how far from 1 the sum of a vector may be.
+const vectorTolerance = 1e-6
+
+// vector parses the value sp of an average histogram's field into out
+// (len(out) is the number of bins) and normalizes it to sum 1. It returns
+// ReasonNone, or why the histogram's part is dropped (the content of out is
+// then unspecified).
+func vector(msg []byte, sp span, out []float64) Reason {
+	switch sp.kind {
+	case kindNone, kindNull:
+		return ReasonMissingField
+	case kindArray:
+	default:
+		return ReasonWrongType
+	}
+	if !parseVector(msg[sp.start:sp.end], out) {
+		return ReasonBadVector
+	}
+	sum := 0.0
+	for _, x := range out {
+		sum += x
+	}
+	if !(sum >= 1-vectorTolerance && sum <= 1+vectorTolerance) {
+		return ReasonBadVector
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return ReasonNone
+}
+
+// parseVector parses the array b (its raw text, brackets included, already
+// validated by the scan) into out. It reports false unless b holds exactly
+// len(out) numbers, each non-negative and finite as a float64.
+func parseVector(b []byte, out []float64) bool {
+	n := 0
+	i := skipWS(b, 1) // past '['
+	if i < len(b) && b[i] == ']' {
+		return len(out) == 0
+	}
+	for i < len(b) {
+		if c := b[i]; c != '-' && (c < '0' || c > '9') {
+			return false // string, literal, object or array
+		}
+		end, r := scanNumber(b, i)
+		if r != ReasonNone || n >= len(out) {
+			return false
+		}
+		x, ok := parseFloat(b[i:end])
+		if !ok || x < 0 {
+			return false
+		}
+		out[n] = x
+		n++
+		i = skipWS(b, end)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ']':
+			return n == len(out)
+		case ',':
+			i = skipWS(b, i+1)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// parseFloat parses a JSON number (validated by scanNumber) as a float64,
+// rounding to nearest; ok is false when it overflows to ±Inf.
+//
+// The string passed to strconv.ParseFloat aliases b instead of copying it:
+// a plain string(b) is copied to the heap when longer than 32 bytes (the
+// compiler's stack buffer), and a valid vector must decode without
+// allocating whatever its spelling. This is safe because b is neither
+// modified during the call nor referenced after it: ParseFloat keeps its
+// argument only in the error it returns, which is dropped here.
+func parseFloat(b []byte) (float64, bool) {
+	x, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(b), len(b)), 64)
+	if err != nil || math.IsInf(x, 0) {
+		return 0, false
+	}
+	return x, true
 }
 
 // hashEscaped hashes the unescaped form of an escaped string, streaming it

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,6 +46,16 @@ func TestNewErrors(t *testing.T) {
 		"overflow missing": func(c *config.Config) { c.Histograms[1].OverflowBin = "zzz" },
 		"no groups":        func(c *config.Config) { c.Histograms[1].GroupBy = "x" },
 		"duplicate group":  func(c *config.Config) { c.Histograms[0].Groups = []string{"US", "US"} },
+		"unknown kind":     func(c *config.Config) { c.Histograms[1].Kind = "median" },
+		"average overflow": func(c *config.Config) {
+			c.Histograms[1].Kind, c.Histograms[1].OverflowBin = config.KindAverage, "mobile"
+		},
+		"average group_by": func(c *config.Config) {
+			c.Histograms[1].Kind, c.Histograms[1].GroupBy, c.Histograms[1].Groups = config.KindAverage, "country", []string{"US"}
+		},
+		"average duplicate bin": func(c *config.Config) {
+			c.Histograms[1].Kind, c.Histograms[1].Bins = config.KindAverage, []string{"a", "a"}
+		},
 	} {
 		cfg := testConfig()
 		mutate(cfg)
@@ -231,6 +243,107 @@ func TestDecodeTable(t *testing.T) {
 	}
 }
 
+// TestDecodeVectors: the vector field of an average histogram (the fourth
+// histogram of avgConfig, three coordinates).
+func TestDecodeVectors(t *testing.T) {
+	cases := []struct {
+		name  string
+		value string // the raw JSON value of "interests"; "" = absent
+		drop  Reason
+		want  []float64 // for ReasonNone: the normalized vector (within 1e-15)
+	}{
+		{name: "plain", value: `[0.2,0.5,0.3]`, want: []float64{0.2, 0.5, 0.3}},
+		{name: "ints", value: `[0,1,0]`, want: []float64{0, 1, 0}},
+		{name: "exponents", value: `[2e-1,5E-1,0.03e+1]`, want: []float64{0.2, 0.5, 0.3}},
+		{name: "whitespace", value: " [ \n0.25 ,\t0.25\r\n, 0.5 ] ", want: []float64{0.25, 0.25, 0.5}},
+		{name: "negative zero", value: `[-0,-0.0e5,1]`, want: []float64{0, 0, 1}},
+		{name: "underflow to negative zero", value: `[-1e-400,0.5,0.5]`, want: []float64{0, 0.5, 0.5}},
+		{name: "underflow to zero", value: `[1e-400,0.5,0.5]`, want: []float64{0, 0.5, 0.5}},
+		{name: "long literals", value: `[0.333333333333333333333333333333333333333333,0.333333333333333333333333333333333333333333,0.333333333333333333333333333333333333333334]`,
+			want: []float64{1.0 / 3, 1.0 / 3, 1.0 / 3}},
+		{name: "normalized above", value: `[0.5,0.5,5e-7]`, want: []float64{0.5 / (1 + 5e-7), 0.5 / (1 + 5e-7), 5e-7 / (1 + 5e-7)}},
+		{name: "normalized below", value: `[0.5,0.4999995,0]`, want: []float64{0.5 / 0.9999995, 0.4999995 / 0.9999995, 0}},
+		{name: "sum at upper tolerance", value: `[1,0,0.000001]`, want: []float64{1 / 1.000001, 0, 0.000001 / 1.000001}},
+
+		{name: "absent", value: "", drop: ReasonMissingField},
+		{name: "null", value: `null`, drop: ReasonMissingField},
+		{name: "string", value: `"0.2,0.5,0.3"`, drop: ReasonWrongType},
+		{name: "object", value: `{"sport":0.2,"news":0.5,"music":0.3}`, drop: ReasonWrongType},
+		{name: "number", value: `1`, drop: ReasonWrongType},
+		{name: "bool", value: `true`, drop: ReasonWrongType},
+
+		{name: "empty", value: `[]`, drop: ReasonBadVector},
+		{name: "too short", value: `[0.5,0.5]`, drop: ReasonBadVector},
+		{name: "too long", value: `[0.5,0.5,0,0]`, drop: ReasonBadVector},
+		{name: "string element", value: `[0.2,"0.5",0.3]`, drop: ReasonBadVector},
+		{name: "null element", value: `[0.2,null,0.3]`, drop: ReasonBadVector},
+		{name: "bool element", value: `[0.2,true,0.3]`, drop: ReasonBadVector},
+		{name: "nested array", value: `[[0.2],0.5,0.3]`, drop: ReasonBadVector},
+		{name: "nested object", value: `[0.2,{"x":0.5},0.3]`, drop: ReasonBadVector},
+		{name: "negative", value: `[0.6,0.6,-0.2]`, drop: ReasonBadVector},
+		{name: "negative tiny", value: `[0.5,0.5,-1e-300]`, drop: ReasonBadVector},
+		{name: "overflow", value: `[1e400,0,0]`, drop: ReasonBadVector},
+		{name: "sums overflow", value: `[1e308,1e308,0]`, drop: ReasonBadVector},
+		{name: "sum too small", value: `[0.2,0.5,0.2]`, drop: ReasonBadVector},
+		{name: "sum too large", value: `[0.2,0.5,0.4]`, drop: ReasonBadVector},
+		{name: "sum just above tolerance", value: `[0.5,0.5,2e-6]`, drop: ReasonBadVector},
+		{name: "sum just below tolerance", value: `[0.5,0.499998,0]`, drop: ReasonBadVector},
+		{name: "all zero", value: `[0,0,0]`, drop: ReasonBadVector},
+	}
+	cfg := avgConfig()
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	counts := `"page":"cart","country":"FR","device":"desktop","code":"1"`
+	wantBins, wantGroups := []int32{2, 1, 0}, []int32{2, 0, 1}
+	for _, c := range cases {
+		for _, key := range []string{`"interests"`, `"interests"`} {
+			msg := `{` + ok0 + `,` + counts
+			if c.value != "" {
+				msg += `,` + key + `:` + c.value
+			}
+			msg += `}`
+			r := d.Decode([]byte(msg), ev)
+			if r != ReasonNone {
+				t.Errorf("%s: reason %v", msg, r)
+				continue
+			}
+			// The count histograms are unaffected by the vector.
+			if !slices.Equal(ev.Bins[:3], wantBins) || !slices.Equal(ev.Groups[:3], wantGroups) || !slices.Equal(ev.Drops[:3], []Reason{0, 0, 0}) {
+				t.Errorf("%s: count parts %v/%v/%v, want %v/%v/none", msg, ev.Bins[:3], ev.Groups[:3], ev.Drops[:3], wantBins, wantGroups)
+			}
+			if ev.Bins[3] != -1 || ev.Groups[3] != -1 || ev.Drops[3] != c.drop {
+				t.Errorf("%s: average part bin %d group %d drop %v, want -1 -1 %v", msg, ev.Bins[3], ev.Groups[3], ev.Drops[3], c.drop)
+			}
+			if ev.Vectors[0] != nil || ev.Vectors[1] != nil || ev.Vectors[2] != nil || len(ev.Vectors[3]) != 3 {
+				t.Errorf("%s: vectors shaped %v", msg, ev.Vectors)
+			}
+			if c.drop == ReasonNone {
+				sum := 0.0
+				for i, x := range ev.Vectors[3] {
+					sum += x
+					if math.Abs(x-c.want[i]) > 1e-15 || x < 0 {
+						t.Errorf("%s: vector %v, want %v", msg, ev.Vectors[3], c.want)
+						break
+					}
+				}
+				if math.Abs(sum-1) > 1e-15 {
+					t.Errorf("%s: vector %v sums to %v", msg, ev.Vectors[3], sum)
+				}
+			}
+			if e, ok := reference(cfg, []byte(msg)); !ok {
+				t.Errorf("%s: the reference cannot judge", msg)
+			} else if s := e.check(r, ev); s != "" {
+				t.Errorf("%s: reference: %s", msg, s)
+			}
+		}
+	}
+	// A whole-event reason leaves the average part at -1/-1/none too.
+	if r := d.Decode([]byte(`{"user_id":"u","interests":[0.2,0.5,0.3]}`), ev); r != ReasonMissingTime ||
+		ev.Bins[3] != -1 || ev.Groups[3] != -1 || ev.Drops[3] != ReasonNone {
+		t.Errorf("reason %v bins %v groups %v drops %v", r, ev.Bins, ev.Groups, ev.Drops)
+	}
+}
+
 func TestEventFromOtherDecoder(t *testing.T) {
 	small := mustNew(&config.Config{Events: config.Events{TimeField: "t", UserField: "u"},
 		Histograms: []config.Histogram{{Name: "x", Field: "x", Bins: []string{"a", "b"}}}})
@@ -238,6 +351,14 @@ func TestEventFromOtherDecoder(t *testing.T) {
 	ev := small.NewEvent()
 	if r := d.Decode([]byte(`{"ts":1,"user_id":"u","device":"desktop"}`), ev); r != ReasonNone || len(ev.Bins) != 3 || ev.Bins[1] != 1 {
 		t.Fatalf("reason %v bins %v", r, ev.Bins)
+	}
+	// Same number of histograms, but a vector of another length.
+	cfg2 := avgConfig()
+	cfg2.Histograms[3].Bins = []string{"a", "b"}
+	ev = mustNew(cfg2).NewEvent()
+	if r := mustNew(avgConfig()).Decode([]byte(`{"ts":1,"user_id":"u","interests":[0.5,0.25,0.25]}`), ev); r != ReasonNone ||
+		ev.Drops[3] != ReasonNone || len(ev.Vectors[3]) != 3 || ev.Vectors[3][2] != 0.25 {
+		t.Fatalf("reason %v drops %v vectors %v", r, ev.Drops, ev.Vectors)
 	}
 }
 
@@ -415,6 +536,60 @@ func (g *gen) binVal(words []string) string {
 	return g.str(words[g.pick(len(words))])
 }
 
+// vecVal is a value for the vector field (three coordinates): mostly
+// probability vectors in various spellings, some near misses.
+func (g *gen) vecVal() string {
+	num := func(x float64) string {
+		switch g.pick(4) {
+		case 0:
+			return strconv.FormatFloat(x, 'e', -1, 64)
+		case 1:
+			return strconv.FormatFloat(x, 'f', 3+g.pick(40), 64)
+		}
+		return strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	switch g.pick(12) {
+	case 0:
+		return g.scalar()
+	case 1:
+		return g.junk(1)
+	case 2: // a single element spelled oddly
+		elems := []string{"0", "-0", "1", "0.5", "-0.5", "1e400", "-1e400", "1e-400", "-1e-400", "5e-7", "2e-6", "1E0", `"0.5"`, "null", "true", "[]", "[0.5]", "{}"}
+		parts := []string{"0", "0", "0"}
+		for range 1 + g.pick(3) {
+			parts[g.pick(3)] = elems[g.pick(len(elems))]
+		}
+		if g.pick(2) == 0 {
+			parts[g.pick(3)] = "1"
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	case 3: // wrong length
+		n := []int{0, 1, 2, 4, 5}[g.pick(5)]
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = num(1 / float64(n))
+		}
+		return "[" + g.ws() + strings.Join(parts, g.ws()+","+g.ws()) + "]"
+	}
+	x := [3]float64{g.r.Float64(), g.r.Float64(), g.r.Float64()}
+	if g.pick(4) == 0 {
+		x[g.pick(3)] = 0
+	}
+	sum := x[0] + x[1] + x[2]
+	scale := 1.0
+	switch g.pick(6) {
+	case 0:
+		scale += (g.r.Float64()*2 - 1) * 2e-6 // near the tolerance, either side
+	case 1:
+		scale = g.r.Float64() * 2
+	}
+	parts := make([]string, 3)
+	for i := range x {
+		parts[i] = g.ws() + num(x[i]/sum*scale) + g.ws()
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
 func (g *gen) event() []byte {
 	type kv struct{ k, v string }
 	var kvs []kv
@@ -433,6 +608,9 @@ func (g *gen) event() []byte {
 	}
 	if g.pick(3) > 0 {
 		add("device", g.binVal([]string{"mobile", "desktop", "tv"}))
+	}
+	if g.pick(3) > 0 {
+		add("interests", g.vecVal())
 	}
 	if g.pick(3) > 0 {
 		add("code", []string{"1", "2", "true", "-3", "1.5", "3", "false", `"1"`, `"true"`, "1.50"}[g.pick(10)])
@@ -469,7 +647,7 @@ func (g *gen) event() []byte {
 }
 
 func TestDifferentialEncodingJSON(t *testing.T) {
-	cfg := testConfig()
+	cfg := avgConfig()
 	d := mustNew(cfg)
 	ev := d.NewEvent()
 	g := &gen{rand.New(rand.NewPCG(1, 2))}
@@ -479,6 +657,7 @@ func TestDifferentialEncodingJSON(t *testing.T) {
 	}
 	judged, usable := 0, 0
 	byReason := map[Reason]int{}
+	vectorDrops := map[Reason]int{}
 	for i := range n {
 		msg := g.event()
 		r := d.Decode(msg, ev)
@@ -490,15 +669,21 @@ func TestDifferentialEncodingJSON(t *testing.T) {
 		judged++
 		if r == ReasonNone {
 			usable++
+			vectorDrops[ev.Drops[3]]++
 		}
 		if s := e.check(r, ev); s != "" {
 			t.Fatalf("event %d %q: %s", i, msg, s)
 		}
 		checkReencode(t, d, msg, r, ev)
 	}
-	t.Logf("%d events, %d judged by encoding/json, %d usable; by reason %v", n, judged, usable, byReason)
+	t.Logf("%d events, %d judged by encoding/json, %d usable; by reason %v; vectors of usable events %v", n, judged, usable, byReason, vectorDrops)
 	if usable < n/10 {
 		t.Errorf("only %d usable events: generator too hostile", usable)
+	}
+	for _, r := range []Reason{ReasonNone, ReasonMissingField, ReasonWrongType, ReasonBadVector} {
+		if vectorDrops[r] < usable/50 {
+			t.Errorf("only %d usable events with vector outcome %v: generator unbalanced", vectorDrops[r], r)
+		}
 	}
 }
 
@@ -537,6 +722,10 @@ func checkReencode(t testing.TB, d *Decoder, msg []byte, r Reason, ev *Event) {
 	want.Bins = append([]int32(nil), ev.Bins...)
 	want.Groups = append([]int32(nil), ev.Groups...)
 	want.Drops = append([]Reason(nil), ev.Drops...)
+	want.Vectors = make([][]float64, len(ev.Vectors))
+	for h, v := range ev.Vectors {
+		want.Vectors[h] = slices.Clone(v)
+	}
 	re, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -548,6 +737,11 @@ func checkReencode(t testing.TB, d *Decoder, msg []byte, r Reason, ev *Event) {
 	if ev2.TimeMs != want.TimeMs || ev2.User != want.User || fmt.Sprint(ev2.Bins, ev2.Groups, ev2.Drops) != fmt.Sprint(want.Bins, want.Groups, want.Drops) {
 		t.Fatalf("re-encoded %q of %q: got %+v want %+v", re, msg, *ev2, want)
 	}
+	for h := range want.Vectors {
+		if want.Vectors[h] != nil && want.Drops[h] == ReasonNone && !sameFloats(ev2.Vectors[h], want.Vectors[h]) {
+			t.Fatalf("re-encoded %q of %q: vector %d %v, want %v", re, msg, h, ev2.Vectors[h], want.Vectors[h])
+		}
+	}
 }
 
 // ---- fuzzing ----
@@ -557,10 +751,14 @@ func FuzzDecode(f *testing.F) {
 		`{"ts":1700000000000,"user_id":"u12345","page":"checkout","country":"DE","session":"abcdef0123"}`,
 		`{"ts":"2023-11-14T22:13:20.5+01:00","user_id":12,"page":"c\u0061f\u00e9","country":"\u00dc","code":true}`,
 		`{"a":[1,{"b":[]}],"ts":1.7e12,"user_id":"x","device":"tv"}`,
+		`{"ts":1,"user_id":"u","page":"home","interests":[0.2,0.5,0.3]}`,
+		`{"ts":1,"user_id":"u","interests":[ 2e-1 , 0.5E0 ,-0, 0.3]}`,
+		`{"ts":1,"user_id":"u","interests":[1e400,-1e-400,[0.5],{"a":1},"x",null,true]}`,
+		`{"ts":1,"user_id":"u","interests":[0.5,0.5,5e-7],"device":"mobile"}`,
 	} {
 		f.Add([]byte(s))
 	}
-	cfg := testConfig()
+	cfg := avgConfig()
 	d := mustNew(cfg)
 	ev := d.NewEvent()
 	f.Fuzz(func(t *testing.T, msg []byte) {
@@ -570,6 +768,10 @@ func FuzzDecode(f *testing.F) {
 		}
 		for h, hs := range d.hists {
 			b, g := ev.Bins[h], ev.Groups[h]
+			if hs.average {
+				checkFuzzVector(t, r, ev, h, hs.dim)
+				continue
+			}
 			if (b == -1) != (g == -1) || b < -1 || int(b) >= len(hs.bins) || g < -1 || (hs.groupSlot < 0 && g > 0) || (hs.groupSlot >= 0 && int(g) >= len(hs.groups)) {
 				t.Fatalf("histogram %d: bin %d group %d out of range", h, b, g)
 			}
@@ -592,6 +794,37 @@ func FuzzDecode(f *testing.F) {
 		}
 		checkReencode(t, d, msg, r, ev)
 	})
+}
+
+// checkFuzzVector checks the invariants of average histogram h's part.
+func checkFuzzVector(t *testing.T, r Reason, ev *Event, h, dim int) {
+	t.Helper()
+	if ev.Bins[h] != -1 || ev.Groups[h] != -1 || len(ev.Vectors[h]) != dim {
+		t.Fatalf("average histogram %d: bin %d group %d vector %v", h, ev.Bins[h], ev.Groups[h], ev.Vectors[h])
+	}
+	switch ev.Drops[h] {
+	case ReasonNone:
+	case ReasonMissingField, ReasonWrongType, ReasonBadVector:
+		if r != ReasonNone {
+			t.Fatalf("average histogram %d: drop %v with event reason %v", h, ev.Drops[h], r)
+		}
+		return
+	default:
+		t.Fatalf("average histogram %d: drop %v", h, ev.Drops[h])
+	}
+	if r != ReasonNone {
+		return
+	}
+	sum := 0.0
+	for _, x := range ev.Vectors[h] {
+		if !(x >= 0 && x <= 1) {
+			t.Fatalf("average histogram %d: vector %v", h, ev.Vectors[h])
+		}
+		sum += x
+	}
+	if math.Abs(sum-1) > 1e-12 {
+		t.Fatalf("average histogram %d: vector %v sums to %v", h, ev.Vectors[h], sum)
+	}
 }
 
 // ---- benchmarks ----
@@ -650,6 +883,29 @@ func TestDecodeZeroAllocs(t *testing.T) {
 		`{"ts":1,"user_id":"u","x":"\xff"}`,
 	} {
 		b := []byte(msg)
+		if a := testing.AllocsPerRun(100, func() { d.Decode(b, ev) }); a != 0 {
+			t.Errorf("%.1f allocs decoding %q", a, msg)
+		}
+	}
+}
+
+// TestDecodeVectorZeroAllocs: valid average events, short and long number
+// spellings (a string(b) conversion would allocate above 32 bytes), decode
+// without allocating.
+func TestDecodeVectorZeroAllocs(t *testing.T) {
+	d := mustNew(avgConfig())
+	ev := d.NewEvent()
+	for _, msg := range []string{
+		`{"ts":1700000000000,"user_id":"u1","page":"home","country":"US","interests":[0.2,0.5,0.3]}`,
+		`{"ts":1,"user_id":"u","interests":[ 2e-1 ,` + "\n\t" + ` 5E-1, 0.3 ],"device":"mobile","code":1}`,
+		`{"ts":1,"user_id":"u","interests":[0.33333333333333333333333333333333333333333333333333,0.333333333333333333333333333333333333333333333333333,0.3333333333333333333333333333333333333333333333334]}`,
+		`{"ts":1,"user_id":"u","interests":[0.5,0.5,5e-7]}`,
+		`{"ts":1,"user_id":"u","interests":[0,1,0]}`,
+	} {
+		b := []byte(msg)
+		if r := d.Decode(b, ev); r != ReasonNone || ev.Drops[3] != ReasonNone {
+			t.Fatalf("%s: reason %v drops %v", msg, r, ev.Drops)
+		}
 		if a := testing.AllocsPerRun(100, func() { d.Decode(b, ev) }); a != 0 {
 			t.Errorf("%.1f allocs decoding %q", a, msg)
 		}

@@ -29,11 +29,13 @@ const (
 	ReasonMissingUser
 	// ReasonWrongType: the time or user field (whole event), or a histogram's
 	// bin or group field (that histogram only), is an object or array, or
-	// otherwise of a type the field does not accept.
+	// otherwise of a type the field does not accept; for an average
+	// histogram's vector field (that histogram only), a value that is not an
+	// array.
 	ReasonWrongType
 
-	// ReasonMissingField: a histogram's bin field or group_by field is absent
-	// or null.
+	// ReasonMissingField: a histogram's bin field, group_by field or vector
+	// field (average histograms) is absent or null.
 	ReasonMissingField
 	// ReasonOutOfDomain: the bin value is not among the declared bins and the
 	// histogram has no overflow_bin.
@@ -41,6 +43,11 @@ const (
 	// ReasonUnknownGroup: the group value is not among the declared groups.
 	// Groups are public: they are never created from data.
 	ReasonUnknownGroup
+	// ReasonBadVector: an average histogram's vector field is an array but
+	// not a probability vector: its length is not the number of bins, an
+	// element is not a number, is negative or overflows float64, or the sum
+	// is not within 1 ± 1e-6 (see the package doc).
+	ReasonBadVector
 
 	numReasons
 )
@@ -50,7 +57,7 @@ const (
 var AllReasons = []Reason{
 	ReasonBadJSON, ReasonInvalidUTF8, ReasonOversized, ReasonMissingTime,
 	ReasonBadTime, ReasonMissingUser, ReasonWrongType, ReasonMissingField,
-	ReasonOutOfDomain, ReasonUnknownGroup,
+	ReasonOutOfDomain, ReasonUnknownGroup, ReasonBadVector,
 }
 
 var reasonNames = [numReasons]string{
@@ -65,6 +72,7 @@ var reasonNames = [numReasons]string{
 	ReasonMissingField: "missing_field",
 	ReasonOutOfDomain:  "out_of_domain",
 	ReasonUnknownGroup: "unknown_group",
+	ReasonBadVector:    "bad_vector",
 }
 
 // String returns the stable snake_case label ("bad_json", ...); "none" for
@@ -77,8 +85,9 @@ func (r Reason) String() string {
 }
 
 // PerHistogram reports whether r can only ever drop one histogram's part of
-// an event: missing_field, out_of_domain, unknown_group. (wrong_type is
-// whole-event when Decode returns it and per-histogram in [Event.Drops].)
+// an event: missing_field, out_of_domain, unknown_group, bad_vector.
+// (wrong_type is whole-event when Decode returns it and per-histogram in
+// [Event.Drops].)
 func (r Reason) PerHistogram() bool {
-	return r == ReasonMissingField || r == ReasonOutOfDomain || r == ReasonUnknownGroup
+	return r == ReasonMissingField || r == ReasonOutOfDomain || r == ReasonUnknownGroup || r == ReasonBadVector
 }

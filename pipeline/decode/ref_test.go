@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"hash/maphash"
+	"math"
 	"math/big"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -26,6 +28,15 @@ func testConfig() *config.Config {
 			{Name: "codes", Field: "code", Bins: []string{"1", "2", "true", "-3", "1.5"}, GroupBy: "page", Groups: []string{"home", "cart"}},
 		},
 	}
+}
+
+// avgConfig is testConfig with a fourth histogram of kind average, whose
+// vector field "interests" has three coordinates.
+func avgConfig() *config.Config {
+	cfg := testConfig()
+	cfg.Histograms = append(cfg.Histograms, config.Histogram{Name: "interests", Field: "interests",
+		Bins: []string{"sport", "news", "music"}, Kind: config.KindAverage})
+	return cfg
 }
 
 var testSeed = maphash.MakeSeed()
@@ -49,6 +60,9 @@ type expected struct {
 	bins   []int32
 	groups []int32
 	drops  []Reason
+	// vectors[h]: the normalized vector of an average histogram h whose
+	// part is kept (nil otherwise).
+	vectors [][]float64
 }
 
 var rfc3339RE = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$`)
@@ -119,6 +133,44 @@ func refText(v any) (string, Reason) {
 	return "", ReasonWrongType
 }
 
+// refVector interprets an average histogram's value the documented way:
+// encoding/json's generic decoding (with UseNumber) and strconv.ParseFloat.
+func refVector(v any, dim int) ([]float64, Reason) {
+	switch v := v.(type) {
+	case nil:
+		return nil, ReasonMissingField
+	case []any:
+		if len(v) != dim {
+			return nil, ReasonBadVector
+		}
+		out := make([]float64, dim)
+		sum := 0.0
+		for i, x := range v {
+			n, isNum := x.(json.Number)
+			if !isNum {
+				return nil, ReasonBadVector
+			}
+			f, err := strconv.ParseFloat(string(n), 64)
+			if math.IsInf(f, 0) || math.IsNaN(f) || f < 0 {
+				return nil, ReasonBadVector
+			}
+			if err != nil {
+				panic("ParseFloat error on a finite number: " + err.Error())
+			}
+			out[i] = f
+			sum += f
+		}
+		if sum < 1-1e-6 || sum > 1+1e-6 {
+			return nil, ReasonBadVector
+		}
+		for i := range out {
+			out[i] /= sum
+		}
+		return out, ReasonNone
+	}
+	return nil, ReasonWrongType
+}
+
 var (
 	surrogateEscRE  = regexp.MustCompile(`\\u[dD][89a-fA-F]`)
 	surrogatePairRE = regexp.MustCompile(`\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}`)
@@ -175,6 +227,15 @@ func reference(cfg *config.Config, msg []byte) (e expected, ok bool) {
 		return expected{reason: ReasonWrongType}, true
 	}
 	for _, h := range cfg.Histograms {
+		if h.IsAverage() {
+			vec, drop := refVector(m[h.Field], len(h.Bins))
+			e.bins = append(e.bins, -1)
+			e.groups = append(e.groups, -1)
+			e.drops = append(e.drops, drop)
+			e.vectors = append(e.vectors, vec)
+			continue
+		}
+		e.vectors = append(e.vectors, nil)
 		bin, grp, drop := int32(-1), int32(-1), ReasonNone
 		bt, r := refText(m[h.Field])
 		if r != ReasonNone {
@@ -241,8 +302,38 @@ func (e expected) check(r Reason, ev *Event) string {
 				itoa(ev.Bins[h]) + "/" + itoa(ev.Groups[h]) + "/" + ev.Drops[h].String() + ", want " +
 				itoa(e.bins[h]) + "/" + itoa(e.groups[h]) + "/" + e.drops[h].String()
 		}
+		if want := e.vectors[h]; want != nil && !sameFloats(ev.Vectors[h], want) {
+			return "histogram " + string(rune('0'+h)) + " vector " + fmtFloats(ev.Vectors[h]) + ", want " + fmtFloats(want)
+		}
 	}
 	return ""
+}
+
+// sameFloats reports whether a and b hold the same float64 values, bit for
+// bit.
+func sameFloats(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func fmtFloats(xs []float64) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.FormatFloat(x, 'g', -1, 64))
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 func itoa(i int32) string { return big.NewInt(int64(i)).String() }
