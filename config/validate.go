@@ -380,7 +380,7 @@ func (k *checker) average(p string, h Histogram) {
 		k.add(p+".overflow_bin", "not allowed for kind average (every coordinate is a declared bin)")
 	}
 	if h.GroupBy != "" || len(h.Groups) > 0 {
-		k.add(p+".group_by", "not supported for kind average: declare one average histogram per group, with its own field")
+		k.add(p+".group_by", "not supported for kind average (a user moving between groups would change two releases); remove group_by and groups")
 	}
 	a := h.Average
 	switch {

@@ -66,6 +66,13 @@ func (h *harness) config(mech string, epsilon float64) *config.Config {
 // first unindented, later ones indented by two spaces).
 func (h *harness) configWith(privacy string, epsilon float64) *config.Config {
 	h.t.Helper()
+	return h.configExtra(privacy, epsilon, "")
+}
+
+// configExtra is configWith with more histograms: extra is YAML list items
+// indented by two spaces.
+func (h *harness) configExtra(privacy string, epsilon float64, extra string) *config.Config {
+	h.t.Helper()
 	y := fmt.Sprintf(`
 kafka:
   brokers: [%q]
@@ -90,6 +97,7 @@ histograms:
   - name: devices
     field: device
     bins: [mobile, desktop]
+%s
 contribution:
   max_events_per_user: 1
   max_groups_per_user: 1
@@ -105,7 +113,7 @@ state:
   dir: %q
 log:
   level: warn
-`, h.broker.Addr(), h.name, h.name, h.name, pagesBins, privacy, epsilon, h.dir)
+`, h.broker.Addr(), h.name, h.name, h.name, pagesBins, extra, privacy, epsilon, h.dir)
 	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 	if err != nil {
 		h.t.Fatalf("config: %v", err)

@@ -51,6 +51,16 @@ type Params struct {
 	// PriorAlpha is the public prior α₀ of every bin of a laplace-posterior
 	// release (privacy.prior_alpha); omitted for the other mechanisms.
 	PriorAlpha float64 `json:"prior_alpha,omitempty"`
+	// K, Eta, Users and Gamma are the simplex Dirichlet mechanism's public
+	// parameters of an average histogram's release (omitted otherwise):
+	// Probabilities is one draw of Dir(K·p) with p = (1 − n·Eta)·p̄ + Eta,
+	// p̄ the average of Users vectors (padded with uniform vectors when
+	// fewer users contributed), so E[Probabilities_i] = p_i and
+	// Var = p_i(1 − p_i)/(K + 1).
+	K     float64 `json:"k,omitempty"`
+	Eta   float64 `json:"eta,omitempty"`
+	Users int     `json:"users,omitempty"`
+	Gamma float64 `json:"gamma,omitempty"`
 }
 
 // Privacy states what the release cost and what the period has spent.
@@ -65,6 +75,12 @@ type Privacy struct {
 	ChargeID string `json:"charge_id"`
 	// ChargeRDPEpsilon is the RDP ε at Order charged for ChargeID.
 	ChargeRDPEpsilon float64 `json:"charge_rdp_epsilon"`
+	// ReleaseEpsilon and ReleaseDelta are the (ε, δ)-DP guarantee of a
+	// release without an RDP curve (an average histogram's; Order,
+	// RDPEpsilon and ChargeRDPEpsilon are then 0), charged to the period by
+	// basic composition; omitted otherwise.
+	ReleaseEpsilon float64 `json:"release_epsilon,omitempty"`
+	ReleaseDelta   float64 `json:"release_delta,omitempty"`
 	// SpentEpsilon is the (ε, δ)-DP spent in the current period so far,
 	// including this release, at Delta.
 	SpentEpsilon float64 `json:"spent_epsilon"`

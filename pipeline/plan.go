@@ -66,12 +66,27 @@ import (
 // (and so the charge) unchanged (see mechanism/streamposterior.go). The
 // colleague's PosteriorSpec-based kind of the same name (002 LSHist with a
 // public n) is not used by the stage: a window's n is private.
+//
+// # average histograms
+//
+// A histogram of kind average is released by the simplex Dirichlet mechanism
+// (mechanism.SimplexAverage; aggregate/average.go bounds one user's effect on
+// the padded average to ‖p̄ − p̄′‖₁ ≤ 2/users under both neighbour relations).
+// Its guarantee is (ε_r, δ_r)-DP per release, with no finite RDP curve, so it
+// is composed apart from the RDP units by basic composition, and the two
+// parts add (budget/mixed.go states why, for interleaved adaptive releases).
+// The plan reserves for the average releases of a period
+// ApproxEpsilon = Σ_h W·ε_r(h) and ApproxDelta = Σ_h W·δ_r(h) (W windows per
+// period), and gives the count histograms' RDP accountant and calibration
+// what is left: (ε − ApproxEpsilon, δ − ApproxDelta). A period's total is
+// then within (ε, δ). δ_r defaults to an even split of δ (of half of it when
+// count histograms share the budget).
 type Plan struct {
 	Neighbour        string
 	Sensitivity      mechanism.Sensitivity
 	WindowsPerPeriod int
-	UnitsPerWindow   int // = number of histograms
-	Units            int // composed units per period
+	UnitsPerWindow   int // = number of count histograms
+	Units            int // composed RDP units per period
 	// FitUnits is how many units the budget covers per period, when
 	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
 	// budget over all Units.
@@ -80,8 +95,28 @@ type Plan struct {
 	// Charge is the RDP curve charged per (histogram, window) unit.
 	Charge budget.Curve
 	// Epsilon and Delta are the period's total budget; PlannedEpsilon is
-	// what composing all planned units converts to (≤ Epsilon).
+	// what composing all planned RDP units converts to at RDPDelta (≤
+	// RDPEpsilon).
 	Epsilon, Delta, PlannedEpsilon float64
+	// RDPEpsilon and RDPDelta are the part of the budget the RDP units (the
+	// count histograms) compose within: (Epsilon, Delta) minus the average
+	// histograms' reservation. Mechanism is nil (and Charge empty) when
+	// every histogram is an average one.
+	RDPEpsilon, RDPDelta float64
+	// Averages are the average histograms, in config order.
+	Averages []AveragePlan
+	// ApproxEpsilon and ApproxDelta are the period's reservation for the
+	// average releases: the basic composition of all of them.
+	ApproxEpsilon, ApproxDelta float64
+}
+
+// AveragePlan is the calibrated release of one average histogram.
+type AveragePlan struct {
+	Index     int // in config.Histograms
+	Name      string
+	Mechanism *mechanism.SimplexAverage
+	// Epsilon and Delta are the (ε, δ)-DP of one release (one window).
+	Epsilon, Delta float64
 }
 
 // DeriveSensitivity returns the sensitivities of one histogram's count
@@ -118,7 +153,27 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, fmt.Errorf("derive privacy plan: privacy.budget.period (%s) must be a whole multiple of window.size (%s)", period, size)
 	}
 	windows := int(period / size)
-	units := windows * len(cfg.Histograms)
+	counts := 0
+	for _, h := range cfg.Histograms {
+		if !h.IsAverage() {
+			counts++
+		}
+	}
+	units := windows * counts
+	avgs, aEps, aDelta, err := planAverages(cfg, windows, counts > 0)
+	if err != nil {
+		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
+	rdpEps, rdpDelta := cfg.Privacy.Budget.Epsilon-aEps, cfg.Privacy.Budget.Delta-aDelta
+	withAverages := func(p *Plan) *Plan {
+		p.Averages, p.ApproxEpsilon, p.ApproxDelta = avgs, aEps, aDelta
+		p.RDPEpsilon, p.RDPDelta = rdpEps, rdpDelta
+		p.Epsilon, p.Delta = cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
+		return p
+	}
+	if counts == 0 {
+		return withAverages(&Plan{Neighbour: cfg.Privacy.Neighbour, WindowsPerPeriod: windows}), nil
+	}
 	spec := mechanism.Spec{
 		Kind:        mechanism.Kind(cfg.Privacy.Mechanism),
 		Order:       cfg.Privacy.Order,
@@ -134,34 +189,93 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		spec.Kind = mechanism.Laplace // the noise; the posterior is post-processing (see Plan)
 	}
 	if cfg.Privacy.RDPEpsilon > 0 {
-		plan, err := explicitPlan(cfg, spec, windows, units)
+		plan, err := explicitPlan(cfg, spec, windows, counts, rdpEps, rdpDelta)
 		if err != nil {
 			return nil, err
 		}
 		if plan.Mechanism, err = stageMechanism(cfg, plan.Mechanism); err != nil {
 			return nil, err
 		}
-		return plan, nil
+		return withAverages(plan), nil
 	}
-	p, err := budget.PlanReleases(spec, cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta, units)
+	p, err := budget.PlanReleases(spec, rdpEps, rdpDelta, units)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
 	if p.Mechanism, err = stageMechanism(cfg, p.Mechanism); err != nil {
 		return nil, err
 	}
-	return &Plan{
+	return withAverages(&Plan{
 		Neighbour:        cfg.Privacy.Neighbour,
 		Sensitivity:      sens,
 		WindowsPerPeriod: windows,
-		UnitsPerWindow:   len(cfg.Histograms),
+		UnitsPerWindow:   counts,
 		Units:            units,
 		Mechanism:        p.Mechanism,
 		Charge:           p.PerRelease,
-		Epsilon:          cfg.Privacy.Budget.Epsilon,
-		Delta:            cfg.Privacy.Budget.Delta,
 		PlannedEpsilon:   p.Epsilon,
-	}, nil
+	}), nil
+}
+
+// planAverages calibrates the average histograms and returns the period's
+// reservation for them. withCounts says whether count histograms share the
+// budget (they then need some of it left: both parts strictly positive).
+func planAverages(cfg *config.Config, windows int, withCounts bool) (plans []AveragePlan, eps, delta float64, err error) {
+	n := 0
+	for _, h := range cfg.Histograms {
+		if h.IsAverage() {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, 0, 0, nil
+	}
+	budgetEps, budgetDelta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
+	share := budgetDelta
+	if withCounts {
+		share /= 2
+	}
+	defDelta := share / float64(windows*n)
+	for i, h := range cfg.Histograms {
+		if !h.IsAverage() {
+			continue
+		}
+		path := fmt.Sprintf("histograms[%d].average", i)
+		d := h.Average.Delta
+		if d == 0 {
+			d = defDelta
+		}
+		m, err := mechanism.NewSimplexAverage(mechanism.AverageSpec{
+			Bins: len(h.Bins), Users: h.Average.Users, Eta: h.Average.Eta, K: h.Average.K, TargetDelta: d,
+		})
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("%s (%s): %w", path, h.Name, err)
+		}
+		e, dr := m.DP()
+		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr})
+		eps += float64(windows) * e
+		delta += float64(windows) * dr
+	}
+	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
+	if eps > budgetEps*(1+budget.RelTolerance) || (withCounts && eps >= budgetEps) {
+		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%d windows × %s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
+			eps, windows, averageEpsilons(plans), budgetEps, fix)
+	}
+	if delta > budgetDelta*(1+budget.RelTolerance) || (withCounts && delta >= budgetDelta) {
+		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to δ = %.6g per period, which leaves nothing of privacy.budget.delta = %g for the rest: lower average.delta", delta, budgetDelta)
+	}
+	return plans, eps, delta, nil
+}
+
+func averageEpsilons(plans []AveragePlan) string {
+	s := ""
+	for i, p := range plans {
+		if i > 0 {
+			s += " + "
+		}
+		s += fmt.Sprintf("ε_r %.6g (%s)", p.Epsilon, p.Name)
+	}
+	return s
 }
 
 // stageMechanism returns the mechanism the stage releases with, given the
@@ -183,7 +297,8 @@ func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechan
 // then enforced release by release: the accountant refuses the first unit
 // that would take the period past (ε, δ), and the stage publishes a
 // budget_exhausted status instead. FitUnits says how many units fit.
-func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, units int) (*Plan, error) {
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, eps, delta float64) (*Plan, error) {
+	units := windows * counts
 	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
 	m, err := mechanism.New(spec)
 	if err != nil {
@@ -197,7 +312,6 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, units int) (
 	if err := charge.Err(); err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
-	eps, delta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
 	fit := 0
 	for k := 1; k <= units; k++ {
 		e, _ := budget.ToEpsilon(charge.Scale(float64(k)), delta)
@@ -207,20 +321,18 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, units int) (
 		fit = k
 	}
 	if fit == 0 {
-		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: a single release already exceeds the period budget (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, eps, delta)
+		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: a single release already exceeds the period budget left to count histograms (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, eps, delta)
 	}
 	planned, _ := budget.ToEpsilon(charge.Scale(float64(fit)), delta)
 	return &Plan{
 		Neighbour:        cfg.Privacy.Neighbour,
 		Sensitivity:      spec.Sensitivity,
 		WindowsPerPeriod: windows,
-		UnitsPerWindow:   len(cfg.Histograms),
+		UnitsPerWindow:   counts,
 		Units:            units,
 		FitUnits:         fit,
 		Mechanism:        m,
 		Charge:           charge,
-		Epsilon:          eps,
-		Delta:            delta,
 		PlannedEpsilon:   planned,
 	}, nil
 }

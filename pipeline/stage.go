@@ -112,10 +112,28 @@ type Stage struct {
 	// loaded or recorded by Run before anything is consumed.
 	meta ledger.Meta
 
-	budgetMu sync.Mutex // guards accts
-	// accts holds the accountant of each budget period seen, restored from
-	// the ledger on first use.
-	accts map[int64]*budget.Accountant
+	budgetMu sync.Mutex // guards accts and every periodSpend in it
+	// accts holds the spend of each budget period seen, restored from the
+	// ledger on first use.
+	accts map[int64]*periodSpend
+}
+
+// periodSpend is one budget period's spend: the accountant of the RDP units
+// (count histograms; nil when there are none) and the basic composition of
+// the (ε, δ)-DP units (average histograms). Plan explains the split.
+type periodSpend struct {
+	rdp    *budget.Accountant
+	approx ledger.Approx
+}
+
+// spentEpsilon is the period's total ε so far: the RDP part converted at
+// the plan's RDPDelta plus the (ε, δ) part's ε.
+func (p *periodSpend) spentEpsilon() float64 {
+	e := p.approx.Epsilon
+	if p.rdp != nil {
+		e += p.rdp.SpentEpsilon()
+	}
+	return e
 }
 
 // New validates opts, derives the privacy plan and opens the ledger.
@@ -157,7 +175,7 @@ func New(opts Options) (*Stage, error) {
 		sizeMs:    cfg.Window.Size.D().Milliseconds(),
 		periodMs:  cfg.Privacy.Budget.Period.D().Milliseconds(),
 		rng:       rng,
-		accts:     make(map[int64]*budget.Accountant),
+		accts:     make(map[int64]*periodSpend),
 		lag:       make(map[int]int64),
 		transport: opts.Transport,
 	}
@@ -377,6 +395,7 @@ type session struct {
 	wm       *watermarks
 	trackers map[int]*offsetTracker
 	agg      *aggregate.Aggregator
+	avg      *aggregate.Averager // nil without average histograms
 
 	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
 	// next is the start of the first window not yet closed.
@@ -410,6 +429,12 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		topic:    topic,
 		trackers: make(map[int]*offsetTracker, len(assigns)),
 		agg:      agg,
+	}
+	if hs := aggregate.AverageHistsFromConfig(s.cfg); len(hs) > 0 {
+		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
+			s.fail(fmt.Errorf("build averager: %w", err))
+			return
+		}
 	}
 	for _, a := range assigns {
 		sess.parts = append(sess.parts, a.ID)
@@ -466,6 +491,9 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	})
 	wg.Wait()
 	agg.Reset()
+	if sess.avg != nil {
+		sess.avg.Reset()
+	}
 	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
 }
 
@@ -657,10 +685,20 @@ func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tra
 		return ""
 	}
 	out := sess.agg.Add(w, ev)
+	var ao aggregate.AverageOutcome
+	if sess.avg != nil {
+		ao = sess.avg.Add(w, ev)
+	}
 	tracker.counted(w, offset)
 	sess.closeMu.RUnlock()
 	loc.observe(ev.TimeMs, s.sizeMs)
 	s.countOutcome(ev, out, loc)
+	if ao.Added > 0 {
+		s.stats.Averaged.Add(int64(ao.Added))
+	}
+	if ao.NotSelected > 0 {
+		s.stats.AverageNotSelected.Add(int64(ao.NotSelected))
+	}
 	return ""
 }
 
@@ -793,6 +831,10 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
 	counts, err := sess.agg.Close(w)
+	var avgs *aggregate.AverageWindow
+	if sess.avg != nil {
+		avgs = sess.avg.Close(w)
+	}
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
@@ -800,8 +842,16 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	}
 	defer counts.Release()
 	var out []*ledger.Unit
-	for h := range s.cfg.Histograms {
-		u, err := s.recordUnit(h, w, counts)
+	ai := 0
+	for h, hist := range s.cfg.Histograms {
+		var u *ledger.Unit
+		var err error
+		if hist.IsAverage() {
+			u, err = s.recordAverageUnit(ai, w, avgs)
+			ai++
+		} else {
+			u, err = s.recordUnit(h, w, counts)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -814,15 +864,39 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 
 func (s *Stage) periodOf(w int64) int64 { return windowStart(w, s.periodMs) }
 
-// accountant returns the accountant of the period starting at p, restored
-// from the ledger on first use. Called by the releaser only.
-func (s *Stage) accountant(p int64) (*budget.Accountant, error) {
+// accountant returns the spend of the period starting at p, restored from
+// the ledger on first use. Called by the releaser only.
+func (s *Stage) accountant(p int64) (*periodSpend, error) {
 	s.budgetMu.Lock()
 	defer s.budgetMu.Unlock()
 	if a, ok := s.accts[p]; ok {
 		return a, nil
 	}
-	a, err := budget.NewAccountant(s.plan.Charge.Orders(), s.plan.Epsilon, s.plan.Delta)
+	ps := &periodSpend{}
+	approx, _, err := s.ledger.ApproxSpent(p)
+	if err != nil {
+		return nil, err
+	}
+	ps.approx = approx
+	if s.plan.Mechanism != nil {
+		if ps.rdp, err = s.restoreRDP(p); err != nil {
+			return nil, err
+		}
+	}
+	// Forget accountants of old periods.
+	for q := range s.accts {
+		if q < p {
+			delete(s.accts, q)
+		}
+	}
+	s.accts[p] = ps
+	return ps, nil
+}
+
+// restoreRDP returns the RDP accountant of period p, restored from the
+// ledger. s.budgetMu is held.
+func (s *Stage) restoreRDP(p int64) (*budget.Accountant, error) {
+	a, err := budget.NewAccountant(s.plan.Charge.Orders(), s.plan.RDPEpsilon, s.plan.RDPDelta)
 	if err != nil {
 		return nil, err
 	}
@@ -846,13 +920,6 @@ func (s *Stage) accountant(p int64) (*budget.Accountant, error) {
 				zap.String("period_start", rfc3339(p)), zap.Error(err))
 		}
 	}
-	// Forget accountants of old periods.
-	for q := range s.accts {
-		if q < p {
-			delete(s.accts, q)
-		}
-	}
-	s.accts[p] = a
 	return a, nil
 }
 
@@ -877,10 +944,11 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 		return u, nil // recorded before a stop: publish the same values
 	}
 	period := s.periodOf(w)
-	acct, err := s.accountant(period)
+	ps, err := s.accountant(period)
 	if err != nil {
 		return nil, err
 	}
+	acct := ps.rdp
 	u := &ledger.Unit{
 		Histogram:   hist.Name,
 		WindowStart: w,
@@ -893,43 +961,17 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return nil, err
 		}
-		u.Status = ledger.StatusBudgetExhausted
-		st := Status{
-			Status:      string(ledger.StatusBudgetExhausted),
-			ReleaseID:   ReleaseID(hist.Name, "", w),
-			Histogram:   hist.Name,
-			WindowStart: rfc3339(w),
-			WindowEnd:   rfc3339(w + s.sizeMs),
-			Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
-		}
-		st.Privacy.SpentEpsilon = acct.SpentEpsilon()
-		st.Privacy.BudgetEpsilon = s.plan.Epsilon
-		st.Privacy.Delta = s.plan.Delta
-		st.Privacy.PeriodStart = rfc3339(period)
-		st.Privacy.PeriodEnd = rfc3339(period + s.periodMs)
-		v, err := json.Marshal(&st)
-		if err != nil {
-			return nil, err
-		}
-		u.Messages = []ledger.Message{{Key: []byte(hist.Name), Value: v}}
-		if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
-			return nil, err
-		}
-		s.stats.Exhausted.Add(1)
-		s.log.Warn("budget exhausted: release not made", zap.String("histogram", hist.Name),
-			zap.String("window_start", rfc3339(w)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
-			zap.Float64("budget_epsilon", s.plan.Epsilon), zap.Error(err))
-		if s.printer != nil {
-			s.printer.PrintStatus(&st)
-		}
-		return u, nil
+		return s.recordExhausted(u, ps, err)
 	}
 
 	spentAfter := acct.Spent().Add(s.plan.Charge)
 	if err := spentAfter.Err(); err != nil {
 		return nil, fmt.Errorf("compose charge: %w", err)
 	}
-	spentEps, _ := budget.ToEpsilon(spentAfter, s.plan.Delta)
+	spentEps, _ := budget.ToEpsilon(spentAfter, s.plan.RDPDelta)
+	s.budgetMu.Lock()
+	spentEps += ps.approx.Epsilon
+	s.budgetMu.Unlock()
 	params := s.plan.Mechanism.Params()
 	groups := hist.GroupNames()
 	u.Status = ledger.StatusReleased
@@ -998,6 +1040,133 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 	}
 	return u, nil
 }
+
+// recordExhausted records, instead of u's release, the budget_exhausted
+// status (why: the accountant's refusal) and returns the unit to publish.
+func (s *Stage) recordExhausted(u *ledger.Unit, ps *periodSpend, why error) (*ledger.Unit, error) {
+	u.Status = ledger.StatusBudgetExhausted
+	u.Approx = nil
+	st := Status{
+		Status:      string(ledger.StatusBudgetExhausted),
+		ReleaseID:   ReleaseID(u.Histogram, "", u.WindowStart),
+		Histogram:   u.Histogram,
+		WindowStart: rfc3339(u.WindowStart),
+		WindowEnd:   rfc3339(u.WindowEnd),
+		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
+	}
+	s.budgetMu.Lock()
+	st.Privacy.SpentEpsilon = ps.spentEpsilon()
+	s.budgetMu.Unlock()
+	st.Privacy.BudgetEpsilon = s.plan.Epsilon
+	st.Privacy.Delta = s.plan.Delta
+	st.Privacy.PeriodStart = rfc3339(u.Period)
+	st.Privacy.PeriodEnd = rfc3339(u.Period + s.periodMs)
+	v, err := json.Marshal(&st)
+	if err != nil {
+		return nil, err
+	}
+	u.Messages = []ledger.Message{{Key: []byte(u.Histogram), Value: v}}
+	if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
+		return nil, err
+	}
+	s.stats.Exhausted.Add(1)
+	s.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
+		zap.String("window_start", rfc3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
+		zap.Float64("budget_epsilon", s.plan.Epsilon), zap.Error(why))
+	if s.printer != nil {
+		s.printer.PrintStatus(&st)
+	}
+	return u, nil
+}
+
+// recordAverageUnit is recordUnit for the i-th average histogram (in config
+// order of the average histograms): one draw of the simplex Dirichlet
+// mechanism from the window's padded average, charged (ε_r, δ_r) to the
+// period's (ε, δ) part, which the plan reserved for it (Plan).
+func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (*ledger.Unit, error) {
+	ap := s.plan.Averages[i]
+	hist := s.cfg.Histograms[ap.Index]
+	if u, ok, err := s.ledger.Lookup(hist.Name, w); err != nil {
+		return nil, err
+	} else if ok {
+		if u.Published {
+			return nil, nil
+		}
+		return u, nil // recorded before a stop: publish the same values
+	}
+	period := s.periodOf(w)
+	ps, err := s.accountant(period)
+	if err != nil {
+		return nil, err
+	}
+	u := &ledger.Unit{
+		Histogram:   hist.Name,
+		WindowStart: w,
+		WindowEnd:   w + s.sizeMs,
+		Period:      period,
+		RecordedAt:  s.now().UTC(),
+	}
+	charge := ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
+	s.budgetMu.Lock()
+	after := ledger.Approx{Epsilon: ps.approx.Epsilon + charge.Epsilon, Delta: ps.approx.Delta + charge.Delta, Releases: ps.approx.Releases + 1}
+	total := ps.spentEpsilon() + charge.Epsilon
+	s.budgetMu.Unlock()
+	// The reservation (Plan.ApproxEpsilon/ApproxDelta) covers every window
+	// of a period; it can only run out when the ledger holds charges made
+	// under another configuration.
+	tol := 1 + budget.RelTolerance
+	if after.Epsilon > s.plan.ApproxEpsilon*tol || after.Delta > s.plan.ApproxDelta*tol {
+		return s.recordExhausted(u, ps, fmt.Errorf("%w: the period's average releases would reach (ε=%g, δ=%g), over their reservation (ε=%g, δ=%g)",
+			budget.ErrBudgetExceeded, after.Epsilon, after.Delta, s.plan.ApproxEpsilon, s.plan.ApproxDelta))
+	}
+	mean := aw.Mean(i, make([]float64, len(hist.Bins)))
+	out := make([]float64, len(hist.Bins))
+	if err := ap.Mechanism.Release(s.rng, mean, out); err != nil {
+		return nil, fmt.Errorf("release %s@%s: %w", hist.Name, rfc3339(w), err)
+	}
+	g := ap.Mechanism.Guarantee()
+	spec := ap.Mechanism.Spec()
+	rel := Release{
+		ReleaseID:     ReleaseID(hist.Name, config.ImplicitGroup, w),
+		Histogram:     hist.Name,
+		Group:         config.ImplicitGroup,
+		WindowStart:   rfc3339(w),
+		WindowEnd:     rfc3339(w + s.sizeMs),
+		Bins:          hist.Bins,
+		Probabilities: out,
+		Mechanism:     MechanismSimplexAverage,
+		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma},
+		Privacy: Privacy{
+			ChargeID:       ReleaseID(hist.Name, "", w),
+			ReleaseEpsilon: ap.Epsilon,
+			ReleaseDelta:   ap.Delta,
+			SpentEpsilon:   total,
+			BudgetEpsilon:  s.plan.Epsilon,
+			Delta:          s.plan.Delta,
+			PeriodStart:    rfc3339(period),
+			PeriodEnd:      rfc3339(period + s.periodMs),
+		},
+	}
+	v, err := json.Marshal(&rel)
+	if err != nil {
+		return nil, err
+	}
+	u.Status = ledger.StatusReleased
+	u.Approx = &charge
+	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
+	if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
+		return nil, err
+	}
+	s.budgetMu.Lock()
+	ps.approx = after
+	s.budgetMu.Unlock()
+	return u, nil
+}
+
+// MechanismSimplexAverage is the mechanism name in an average histogram's
+// releases: the simplex Dirichlet mechanism (003) on the padded average,
+// with the guarantee of mechanism/average.go.
+const MechanismSimplexAverage = "simplex-dirichlet"
 
 func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit, passedAt time.Time) error {
 	return s.publishUnits(ctx, []*ledger.Unit{u}, passedAt)

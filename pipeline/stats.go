@@ -9,14 +9,19 @@ import (
 // Stats counts what the stage did. Every drop is counted by reason: nothing
 // is lost silently. Safe for concurrent use.
 type Stats struct {
-	Consumed       atomic.Int64 // messages read from the input topic
-	Decoded        atomic.Int64 // messages that decoded into a usable event
-	Counted        atomic.Int64 // (event, histogram) contributions counted
-	Late           atomic.Int64 // events for windows already closed
-	Releases       atomic.Int64 // release messages published
-	Exhausted      atomic.Int64 // units refused by the budget
-	PublishRetries atomic.Int64 // failed publish attempts that were retried
-	Commits        atomic.Int64 // offset commits
+	Consumed  atomic.Int64 // messages read from the input topic
+	Decoded   atomic.Int64 // messages that decoded into a usable event
+	Counted   atomic.Int64 // (event, histogram) contributions counted
+	Late      atomic.Int64 // events for windows already closed
+	Releases  atomic.Int64 // release messages published
+	Exhausted atomic.Int64 // units refused by the budget
+	// Averaged counts vectors averaged into an average histogram's window
+	// when they arrived; AverageNotSelected, vectors of users who at arrival
+	// were not among the window's kept users (the average.users smallest
+	// hashes so far). A user evicted later was counted as averaged.
+	Averaged, AverageNotSelected atomic.Int64
+	PublishRetries               atomic.Int64 // failed publish attempts that were retried
+	Commits                      atomic.Int64 // offset commits
 
 	mu sync.Mutex // guards dropped
 	// dropped counts drops by reason label (decode reasons, bounding

@@ -75,12 +75,13 @@ func (s *Stage) Budget() []BudgetStatus {
 	defer s.budgetMu.Unlock()
 	out := make([]BudgetStatus, 0, len(s.accts))
 	for p, a := range s.accts {
+		spent := a.spentEpsilon()
 		out = append(out, BudgetStatus{
 			PeriodStart:   time.UnixMilli(p).UTC(),
 			PeriodEnd:     time.UnixMilli(p + s.periodMs).UTC(),
-			SpentEpsilon:  a.SpentEpsilon(),
+			SpentEpsilon:  spent,
 			BudgetEpsilon: s.plan.Epsilon,
-			Remaining:     a.Remaining(),
+			Remaining:     max(s.plan.Epsilon-spent, 0),
 			Delta:         s.plan.Delta,
 		})
 	}

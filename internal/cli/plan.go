@@ -90,10 +90,18 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 	if plan == nil {
 		return code
 	}
+	if plan.Mechanism == nil {
+		fmt.Fprintf(stderr, "stage plan: %s has only average histograms; `stage validate` prints their guarantee (stage plan draws the count histograms' errors)\n", *path)
+		return 2
+	}
 	printReleasePlan(stdout, cfg, plan)
 
 	var rows []planRow
 	for _, h := range cfg.Histograms {
+		if h.IsAverage() {
+			fmt.Fprintf(stdout, "\nhistogram %q: average (simplex Dirichlet): see stage validate for its guarantee; not drawn here\n", h.Name)
+			continue
+		}
 		d := len(h.Bins)
 		pts, err := eval.PlanErrors(plan.Mechanism, d, ns, *reps, *seed, runtime.NumCPU())
 		if err != nil {

@@ -70,14 +70,48 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, int) {
 }
 
 func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
-	spec := plan.Mechanism.Spec()
-	params := plan.Mechanism.Params()
 	fmt.Fprintf(w, "config OK\n\nprivacy plan\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
+	printAveragePlan(tw, cfg, plan)
+	if plan.Mechanism != nil {
+		printCountPlan(tw, cfg, plan)
+	}
+	for _, h := range cfg.Histograms {
+		if h.IsAverage() {
+			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s\n", h.Name, len(h.Bins), h.Average.Users, cfg.Window.Size.D())
+			continue
+		}
+		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), cfg.Window.Size.D())
+	}
+	tw.Flush()
+}
+
+// printAveragePlan prints the average histograms' (ε, δ) releases and their
+// share of the budget.
+func printAveragePlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+	if len(plan.Averages) == 0 {
+		return
+	}
+	for _, a := range plan.Averages {
+		g := a.Mechanism.Guarantee()
+		sp := a.Mechanism.Spec()
+		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g)\n",
+			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma)
+	}
+	fmt.Fprintf(tw, "  average share\t%d windows × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period\n",
+		plan.WindowsPerPeriod, len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
+	if plan.Mechanism != nil {
+		fmt.Fprintf(tw, "  count share\tthe rest: ε=%.6g, δ=%.3g for the count histograms (RDP), the two parts added\n", plan.RDPEpsilon, plan.RDPDelta)
+	}
+}
+
+func printCountPlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+	spec := plan.Mechanism.Spec()
+	params := plan.Mechanism.Params()
 	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", plan.Sensitivity.L1, plan.Sensitivity.L2Sq, plan.Sensitivity.LInf)
-	fmt.Fprintf(tw, "  composition\t%d windows × %d histograms = %d charges per period\n", plan.WindowsPerPeriod, plan.UnitsPerWindow, plan.Units)
+	fmt.Fprintf(tw, "  composition\t%d windows × %d count histograms = %d charges per period\n", plan.WindowsPerPeriod, plan.UnitsPerWindow, plan.Units)
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
 	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
 	switch {
@@ -94,13 +128,9 @@ func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 		fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers %d of the %d charges per period (%.3g%% of windows); the rest get budget_exhausted status messages\n",
 			plan.FitUnits, plan.Units, 100*float64(plan.FitUnits)/float64(plan.Units))
 	}
-	eps, order := budget.ToEpsilon(plan.Charge.Scale(float64(units)), plan.Delta)
-	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%g (best order λ=%g) over %d charges\n", eps, plan.Delta, order, units)
+	eps, order := budget.ToEpsilon(plan.Charge.Scale(float64(units)), plan.RDPDelta)
+	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d charges\n", eps, plan.RDPDelta, order, units)
 	if math.IsInf(eps, 1) {
 		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
 	}
-	for _, h := range cfg.Histograms {
-		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), cfg.Window.Size.D())
-	}
-	tw.Flush()
 }

@@ -68,7 +68,7 @@ dpstage_events_consumed_total 9
 # HELP dpstage_events_decoded_total Messages that decoded into a usable event.
 # TYPE dpstage_events_decoded_total counter
 dpstage_events_decoded_total 7
-# HELP dpstage_contributions_counted_total (event, histogram) contributions counted into a window.
+# HELP dpstage_contributions_counted_total (event, histogram) contributions counted (or, for an average histogram, averaged) into a window.
 # TYPE dpstage_contributions_counted_total counter
 dpstage_contributions_counted_total 8
 # HELP dpstage_late_events_total Events for windows already closed (also counted in dpstage_events_dropped_total{reason="late"}).
@@ -80,12 +80,13 @@ dpstage_releases_published_total 3
 # HELP dpstage_budget_exhausted_total (histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead).
 # TYPE dpstage_budget_exhausted_total counter
 dpstage_budget_exhausted_total 0
-# HELP dpstage_contributions_dropped_by_bounding_total Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users).
+# HELP dpstage_contributions_dropped_by_bounding_total Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival).
 # TYPE dpstage_contributions_dropped_by_bounding_total counter
+dpstage_contributions_dropped_by_bounding_total{bound="average_users"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="capacity"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="user_events"} 2
 dpstage_contributions_dropped_by_bounding_total{bound="user_groups"} 0
-# HELP dpstage_events_dropped_total Events (or, for missing_field, out_of_domain, unknown_group and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.
+# HELP dpstage_events_dropped_total Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.
 # TYPE dpstage_events_dropped_total counter
 dpstage_events_dropped_total{reason="bad_json"} 1
 dpstage_events_dropped_total{reason="bad_time"} 0

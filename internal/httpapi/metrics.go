@@ -100,9 +100,9 @@ func newStageCollector(src func() Source) *stageCollector {
 		src:       src,
 		consumed:  d(MetricEventsConsumed, "Messages read from the input topic."),
 		decoded:   d(MetricEventsDecoded, "Messages that decoded into a usable event."),
-		dropped:   d(MetricEventsDropped, "Events (or, for missing_field, out_of_domain, unknown_group and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.", "reason"),
-		counted:   d(MetricContribCounted, "(event, histogram) contributions counted into a window."),
-		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users).", "bound"),
+		dropped:   d(MetricEventsDropped, "Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.", "reason"),
+		counted:   d(MetricContribCounted, "(event, histogram) contributions counted (or, for an average histogram, averaged) into a window."),
+		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival).", "bound"),
 		late:      d(MetricLateEvents, "Events for windows already closed (also counted in "+MetricEventsDropped+"{reason=\"late\"})."),
 		releases:  d(MetricReleases, "Release messages published to the output topic (one per histogram, group and window)."),
 		exhausted: d(MetricBudgetExhausted, "(histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead)."),
@@ -157,7 +157,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	st := src.Stats()
 	counter(c.consumed, st.Consumed.Load())
 	counter(c.decoded, st.Decoded.Load())
-	counter(c.counted, st.Counted.Load())
+	counter(c.counted, st.Counted.Load()+st.Averaged.Load())
 	counter(c.late, st.Late.Load())
 	counter(c.releases, st.Releases.Load())
 	counter(c.exhausted, st.Exhausted.Load())
@@ -174,6 +174,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 			drops[boundPrefix+r] = 0
 		}
 	}
+	counter(c.bounded, st.AverageNotSelected.Load(), "average_users")
 	for reason, n := range drops {
 		if b, ok := strings.CutPrefix(reason, boundPrefix); ok {
 			counter(c.bounded, n, b)
