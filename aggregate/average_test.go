@@ -101,7 +101,7 @@ func TestAverageSensitivity(t *testing.T) {
 	for trial := range 3000 {
 		n := 2 + r.IntN(4)
 		users := 1 + r.IntN(8)
-		m := r.IntN(2 * users + 2) // below, at and above the cap
+		m := r.IntN(2*users + 2) // below, at and above the cap
 		base := map[uint64][][]float64{}
 		for len(base) < m {
 			u := r.Uint64N(1000)
