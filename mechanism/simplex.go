@@ -223,11 +223,14 @@ func simplexEpsilonParts(s *SimplexSpec, m int, gamma float64) (beta, gam, pStar
 	c := 1 - s.EtaBar
 	bPrime = s.B / float64(s.Average)
 	pStar = math.Min(eta+bPrime/2, c/2)
-	f := func(t float64) float64 { return lbeta(k*t, k*(c-t)) }
-	fe, fp := f(eta), f(pStar)
+	fe, errE := lbetaErr(k*eta, k*(c-eta))
+	fp, errP := lbetaErr(k*pStar, k*(c-pStar))
 	beta = fe - fp
-	// Rounding allowance: lgamma to a relative 1e-14 of its magnitude.
-	beta += roundRel * (1 + math.Abs(fe) + math.Abs(fp) + 6*math.Abs(lgamma(k*c)))
+	// Rounding allowance: lbetaErr's bounds of the two log-betas (which
+	// cover lgamma's error on the magnitudes of all six lgamma values, see
+	// simplex_delta.go), plus roundRel of their magnitudes and of lgamma(kc)
+	// for the subtraction and the rounding of the shapes k·t, k·(c − t).
+	beta += errE + errP + roundRel*(1+math.Abs(fe)+math.Abs(fp)+6*math.Abs(lgamma(k*c)))
 	fm := float64(m)
 	// log((1 − (m−1)γ)/γ) = log1p(−(m−1)γ) − log γ, ≥ 0 for γ ≤ 1/m.
 	l := math.Log1p(-(fm-1)*gamma) - math.Log(gamma)
@@ -302,9 +305,10 @@ func SimplexCalibrate(s SimplexSpec) (SimplexGuarantee, error) {
 				bad = good
 			}
 			gamma, dLo, dHi = good, lo, hi
-			// Bisect on log γ to a relative 1e-9 of γ.
+			// Bisect on log γ to a relative 1e-9 of γ. The geometric mean
+			// is taken as √good·√bad: good·bad underflows below γ ≈ 1e-154.
 			for i := 0; i < 200 && bad/good > 1+1e-9; i++ {
-				mid := math.Sqrt(good * bad)
+				mid := math.Sqrt(good) * math.Sqrt(bad)
 				if !(mid > good && mid < bad) {
 					break
 				}

@@ -3,6 +3,7 @@ package mechanism
 import (
 	"errors"
 	"math"
+	"math/big"
 	"testing"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -13,16 +14,19 @@ import (
 // |W| = 2, b = 1 — the "1-adjacent" collections of §VII-B). The figures are
 // OURS (see docs/papers-examples.md for the printed ones: 2.30, 4.40, 8.53
 // and 1.18); they are pinned so that a change in the computation shows.
+// (The rigorous lbeta/lgamma allowances of simplex_delta.go moved them in
+// the 13th–16th significant digits: ε by ≤ 4.9e-13, δ by ≤ 1.6e-14, γ by
+// ≤ 2 ulps.)
 var simplexExamples = []struct {
 	name              string
 	spec              SimplexSpec
 	eps, gamma, delta float64
 	printed           float64
 }{
-	{"identity k=3", SimplexSpec{K: 3, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{1, 2}, B: 0.4, Average: 1, TargetDelta: 0.05}, 17.53172356457057, 5.859169723429777e-12, 0.0499999999963701, 2.30},
-	{"identity k=10", SimplexSpec{K: 10, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{1, 2}, B: 0.4, Average: 1, TargetDelta: 0.05}, 23.95138826847292, 5.439536284884483e-05, 0.049999999997226555, 4.40},
-	{"identity k=24", SimplexSpec{K: 24, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{1, 2}, B: 0.4, Average: 1, TargetDelta: 0.05}, 38.402464330204026, 0.0022607211655314174, 0.04999999997827722, 8.53},
-	{"average N=100 k=24", SimplexSpec{K: 24, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{0, 1}, B: 1, Average: 100, TargetDelta: 0.05}, 1.1223184194163744, 0.0022607211655314174, 0.04999999997827722, 1.18},
+	{"identity k=3", SimplexSpec{K: 3, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{1, 2}, B: 0.4, Average: 1, TargetDelta: 0.05}, 17.531723564570669, 5.8591697234297755e-12, 0.049999999996373536, 2.30},
+	{"identity k=10", SimplexSpec{K: 10, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{1, 2}, B: 0.4, Average: 1, TargetDelta: 0.05}, 23.951388268473409, 5.4395362848844819e-05, 0.049999999997242105, 4.40},
+	{"identity k=24", SimplexSpec{K: 24, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{1, 2}, B: 0.4, Average: 1, TargetDelta: 0.05}, 38.402464330204474, 0.0022607211655314183, 0.049999999978282472, 8.53},
+	{"average N=100 k=24", SimplexSpec{K: 24, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{0, 1}, B: 1, Average: 100, TargetDelta: 0.05}, 1.1223184194165439, 0.0022607211655314183, 0.049999999978282472, 1.18},
 }
 
 func TestSimplexPaperExamples(t *testing.T) {
@@ -306,4 +310,357 @@ func TestSimplexFixedGamma(t *testing.T) {
 	if math.Abs(g.Delta-3*p1) > 1e-9*g.Delta {
 		t.Errorf("δ = %v, 3·P1 = %v", g.Delta, 3*p1)
 	}
+}
+
+// High-precision references for the rounding allowances of simplex_delta.go,
+// in math/big at refPrec bits (no external tool needed).
+const refPrec = 320
+
+func newRef(x float64) *big.Float { return new(big.Float).SetPrec(refPrec).SetFloat64(x) }
+
+// refAtanhSeries returns 2·atanh(z) = log((1+z)/(1−z)) for |z| ≤ 1/3.
+func refAtanhSeries(z *big.Float) *big.Float {
+	z2 := new(big.Float).SetPrec(refPrec).Mul(z, z)
+	sum := new(big.Float).SetPrec(refPrec).Set(z)
+	pow := new(big.Float).SetPrec(refPrec).Set(z)
+	eps := newRef(math.Ldexp(1, -refPrec-8))
+	for k := 3; ; k += 2 {
+		pow.Mul(pow, z2)
+		term := new(big.Float).SetPrec(refPrec).Quo(pow, newRef(float64(k)))
+		sum.Add(sum, term)
+		if term.Sign() == 0 || new(big.Float).Abs(term).Cmp(eps) < 0 {
+			break
+		}
+	}
+	return sum.Mul(sum, newRef(2))
+}
+
+var refLn2 = refAtanhSeries(new(big.Float).SetPrec(refPrec).Quo(newRef(1), newRef(3)))
+
+// refLog returns log x for x > 0: x = m·2^e, m ∈ [1/2, 1), log m = 2·atanh((m−1)/(m+1)).
+func refLog(x *big.Float) *big.Float {
+	m := new(big.Float).SetPrec(refPrec)
+	e := x.MantExp(m)
+	num := new(big.Float).SetPrec(refPrec).Sub(m, newRef(1))
+	den := new(big.Float).SetPrec(refPrec).Add(m, newRef(1))
+	l := refAtanhSeries(num.Quo(num, den))
+	return l.Add(l, new(big.Float).SetPrec(refPrec).Mul(refLn2, newRef(float64(e))))
+}
+
+// refExp returns e^z: Taylor series of z/2^s (|z/2^s| < 2^-8), squared s times.
+func refExp(z *big.Float) *big.Float {
+	s := 0
+	if z.Sign() != 0 {
+		s = max(0, z.MantExp(nil)+8)
+	}
+	r := new(big.Float).SetPrec(refPrec+64).SetMantExp(z, -s)
+	sum := new(big.Float).SetPrec(refPrec + 64).SetInt64(1)
+	term := new(big.Float).SetPrec(refPrec + 64).SetInt64(1)
+	for k := 1; k < 200; k++ {
+		term.Mul(term, r)
+		term.Quo(term, new(big.Float).SetInt64(int64(k)))
+		sum.Add(sum, term)
+	}
+	for ; s > 0; s-- {
+		sum.Mul(sum, sum)
+	}
+	return sum.SetPrec(refPrec)
+}
+
+// refPi is π by Machin's formula, π = 16·atan(1/5) − 4·atan(1/239).
+var refPi = func() *big.Float {
+	atanInv := func(n int64) *big.Float {
+		x := new(big.Float).SetPrec(refPrec).Quo(newRef(1), newRef(float64(n)))
+		x2 := new(big.Float).SetPrec(refPrec).Mul(x, x)
+		sum := new(big.Float).SetPrec(refPrec).Set(x)
+		pow := new(big.Float).SetPrec(refPrec).Set(x)
+		for k := int64(3); k < 600; k += 2 {
+			pow.Mul(pow, x2)
+			term := new(big.Float).SetPrec(refPrec).Quo(pow, newRef(float64(k)))
+			if k%4 == 3 {
+				sum.Sub(sum, term)
+			} else {
+				sum.Add(sum, term)
+			}
+		}
+		return sum
+	}
+	p := atanInv(5)
+	p.Mul(p, newRef(16))
+	q := atanInv(239)
+	return p.Sub(p, q.Mul(q, newRef(4)))
+}()
+
+// refBernoulli holds B_2, B_4, …, B_80 (exact, from the recurrence
+// Σ_{j<m+1} C(m+1, j)·B_j = 0).
+var refBernoulli = func() []*big.Rat {
+	const n = 80
+	b := make([]*big.Rat, n+1)
+	b[0] = big.NewRat(1, 1)
+	for m := 1; m <= n; m++ {
+		s := new(big.Rat)
+		c := big.NewInt(1) // C(m+1, j)
+		for j := 0; j < m; j++ {
+			s.Add(s, new(big.Rat).Mul(new(big.Rat).SetInt(c), b[j]))
+			c.Mul(c, big.NewInt(int64(m+1-j)))
+			c.Quo(c, big.NewInt(int64(j+1)))
+		}
+		b[m] = s.Neg(s.Quo(s, big.NewRat(int64(m+1), 1)))
+	}
+	var even []*big.Rat
+	for k := 2; k <= n; k += 2 {
+		even = append(even, b[k])
+	}
+	return even
+}()
+
+// refLgamma returns log Γ(x) for x > 0: the recurrence shifts x to y ≥ 64,
+// where Stirling's series through B_80 has its first omitted term below
+// 2^-400 relative; log Γ(x) = log Γ(y) − log(x(x+1)…(y−1)).
+func refLgamma(x float64) *big.Float {
+	y := newRef(x)
+	prod := newRef(1)
+	for y.Cmp(newRef(64)) < 0 {
+		prod.Mul(prod, y)
+		y.Add(y, newRef(1))
+	}
+	half := newRef(0.5)
+	// (y − ½)·log y − y + ½·log 2π
+	l := new(big.Float).SetPrec(refPrec).Sub(y, half)
+	l.Mul(l, refLog(y))
+	l.Sub(l, y)
+	twoPi := new(big.Float).SetPrec(refPrec).Mul(refPi, newRef(2))
+	l.Add(l, new(big.Float).SetPrec(refPrec).Mul(half, refLog(twoPi)))
+	iy := new(big.Float).SetPrec(refPrec).Quo(newRef(1), y)
+	iy2 := new(big.Float).SetPrec(refPrec).Mul(iy, iy)
+	pow := new(big.Float).SetPrec(refPrec).Set(iy) // y^−(2k−1)
+	for i, bk := range refBernoulli {
+		k := int64(i + 1)
+		c := new(big.Float).SetPrec(refPrec).SetRat(new(big.Rat).Quo(bk, big.NewRat(2*k*(2*k-1), 1)))
+		l.Add(l, c.Mul(c, pow))
+		pow.Mul(pow, iy2)
+	}
+	return l.Sub(l, refLog(prod))
+}
+
+func refFloat(x *big.Float) float64 { f, _ := x.Float64(); return f }
+
+// The reference itself: exact log((n−1)!) for integers, log Γ(½) = ½·log π.
+func TestRefLgamma(t *testing.T) {
+	fact := newRef(1)
+	for n := 1; n <= 300; n++ {
+		if n > 1 {
+			fact.Mul(fact, newRef(float64(n-1)))
+		}
+		d := new(big.Float).Sub(refLgamma(float64(n)), refLog(fact))
+		if refFloat(new(big.Float).Abs(d)) > 1e-80 {
+			t.Fatalf("log Γ(%d): Stirling reference off by %g from log((n−1)!)", n, refFloat(d))
+		}
+	}
+	halfLogPi := new(big.Float).Mul(newRef(0.5), refLog(refPi))
+	if d := refFloat(new(big.Float).Sub(refLgamma(0.5), halfLogPi)); math.Abs(d) > 1e-80 {
+		t.Fatalf("log Γ(1/2) off by %g", d)
+	}
+	if d := refFloat(new(big.Float).Sub(refExp(refLog(newRef(7.25))), newRef(7.25))); math.Abs(d) > 1e-80 {
+		t.Fatalf("exp(log 7.25) off by %g", d)
+	}
+}
+
+// lgammaTestPoints spans the argument range of the simplex code (shapes
+// k·η down to tiny values and k up to 1e9, plus their sums), with the
+// regions of Lgamma's different approximations and its zeros at 1 and 2.
+func lgammaTestPoints() []float64 {
+	var xs []float64
+	for e := -300.0; e <= 12; e += 0.25 {
+		for _, m := range []float64{1, 1.37, 2.9, 7.77} {
+			xs = append(xs, m*math.Pow(10, e))
+		}
+	}
+	for i := 1; i <= 400; i++ {
+		xs = append(xs, 0.02*float64(i)) // (0, 8]
+	}
+	for _, c := range []float64{1, 2} {
+		for _, d := range []float64{1e-15, 1e-9, 1e-5, 1e-3, 0.1} {
+			xs = append(xs, c+d, c-d)
+		}
+	}
+	for _, v := range []float64{3, 10, 24, 100, 999, 1000, 1e6, 999999, 1e9, 0.15, 2.85, 1.2, 22.8} {
+		xs = append(xs, v, math.Nextafter(v, 0), math.Nextafter(v, math.Inf(1)))
+	}
+	return xs
+}
+
+// Lgamma's error against the 320-bit reference, in units of
+// u·(1 + |log Γ|): the allowance lgammaErr is roundRel ≈ 90 such units; the
+// measured error must stay below a quarter of it.
+func TestLgammaAccuracy(t *testing.T) {
+	worst, worstX := [2]float64{}, [2]float64{}
+	for _, x := range lgammaTestPoints() {
+		ref := refLgamma(x)
+		lg := lgamma(x)
+		d := math.Abs(refFloat(new(big.Float).Sub(newRef(lg), ref)))
+		r := d / (unitRound * (1 + math.Abs(lg)))
+		i := 0
+		if x >= 8 {
+			i = 1
+		}
+		if r > worst[i] {
+			worst[i], worstX[i] = r, x
+		}
+		if d > lgammaErr(lg)/4 {
+			t.Errorf("lgamma(%g) = %.17g, reference %.20g: error %.3g above roundRel/4·(1+|lgamma|)", x, lg, refFloat(ref), d)
+		}
+	}
+	t.Logf("max |lgamma − log Γ| in u·(1+|lgamma|): %.3g below 8 (at x = %g), %.3g from 8 on (at x = %g); allowance %.1f",
+		worst[0], worstX[0], worst[1], worstX[1], roundRel/unitRound)
+}
+
+// refLbeta returns log B(a, b) at refPrec bits (a + b formed exactly).
+func refLbeta(a, b float64) *big.Float {
+	s := new(big.Float).SetPrec(refPrec).Add(newRef(a), newRef(b))
+	l := new(big.Float).Add(refLgamma(a), refLgamma(b))
+	if sf, acc := s.Float64(); acc == big.Exact {
+		return l.Sub(l, refLgamma(sf))
+	}
+	// a + b not a float64: log Γ(s) = log Γ(s + n) − log(s(s+1)…(s+n−1))
+	// with n large enough for Stirling (s ≥ 64 here since a + b inexact
+	// needs a, b of different magnitudes; shift anyway by hand).
+	y := new(big.Float).SetPrec(refPrec).Set(s)
+	prod := newRef(1)
+	for y.Cmp(newRef(64)) < 0 {
+		prod.Mul(prod, y)
+		y.Add(y, newRef(1))
+	}
+	yf, _ := y.Float64()
+	// Stirling at y (exact big value): reuse refLgamma's series through a
+	// float64 only if exact, else evaluate here.
+	if _, acc := y.Float64(); acc == big.Exact {
+		ls := refLgamma(yf)
+		ls.Sub(ls, refLog(prod))
+		return l.Sub(l, ls)
+	}
+	half := newRef(0.5)
+	ls := new(big.Float).SetPrec(refPrec).Sub(y, half)
+	ls.Mul(ls, refLog(y))
+	ls.Sub(ls, y)
+	twoPi := new(big.Float).SetPrec(refPrec).Mul(refPi, newRef(2))
+	ls.Add(ls, new(big.Float).SetPrec(refPrec).Mul(half, refLog(twoPi)))
+	iy := new(big.Float).SetPrec(refPrec).Quo(newRef(1), y)
+	iy2 := new(big.Float).SetPrec(refPrec).Mul(iy, iy)
+	pow := new(big.Float).SetPrec(refPrec).Set(iy)
+	for i, bk := range refBernoulli {
+		k := int64(i + 1)
+		c := new(big.Float).SetPrec(refPrec).SetRat(new(big.Rat).Quo(bk, big.NewRat(2*k*(2*k-1), 1)))
+		ls.Add(ls, c.Mul(c, pow))
+		pow.Mul(pow, iy2)
+	}
+	ls.Sub(ls, refLog(prod))
+	return l.Sub(l, ls)
+}
+
+// lbetaErr's bound contains the exact log B(a, b), including the case that
+// broke the old allowance (lbeta(1, 999) = −log 999, off by ~1.4e-12 while
+// roundRel·(1 + |log B|) ≈ 8e-14) and shapes whose sum is not a float64.
+func TestLbetaErr(t *testing.T) {
+	exact := refLog(newRef(999))
+	exact.Neg(exact)
+	for _, f := range []struct {
+		name string
+		fn   func(a, b float64) (float64, float64)
+	}{{"lbetaErr", lbetaErr}, {"direct form", lbetaDirect}} {
+		v, e := f.fn(1, 999)
+		d := math.Abs(refFloat(new(big.Float).Sub(newRef(v), exact)))
+		if !(d <= e) {
+			t.Errorf("%s: lbeta(1, 999) = %.17g, exact %.17g: error %.3g > bound %.3g", f.name, v, refFloat(exact), d, e)
+		}
+		t.Logf("%s: lbeta(1, 999) error %.3g, bound %.3g (old allowance %.3g)", f.name, d, e, roundRel*(1+math.Abs(v)))
+	}
+	shapes := []float64{1e-300, 1e-12, 1e-3, 0.01, 0.15, 0.5, 1, 1.2, 2, 2.85, 3, 7.5, 15.99, 16, 22.8, 999, 1000, 12345.678, 1e6, 999999, 3.3e7, 1e9 - 0.1}
+	worst := map[string]float64{}
+	for _, a := range shapes {
+		for _, b := range shapes {
+			ref := refLbeta(a, b)
+			check := func(name string, f func(a, b float64) (float64, float64)) {
+				v, e := f(a, b)
+				d := math.Abs(refFloat(new(big.Float).Sub(newRef(v), ref)))
+				if !(d <= e) {
+					t.Errorf("%s: lbeta(%g, %g) = %.17g: error %.3g > bound %.3g", name, a, b, v, d, e)
+				}
+				worst[name] = math.Max(worst[name], d/e)
+			}
+			check("direct", lbetaDirect)
+			if math.Max(a, b) >= 16 {
+				check("stirling", lbetaStirling)
+			}
+		}
+	}
+	t.Logf("max error/bound over %d shape pairs: %v", len(shapes)*len(shapes), worst)
+}
+
+// I_x(1, b) = 1 − (1 − x)^b: the enclosure of incBeta must contain the
+// exact value (computed at refPrec bits) for b up to 1e6 and x on both
+// sides of the mean 1/(1+b), including where the complement underflows.
+func TestIncBetaClosedForm(t *testing.T) {
+	failed, checked := 0, 0
+	worstMiss := 0.0
+	for _, b := range []float64{1, 2.5, 10, 999, 1000, 12345.5, 1e5, 999999, 1e6} {
+		var xs []float64
+		for _, c := range []float64{1e-6, 1e-3, 0.1, 0.5, 0.9, 1, 1.1, 2, 5, 20, 100, 1000} {
+			if x := c / (1 + b); x < 1 {
+				xs = append(xs, x)
+			}
+		}
+		xs = append(xs, 1e-12, 3.4e-11, 1e-6, 1e-3, 0.05, 0.2, 0.5, 0.7, 0.99)
+		for _, x := range xs {
+			lo, hi, ok := incBeta(x, 1, b)
+			if !ok {
+				failed++
+				continue
+			}
+			checked++
+			// 1 − exp(b·log(1 − x)), 1 − x exact in big.Float.
+			l1x := refLog(new(big.Float).SetPrec(refPrec).Sub(newRef(1), newRef(x)))
+			pw := refExp(l1x.Mul(l1x, newRef(b)))
+			exact := new(big.Float).SetPrec(refPrec).Sub(newRef(1), pw)
+			if exact.Cmp(newRef(lo)) < 0 || exact.Cmp(newRef(hi)) > 0 {
+				t.Errorf("I_%g(1, %g): exact %.17g outside [%.17g, %.17g]", x, b, refFloat(exact), lo, hi)
+			}
+			ef := refFloat(exact)
+			if hi-lo > 1e-9*ef+1e-300 {
+				t.Errorf("I_%g(1, %g): enclosure [%g, %g] too wide", x, b, lo, hi)
+			}
+			// How far the bounds are from the exact value, relative (a
+			// positive margin on each side is what makes the enclosure).
+			worstMiss = math.Max(worstMiss, (hi-lo)/ef)
+		}
+	}
+	t.Logf("%d closed-form checks, %d series not converged; max relative width %.3g", checked, failed, worstMiss)
+	if failed > checked/10 {
+		t.Errorf("%d of %d series failed", failed, failed+checked)
+	}
+}
+
+// γ far below 1e-154: the bisection must still reach the optimum (with
+// math.Sqrt(good·bad) the product underflowed to 0 and the search stopped
+// at the bracketing power of 16: γ = 1.67e-198, δ = 0.01995 here). Shapes
+// a = kη = 0.01: δ ≈ 2γ^a, so δ̂ = 0.02 needs γ ≈ 0.01^100 ≈ 1e-200.
+func TestSimplexTinyGammaBisection(t *testing.T) {
+	s := SimplexSpec{K: 0.2, Eta: 0.05, EtaBar: 0.05, Bins: 3, W: []int{0, 1}, B: 0.4, Average: 1, TargetDelta: 0.02}
+	g, err := SimplexCalibrate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(g.Gamma < 1e-154) || !(g.Delta <= s.TargetDelta) {
+		t.Fatalf("γ = %g, δ = %g: expected γ < 1e-154 and δ ≤ %g", g.Gamma, g.Delta, s.TargetDelta)
+	}
+	above := s
+	above.TargetDelta, above.Gamma = 0, g.Gamma*(1+1e-6)
+	ga, err := SimplexCalibrate(above)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(ga.Delta > s.TargetDelta) {
+		t.Errorf("γ = %.17g is not optimal: δ bound at γ·(1+1e-6) = %.17g ≤ δ̂ = %g", g.Gamma, ga.Delta, s.TargetDelta)
+	}
+	t.Logf("γ = %.10g, δ = %.12g; δ bound at γ·(1+1e-6) = %.12g", g.Gamma, g.Delta, ga.Delta)
 }
