@@ -139,13 +139,13 @@ func validateAverage(s *AverageSpec) error {
 // bound of the same quantity. ok is false if the incomplete beta enclosure
 // failed.
 //
-// Widening: incBeta's rounding allowance is relative to |log B(a, b)|, but
-// log B is computed as lgamma(a) + lgamma(b) − lgamma(a+b), whose rounding
-// error is a few ulps of the lgamma magnitudes; for large shapes that
-// cancellation exceeds the allowance (e.g. lbeta(1, 999) is off by 1.4e-12,
-// the allowance is 3.5e-13 relative, and TestAverageDeltaTail shows the
-// plain enclosure of I_γ(1, 999) missing the exact value). The value is
-// therefore widened by a further relative roundRel·(|log Γ(a)| + |log Γ(b)| +
+// Widening: incBeta's rounding allowance used to be relative to |log B(a, b)|
+// while log B was computed as lgamma(a) + lgamma(b) − lgamma(a+b), whose
+// cancellation could exceed it for large shapes (lbeta(1, 999) was off by
+// 1.4e-12 against a 3.5e-13 allowance). simplex_delta.go's lbetaErr now
+// bounds that error itself, so the widening below is redundant; it is kept
+// as a margin (it only makes δ larger, i.e. more conservative). The value is
+// widened by a further relative roundRel·(|log Γ(a)| + |log Γ(b)| +
 // |log Γ(a+b)|) (≈ 1.2e-10 for k = 1000): of the value itself below the
 // mean, where incBeta sums the series at γ, and of its complement above.
 func averageDelta(s *AverageSpec, gamma float64) (lo, hi float64, ok bool) {
