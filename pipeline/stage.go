@@ -927,6 +927,33 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
 }
 
+// beginUnit looks the unit (histogram, w) up in the ledger. If it is
+// recorded, recorded is true and u is the unit to publish: the recorded one
+// when it was not acknowledged before a stop (the same values: no fresh
+// noise, no second charge), nil when it was published. Otherwise u is a new
+// unit for window w and ps the spend of its period.
+func (s *Stage) beginUnit(histogram string, w int64) (u *ledger.Unit, recorded bool, ps *periodSpend, err error) {
+	if u, ok, err := s.ledger.Lookup(histogram, w); err != nil {
+		return nil, false, nil, err
+	} else if ok {
+		if u.Published {
+			return nil, true, nil, nil
+		}
+		return u, true, nil, nil
+	}
+	period := s.periodOf(w)
+	if ps, err = s.accountant(period); err != nil {
+		return nil, false, nil, err
+	}
+	return &ledger.Unit{
+		Histogram:   histogram,
+		WindowStart: w,
+		WindowEnd:   w + s.sizeMs,
+		Period:      period,
+		RecordedAt:  s.now().UTC(),
+	}, false, ps, nil
+}
+
 // recordUnit makes the releases of histogram h for window w and records them
 // with their charge, durably, in one transaction — the first step of the
 // write-ahead order (record and charge → publish → mark published; the
@@ -935,27 +962,12 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 // no second charge), or nil when the unit was already published.
 func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*ledger.Unit, error) {
 	hist := s.cfg.Histograms[h]
-	if u, ok, err := s.ledger.Lookup(hist.Name, w); err != nil {
-		return nil, err
-	} else if ok {
-		if u.Published {
-			return nil, nil
-		}
-		return u, nil // recorded before a stop: publish the same values
+	u, recorded, ps, err := s.beginUnit(hist.Name, w)
+	if err != nil || recorded {
+		return u, err
 	}
-	period := s.periodOf(w)
-	ps, err := s.accountant(period)
-	if err != nil {
-		return nil, err
-	}
+	period := u.Period
 	acct := ps.rdp
-	u := &ledger.Unit{
-		Histogram:   hist.Name,
-		WindowStart: w,
-		WindowEnd:   w + s.sizeMs,
-		Period:      period,
-		RecordedAt:  s.now().UTC(),
-	}
 	order := s.plan.Mechanism.Spec().Order
 	if err := acct.CanSpend(s.plan.Charge); err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
@@ -1086,26 +1098,11 @@ func (s *Stage) recordExhausted(u *ledger.Unit, ps *periodSpend, why error) (*le
 func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (*ledger.Unit, error) {
 	ap := s.plan.Averages[i]
 	hist := s.cfg.Histograms[ap.Index]
-	if u, ok, err := s.ledger.Lookup(hist.Name, w); err != nil {
-		return nil, err
-	} else if ok {
-		if u.Published {
-			return nil, nil
-		}
-		return u, nil // recorded before a stop: publish the same values
+	u, recorded, ps, err := s.beginUnit(hist.Name, w)
+	if err != nil || recorded {
+		return u, err
 	}
-	period := s.periodOf(w)
-	ps, err := s.accountant(period)
-	if err != nil {
-		return nil, err
-	}
-	u := &ledger.Unit{
-		Histogram:   hist.Name,
-		WindowStart: w,
-		WindowEnd:   w + s.sizeMs,
-		Period:      period,
-		RecordedAt:  s.now().UTC(),
-	}
+	period := u.Period
 	charge := ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
 	s.budgetMu.Lock()
 	after := ledger.Approx{Epsilon: ps.approx.Epsilon + charge.Epsilon, Delta: ps.approx.Delta + charge.Delta, Releases: ps.approx.Releases + 1}
