@@ -104,15 +104,24 @@ func (a *Averager) Hists() []AverageHist { return a.hists }
 // Add averages ev's valid vectors (decode.Event.Drops[h] == ReasonNone) into
 // the window starting at windowStart.
 func (a *Averager) Add(windowStart int64, ev *decode.Event) (o AverageOutcome) {
+	// Events without a usable vector (e.g. a count histogram's events in a
+	// mixed config) return without taking the lock shared by every worker.
+	found := false
+	for _, h := range a.hists {
+		if a.vector(h, ev) != nil {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return o
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var ws []*keptUsers
 	for i, h := range a.hists {
-		if h.Index >= len(ev.Vectors) || h.Index >= len(ev.Drops) || ev.Drops[h.Index] != decode.ReasonNone {
-			continue
-		}
-		v := ev.Vectors[h.Index]
-		if len(v) != h.Bins {
+		v := a.vector(h, ev)
+		if v == nil {
 			continue
 		}
 		if ws == nil {
@@ -133,6 +142,17 @@ func (a *Averager) Add(windowStart int64, ev *decode.Event) (o AverageOutcome) {
 	return o
 }
 
+// vector returns ev's valid vector for h, or nil.
+func (a *Averager) vector(h AverageHist, ev *decode.Event) []float64 {
+	if h.Index >= len(ev.Vectors) || h.Index >= len(ev.Drops) || ev.Drops[h.Index] != decode.ReasonNone {
+		return nil
+	}
+	if v := ev.Vectors[h.Index]; len(v) == h.Bins {
+		return v
+	}
+	return nil
+}
+
 // Close removes the window starting at windowStart and returns its padded
 // averages (a window without events gives every histogram the uniform
 // vector).
@@ -141,8 +161,7 @@ func (a *Averager) Close(windowStart int64) *AverageWindow {
 	ws := a.wins[windowStart]
 	delete(a.wins, windowStart)
 	a.mu.Unlock()
-	w := &AverageWindow{hists: a.hists, kept: ws}
-	return w
+	return &AverageWindow{hists: a.hists, kept: ws}
 }
 
 // Reset forgets every open window.

@@ -160,7 +160,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		}
 	}
 	units := windows * counts
-	avgs, aEps, aDelta, err := planAverages(cfg, windows, counts > 0)
+	avgs, aEps, aDelta, err := planAverages(cfg, windows, counts, len(cfg.Histograms)-counts)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
@@ -217,19 +217,14 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	}), nil
 }
 
-// planAverages calibrates the average histograms and returns the period's
-// reservation for them. withCounts says whether count histograms share the
-// budget (they then need some of it left: both parts strictly positive).
-func planAverages(cfg *config.Config, windows int, withCounts bool) (plans []AveragePlan, eps, delta float64, err error) {
-	n := 0
-	for _, h := range cfg.Histograms {
-		if h.IsAverage() {
-			n++
-		}
-	}
+// planAverages calibrates the n average histograms and returns the period's
+// reservation for them. When counts > 0 count histograms share the budget
+// (they then need some of it left: both parts strictly positive).
+func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePlan, eps, delta float64, err error) {
 	if n == 0 {
 		return nil, 0, 0, nil
 	}
+	withCounts := counts > 0
 	budgetEps, budgetDelta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
 	share := budgetDelta
 	if withCounts {
