@@ -100,15 +100,40 @@ type Events struct {
 	MaxFuture Duration `yaml:"max_future"`
 }
 
-// Window configures tumbling event-time windows.
+// Window configures tumbling windows. An event belongs to the window of its
+// own event time (events.time_field); when a window closes depends on
+// Watermark.
 type Window struct {
 	// Size of a tumbling window. Default 1m.
 	Size Duration `yaml:"size"`
-	// AllowedLateness: the watermark trails the largest event time seen by
-	// this much. Default 5s.
+	// Watermark says what closes a window (see pipeline's package doc for
+	// the argument):
+	//
+	//   - "arrival" (the default): the record timestamps Kafka stores with
+	//     each event (set by the producer or, with
+	//     message.timestamp.type=LogAppendTime, by the broker — never by the
+	//     user). An event of window [s, e) counts if its record timestamp is
+	//     before e + allowed_lateness; the window closes once every input
+	//     partition has been read up to that record time. Whether an event
+	//     counts then depends only on that event (its own event time and
+	//     record time), never on other users' events or on consumer lag.
+	//   - "event": the largest user-supplied event time seen (minus
+	//     allowed_lateness), as in classic event-time processing. Opt-in,
+	//     flagged by `stage validate`: it trusts every event's time field,
+	//     so one event stamped ahead can close windows early and make other
+	//     users' events late. For replaying historical data whose record
+	//     timestamps are not its event times.
+	Watermark string `yaml:"watermark"`
+	// AllowedLateness: with watermark arrival, how long after a window's end
+	// an event of it may still arrive (record time) and count; with
+	// watermark event, how far the watermark trails the largest event time.
+	// Default 5s.
 	AllowedLateness Duration `yaml:"allowed_lateness"`
-	// IdlePartitionTimeout: a partition with no message for this long (wall
-	// clock) stops holding back the watermark. Default 10s.
+	// IdlePartitionTimeout (watermark event only): a partition with no
+	// message for this long (wall clock) stops holding back the watermark.
+	// Default 10s. With watermark arrival a partition read to its end
+	// advances by the wall clock instead, and one that has unread records or
+	// cannot be fetched holds the windows open.
 	IdlePartitionTimeout Duration `yaml:"idle_partition_timeout"`
 	// Start (RFC 3339) is the first window released, for a stage started on
 	// a fresh state.dir; earlier events are late. Default: the window
@@ -116,13 +141,12 @@ type Window struct {
 	// released never depends on the data: not on the first event seen.
 	// Ignored once the ledger has recorded its first window.
 	Start string `yaml:"start"`
-	// CloseAfter, when set (> 0), closes windows by the wall clock instead
-	// of by event time: the window [s, e) is released once the wall clock
-	// passes e + close_after, whatever the events say, and events that
-	// arrive later are late. For real-time streams (event time ≈ wall
-	// clock) it makes *when* releases appear independent of the data — a
-	// fixed schedule — closing the timing side channel of event-time
-	// watermarks. Default 0: close by the event-time watermark.
+	// CloseAfter, when set (> 0), is the allowed lateness of watermark
+	// arrival under its older name: the window [s, e) is released once the
+	// wall clock has passed e + close_after and every partition has been
+	// read up to that record time; events whose record time is later are
+	// late. It cannot be combined with watermark event. Default 0 (use
+	// allowed_lateness).
 	CloseAfter Duration `yaml:"close_after"`
 }
 
@@ -310,4 +334,18 @@ type Output struct {
 	// the released probabilities (never counts), one row per (group, bin).
 	// Default empty: off.
 	ArrowDir string `yaml:"arrow_dir"`
+}
+
+// Arrival reports whether windows close by record (arrival) time: the
+// default, watermark arrival.
+func (w Window) Arrival() bool { return w.Watermark != WatermarkEvent }
+
+// Lateness is how long after a window's end its events may still arrive:
+// close_after when set (its older name under watermark arrival), else
+// allowed_lateness.
+func (w Window) Lateness() Duration {
+	if w.CloseAfter > 0 {
+		return w.CloseAfter
+	}
+	return w.AllowedLateness
 }

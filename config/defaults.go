@@ -17,6 +17,7 @@ const (
 	DefaultUserField            = "user_id"
 	DefaultMaxMessageBytes      = 65536
 	DefaultWindowSize           = Duration(time.Minute)
+	DefaultWatermark            = WatermarkArrival
 	DefaultAllowedLateness      = Duration(5 * time.Second)
 	DefaultIdlePartitionTimeout = Duration(10 * time.Second)
 	DefaultSessionTimeout       = Duration(10 * time.Second)
@@ -89,6 +90,7 @@ func (c *Config) ApplyDefaults() {
 	dur(&c.Events.MaxFuture, "events.max_future", DefaultMaxFuture)
 
 	dur(&c.Window.Size, "window.size", DefaultWindowSize)
+	str(&c.Window.Watermark, "window.watermark", DefaultWatermark)
 	dur(&c.Window.AllowedLateness, "window.allowed_lateness", DefaultAllowedLateness)
 	dur(&c.Window.IdlePartitionTimeout, "window.idle_partition_timeout", DefaultIdlePartitionTimeout)
 

@@ -18,6 +18,9 @@ const (
 	CalibrationClosedForm   = "closed-form"
 	CalibrationExact        = "exact"
 
+	WatermarkArrival = "arrival" // window.watermark
+	WatermarkEvent   = "event"
+
 	NeighbourReplace   = "replace" // privacy.neighbour
 	NeighbourAddRemove = "add_remove"
 
@@ -46,6 +49,7 @@ var (
 	mechanisms   = []string{MechanismDirichlet, MechanismGaussian, MechanismLaplace, MechanismLaplacePosterior}
 	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm, CalibrationExact}
 	neighbours   = []string{NeighbourReplace, NeighbourAddRemove}
+	watermarks   = []string{WatermarkArrival, WatermarkEvent}
 	saslMechs    = []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}
 	logFormats   = []string{LogFormatJSON, LogFormatConsole}
 	logLevels    = []string{LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError}

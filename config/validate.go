@@ -310,7 +310,10 @@ func (k *checker) window() {
 		k.add("state.retain", "must not be negative (0: keep everything)")
 	}
 	if w.CloseAfter < 0 {
-		k.add("window.close_after", "must not be negative (0: close by event time)")
+		k.add("window.close_after", "must not be negative (0: use allowed_lateness)")
+	}
+	if k.oneOf("window.watermark", w.Watermark, watermarks) && w.Watermark == WatermarkEvent && w.CloseAfter > 0 {
+		k.add("window.close_after", "closes windows by arrival; it cannot be combined with watermark: event (remove one)")
 	}
 	if w.Start != "" {
 		if _, err := time.Parse(time.RFC3339, w.Start); err != nil {

@@ -34,6 +34,14 @@ type connFetcher struct {
 	// onReset is told when the next offset was no longer retained and
 	// reading restarted at the first retained offset.
 	onReset func(from, to int64)
+	// onCaughtUp, when set, is told the wall time at which a fetch that came
+	// back at the high watermark without a further message was sent (every
+	// record committed before then has been returned).
+	onCaughtUp func(sent time.Time)
+	// now is the wall clock; sent is when the current fetch was sent.
+	now   func() time.Time
+	sent  time.Time
+	hwmOK bool // the current batch's response header (and high watermark) was read
 
 	conn       *kafka.Conn
 	stopClose  func() bool // undoes the context.AfterFunc that closes conn
@@ -46,7 +54,7 @@ func newConnFetcher(dialer *kafka.Dialer, brokers []string, topic string, partit
 		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
 	}
 	return &connFetcher{dialer: dialer, brokers: brokers, topic: topic, partition: partition,
-		maxWait: 500 * time.Millisecond, maxBytes: 16 << 20, next: next}
+		maxWait: 500 * time.Millisecond, maxBytes: 16 << 20, next: next, now: time.Now}
 }
 
 // fetch returns the next message. It blocks until one is there, ctx ends,
@@ -75,10 +83,19 @@ func (f *connFetcher) fetch(ctx context.Context) (kafka.Message, error) {
 		if o := f.batch.Offset(); o > f.next {
 			f.next = o // compacted tail / control records
 		}
+		hwm := f.batch.HighWaterMark()
 		cerr := f.batch.Close()
 		f.batch = nil
 		if (errors.Is(err, io.EOF) && cerr == nil) || (errors.Is(err, kafka.RequestTimedOut) && (cerr == nil || errors.Is(cerr, kafka.RequestTimedOut))) {
-			continue // the fetch is consumed (or came back empty after maxWait): fetch again
+			// The fetch is consumed (or came back empty after maxWait):
+			// fetch again. At the high watermark, everything committed
+			// before the fetch was sent has been read.
+			// Only a response whose header was read says so (hwmOK): a
+			// fetch that failed before it carries no high watermark.
+			if f.onCaughtUp != nil && f.hwmOK && f.next >= hwm {
+				f.onCaughtUp(f.sent)
+			}
+			continue
 		}
 		if cerr != nil {
 			err = cerr
@@ -142,7 +159,11 @@ func (f *connFetcher) open(ctx context.Context) error {
 	if err := f.conn.SetDeadline(time.Now().Add(f.maxWait + 10*time.Second)); err != nil {
 		return fmt.Errorf("set deadline on %s/%d: %w", f.topic, f.partition, err)
 	}
+	f.sent = f.now()
 	f.batch = f.conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: f.maxBytes, MaxWait: f.maxWait})
+	// Err is set at creation only when the response header could not be
+	// read; otherwise the batch's high watermark is the broker's.
+	f.hwmOK = f.batch.Err() == nil
 	return nil
 }
 

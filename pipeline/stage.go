@@ -3,11 +3,50 @@
 // each user's contribution, counts them into event-time windows, and when the
 // watermark passes a window's end it charges the privacy budget and publishes
 // one private normalized histogram per declared (histogram, group) to the
-// output topic.
+// output topic. Which watermark closes windows, and why, is below.
 //
 // Data flows one way: source (this package, kafka-go) → decode
 // (pipeline/decode) → bound and aggregate (aggregate) → charge (budget, with
 // the durable ledger) → mechanism (mechanism) → sink (this package).
+//
+// # Which events count: the arrival watermark
+//
+// The guarantee needs every released count to change by at most one user's
+// bounded contribution between neighbouring inputs, so whether an event is
+// counted must depend on that event alone. An event-time watermark (the
+// largest user-supplied event time seen) breaks this: one event stamped an
+// hour ahead moves its partition's watermark, closes every window up to an
+// hour ahead, and turns every other user's events for those windows into
+// late drops — released values then differ by an hour of other users'
+// events. Closing by the wall clock alone (wall > window end + lateness)
+// breaks it differently: whether an event is read before the close depends
+// on consumer lag, which other users' volume drives, and a restart after
+// downtime would close every elapsed window before re-reading its backlog.
+//
+// So by default (window.watermark: arrival) an event's fate is decided by
+// two of its own times: its event time t (the time field: which window w
+// it belongs to) and its record time b (the Kafka record timestamp, set by
+// the producer or, with message.timestamp.type=LogAppendTime, by the
+// broker). It counts if and only if t ≤ b + events.max_future and
+// b < end(w) + lateness (Stage.handle). Windows close only once every
+// partition has been read up to record time end(w) + lateness (see
+// watermarks: a partition read to its end advances with the wall clock; one
+// with unread records or failing fetches holds every window open), so every
+// event that satisfies the rule has been counted when its window is
+// released, however far behind the consumer is and across restarts (the
+// uncommitted offsets are re-read and the same rule gives the same answer).
+// One user's timestamps move only their own events; consumer lag delays
+// releases but changes nothing in them.
+//
+// The trust assumption: record timestamps are not user data. They must come
+// from the broker (LogAppendTime, recommended) or from a producer whose clock
+// users cannot set — never copied from an event's own time field. Records
+// whose record time runs backwards by more than the lateness, or that reach
+// the high watermark more than the lateness after their record time, can be
+// read after their window closed: they are dropped as late and counted in
+// the late metric, a property of that record alone. window.watermark: event
+// keeps the event-time watermark as an explicit opt-in for replaying trusted
+// historical data (`stage validate` flags it).
 //
 // # Why kafka-go's ConsumerGroup and not its Reader
 //
@@ -97,7 +136,12 @@ type Stage struct {
 	userSeed  maphash.Seed
 	sizeMs    int64
 	periodMs  int64
-	rng       *mechanism.Rand // used only by the releaser goroutine of the current session
+	// arrival: windows close by record (arrival) time, window.watermark
+	// arrival; latenessMs is Window.Lateness (see handle).
+	arrival     bool
+	latenessMs  int64
+	maxFutureMs int64           // events.max_future
+	rng         *mechanism.Rand // used only by the releaser goroutine of the current session
 
 	ready readiness
 
@@ -161,23 +205,26 @@ func New(opts Options) (*Stage, error) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	s := &Stage{
-		cfg:       cfg,
-		log:       opts.Log,
-		brokers:   brokers,
-		dialer:    opts.Dialer,
-		plan:      plan,
-		stats:     newStats(),
-		printer:   opts.Printer,
-		onRel:     opts.OnRelease,
-		drain:     opts.DrainTimeout,
-		now:       opts.Now,
-		userSeed:  maphash.MakeSeed(),
-		sizeMs:    cfg.Window.Size.D().Milliseconds(),
-		periodMs:  cfg.Privacy.Budget.Period.D().Milliseconds(),
-		rng:       rng,
-		accts:     make(map[int64]*periodSpend),
-		lag:       make(map[int]int64),
-		transport: opts.Transport,
+		cfg:         cfg,
+		log:         opts.Log,
+		brokers:     brokers,
+		dialer:      opts.Dialer,
+		plan:        plan,
+		stats:       newStats(),
+		printer:     opts.Printer,
+		onRel:       opts.OnRelease,
+		drain:       opts.DrainTimeout,
+		now:         opts.Now,
+		userSeed:    maphash.MakeSeed(),
+		sizeMs:      cfg.Window.Size.D().Milliseconds(),
+		arrival:     cfg.Window.Arrival(),
+		latenessMs:  cfg.Window.Lateness().D().Milliseconds(),
+		maxFutureMs: cfg.Events.MaxFuture.D().Milliseconds(),
+		periodMs:    cfg.Privacy.Budget.Period.D().Milliseconds(),
+		rng:         rng,
+		accts:       make(map[int64]*periodSpend),
+		lag:         make(map[int]int64),
+		transport:   opts.Transport,
 	}
 	if s.drain <= 0 {
 		s.drain = 30 * time.Second
@@ -444,7 +491,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		}
 		sess.trackers[a.ID] = newOffsetTracker(start)
 	}
-	sess.wm = newWatermarks(sess.parts, s.cfg.Window.AllowedLateness.D(), s.cfg.Window.IdlePartitionTimeout.D(), s.cfg.Window.CloseAfter.D(), s.now)
+	sess.wm = newWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
 	// The first window of this session comes from the ledger only, never
 	// from the data: the last recorded window (it may be partly released —
 	// a crash between two histograms — so it is closed again: recorded
@@ -509,6 +556,12 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	// A fetch loop on a kafka.Conn to the leader, not kafka-go's Reader
 	// (see connFetcher): same offsets, same order, less per-message cost.
 	r := newConnFetcher(s.dialer, s.brokers, sess.topic, p, offset)
+	r.now = s.now
+	if s.arrival {
+		// An empty fetch at the high watermark advances the partition's
+		// frontier by the wall clock (see watermarks).
+		r.onCaughtUp = func(sent time.Time) { sess.wm.caughtUpAt(p, sent.UnixMilli()) }
+	}
 	r.onReset = func(from, to int64) {
 		s.log.Warn("committed offset no longer retained by the broker; reading from the first retained offset",
 			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
@@ -522,9 +575,10 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	ev := dec.NewEvent()
 	tracker := sess.trackers[p]
 	maxMsg := s.cfg.Events.MaxMessageBytes
-	loc := &partitionLocal{lateness: s.cfg.Window.AllowedLateness.D().Milliseconds()}
+	loc := &partitionLocal{lateness: s.latenessMs, caughtUp: math.MinInt64, pubCaughtUp: math.MinInt64}
 	maxFuture := s.cfg.Events.MaxFuture.D().Milliseconds()
-	loc.futureLimit = s.now().UnixMilli() + maxFuture
+	loc.wall = s.now().UnixMilli()
+	loc.futureLimit = loc.wall + maxFuture
 	defer loc.flushStats(s.stats)
 	for {
 		m, err := r.fetch(ctx)
@@ -549,6 +603,15 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		if loc.consumed%256 == 0 || caughtUp {
 			s.setLag(p, m.HighWaterMark-m.Offset-1)
 		}
+		recMs := m.Time.UnixMilli()
+		if s.arrival {
+			// Every record, counted or not, moves the partition's frontier
+			// (watermarks): by its record time, never past the wall clock.
+			loc.observe(min(recMs, loc.wall), s.sizeMs)
+			if caughtUp {
+				loc.caughtUp = r.sent.UnixMilli()
+			}
+		}
 		reason := ""
 		if maxMsg > 0 && len(m.Value) > maxMsg {
 			reason = decode.ReasonOversized.String()
@@ -556,7 +619,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			reason = r.String()
 		} else {
 			loc.decoded++
-			reason = s.handle(sess, p, m.Offset, ev, tracker, loc)
+			reason = s.handle(sess, p, m.Offset, recMs, ev, tracker, loc)
 		}
 		if reason != "" {
 			s.stats.Drop(reason)
@@ -567,7 +630,8 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		}
 		if loc.urgent || caughtUp || loc.consumed-loc.published >= publishEvery {
 			loc.publish(sess.wm, p, s.stats, s.sizeMs)
-			loc.futureLimit = s.now().UnixMilli() + maxFuture
+			loc.wall = s.now().UnixMilli()
+			loc.futureLimit = loc.wall + maxFuture
 		}
 	}
 }
@@ -581,7 +645,9 @@ const publishEvery = 64
 // takes no shared lock, reads no clock and writes no shared counter. It
 // publishes after every publishEvery messages, whenever it has read all the
 // partition held (the last message of a fetch at the high watermark), and
-// at once after a message that can change a decision of the releaser: the
+// at once after a message that can change a decision of the releaser (the
+// times are record times with watermark arrival, event times with
+// watermark event): the
 // partition's first event, a new smallest event time (watermark
 // bookkeeping only: the first window comes from the ledger, not the data), or a new largest event time whose watermark lies in a later
 // window than the one published (only windowStart(max − lateness) decides
@@ -601,8 +667,13 @@ type partitionLocal struct {
 	consumed, published int64 // messages read; messages read at the last publication
 
 	// futureLimit: events after this time (Unix ms; wall clock +
-	// events.max_future at the last publication) are dropped.
-	futureLimit int64
+	// events.max_future at the last publication) are dropped (watermark
+	// event; with watermark arrival the limit is the record time +
+	// events.max_future). wall is the wall clock at the last publication.
+	futureLimit, wall int64
+	// caughtUp (watermark arrival): the send time (Unix ms) of the last
+	// fetch that reached the high watermark; pubCaughtUp the one published.
+	caughtUp, pubCaughtUp int64
 
 	// Counters not yet added to Stats.
 	decoded, counted, boundEvents, boundGroups, boundCapacity int64
@@ -632,6 +703,10 @@ func (l *partitionLocal) publish(wm *watermarks, p int, st *Stats, sizeMs int64)
 	// Only counted events keep a partition live: one that delivers nothing
 	// but malformed, late or too-far-ahead messages goes idle and stops
 	// holding the watermark back (garbage cannot stall every release).
+	if l.caughtUp > l.pubCaughtUp {
+		wm.caughtUpAt(p, l.caughtUp)
+		l.pubCaughtUp = l.caughtUp
+	}
 	switch {
 	case !l.live:
 	case l.maxEvent != l.pubMax || l.minEvent != l.pubMin:
@@ -666,22 +741,38 @@ func (l *partitionLocal) flushStats(st *Stats) {
 	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity = 0, 0, 0, 0, 0
 }
 
-// handle bounds and counts a decoded event. It returns a drop reason for an
-// event that must go to the dead-letter topic, "" otherwise.
-func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) string {
-	// events.max_future against the wall clock (read once per publication,
-	// see partitionLocal): never relative to other events, so one user's
-	// timestamps cannot decide whether another's event counts.
-	if ev.TimeMs > loc.futureLimit {
+// handle bounds and counts a decoded event whose record (arrival) time is
+// recMs. It returns a drop reason for an event that must go to the
+// dead-letter topic, "" otherwise.
+//
+// With watermark arrival (the default) whether the event counts depends on
+// the event alone: it belongs to the window w of its own event time and
+// counts if its event time is at most events.max_future after its record
+// time and its record time is before w's end + lateness; the window stays
+// open until every partition has been read up to that record time
+// (watermarks), so neither other users' timestamps nor consumer lag decide
+// it. With watermark event it also counts only while its window is open,
+// which the largest event times seen decide (the opt-in trust assumption).
+func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) string {
+	w := windowStart(ev.TimeMs, s.sizeMs)
+	if s.arrival {
+		if ev.TimeMs > recMs+s.maxFutureMs {
+			return "time_too_far_ahead"
+		}
+		if recMs >= w+s.sizeMs+s.latenessMs {
+			s.late(offset, tracker) // arrived after its window's cutoff
+			return ""
+		}
+	} else if ev.TimeMs > loc.futureLimit {
+		// events.max_future against the wall clock (read once per
+		// publication, see partitionLocal): never relative to other
+		// events.
 		return "time_too_far_ahead"
 	}
-	w := windowStart(ev.TimeMs, s.sizeMs)
 	sess.closeMu.RLock()
 	if w < sess.next {
 		sess.closeMu.RUnlock()
-		s.stats.Late.Add(1)
-		s.stats.Drop("late")
-		tracker.processed(offset)
+		s.late(offset, tracker)
 		return ""
 	}
 	out := sess.agg.Add(w, ev)
@@ -691,7 +782,9 @@ func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tra
 	}
 	tracker.counted(w, offset)
 	sess.closeMu.RUnlock()
-	loc.observe(ev.TimeMs, s.sizeMs)
+	if !s.arrival {
+		loc.observe(ev.TimeMs, s.sizeMs) // event time moves the watermark only in event mode
+	}
 	s.countOutcome(ev, out, loc)
 	if ao.Added > 0 {
 		s.stats.Averaged.Add(int64(ao.Added))
@@ -700,6 +793,13 @@ func (s *Stage) handle(sess *session, p int, offset int64, ev *decode.Event, tra
 		s.stats.AverageNotSelected.Add(int64(ao.NotSelected))
 	}
 	return ""
+}
+
+// late counts an event dropped as late and marks its offset processed.
+func (s *Stage) late(offset int64, tracker *offsetTracker) {
+	s.stats.Late.Add(1)
+	s.stats.Drop("late")
+	tracker.processed(offset)
 }
 
 func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *partitionLocal) {

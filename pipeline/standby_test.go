@@ -166,8 +166,10 @@ func TestForgedFutureTimestamp(t *testing.T) {
 	}
 }
 
-// TestWallClockClosing: with window.close_after, windows close on the wall
-// clock's schedule whatever the input — here there is none at all, and every
+// TestWallClockClosing: with watermark arrival (here with close_after, the
+// older name of its lateness) windows close on the wall clock's schedule
+// when there is no input at all (empty partitions read to their end advance
+// with the wall clock), and every
 // declared (histogram, group) is still released for each window as its time
 // comes, from the prior.
 func TestWallClockClosing(t *testing.T) {
@@ -175,6 +177,7 @@ func TestWallClockClosing(t *testing.T) {
 	cfg := h.config("concentrated", 10)
 	cfg.Window.Start = ""
 	cfg.Window.Size = config.Duration(time.Second)
+	cfg.Window.Watermark = config.WatermarkArrival
 	cfg.Window.CloseAfter = config.Duration(200 * time.Millisecond)
 	cfg.Privacy.Budget.Period = config.Duration(time.Minute)
 	start := time.Now()

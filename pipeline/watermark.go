@@ -6,34 +6,72 @@ import (
 	"time"
 )
 
-// watermarks tracks event time per assigned partition.
+// watermarks tracks, per assigned partition, how far the partition has been
+// read, and from that the stage's watermark: the releaser closes every
+// window whose end is at or below it.
 //
-// A partition's watermark is the largest event time it has delivered minus the
-// allowed lateness. The stage's watermark is the minimum over the assigned
-// partitions that are not idle, so that a window closes only when every live
-// partition has moved past it. A partition that delivered nothing for
-// idleTimeout (wall clock) stops holding the watermark back; when every
-// partition is idle the watermark is the largest partition watermark.
+// # Arrival (window.watermark: arrival, the default)
+//
+// The watermark is built from record timestamps, which the producer or the
+// broker sets and the user cannot (see the package doc for the trust
+// assumption), never from the events' own time field. A partition's
+// frontier F_p is a time such that every record of p with a record time
+// before F_p has been read (and handled):
+//
+//   - after reading a record with record time b: F_p ≥ b (record times are
+//     non-decreasing in a partition with LogAppendTime and, up to the
+//     producer's batching delay, with CreateTime);
+//   - after a fetch sent at wall time T came back at the partition's high
+//     watermark: F_p ≥ T − lateness (a record appended before T − lateness
+//     is committed by T: replication and producer delays are assumed below
+//     the lateness).
+//
+// A record time ahead of the wall clock advances F_p only up to the wall
+// clock. The stage's watermark is min_p F_p − lateness: the window [s, e)
+// closes once every partition is read up to e + lateness, which is exactly
+// the record-time cutoff of the window's events (Stage.handle). A
+// partition that has unread records or cannot be fetched therefore holds
+// every window open — consumer lag delays releases but never decides which
+// events count — and an empty partition read to its end advances with the
+// wall clock. A record whose time breaks the assumptions (it is read after
+// its window closed) is dropped as late and counted; whether that happens
+// depends on its own record time and position, not on any user's events.
+//
+// # Event (window.watermark: event, opt-in)
+//
+// A partition's watermark is the largest event time it has delivered minus
+// the allowed lateness. The stage's watermark is the minimum over the
+// assigned partitions that are not idle, so that a window closes only when
+// every live partition has moved past it. A partition that delivered nothing
+// for idleTimeout (wall clock) stops holding the watermark back; when every
+// partition is idle the watermark is the largest partition watermark. Event
+// times come from the events, so one event stamped ahead moves the watermark
+// (the trust assumption `stage validate` flags).
 type watermarks struct {
-	closeAfter  int64 // ms; > 0: the watermark is the wall clock minus this, events ignored
+	arrival     bool
 	lateness    int64 // ms
 	idleTimeout time.Duration
 	now         func() time.Time
 
-	mu sync.Mutex // guards parts
+	mu sync.Mutex // guards parts and every partitionTime in it
 	// parts maps partition → state.
 	parts map[int]*partitionTime
 }
 
 type partitionTime struct {
-	maxEvent int64 // largest event time seen; math.MinInt64 before the first event
-	minEvent int64 // smallest event time seen; math.MaxInt64 before the first event
+	// maxEvent is the largest time seen: record time (arrival, capped at
+	// the wall clock) or event time (event); math.MinInt64 before the first.
+	maxEvent int64
+	minEvent int64 // smallest such time; math.MaxInt64 before the first
+	// caughtUp (arrival only) is the wall time (Unix ms) at which the last
+	// fetch that reached the high watermark was sent; math.MinInt64 before.
+	caughtUp int64
 	lastSeen time.Time
 }
 
-func newWatermarks(partitions []int, lateness, idleTimeout, closeAfter time.Duration, now func() time.Time) *watermarks {
+func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Duration, now func() time.Time) *watermarks {
 	w := &watermarks{
-		closeAfter:  closeAfter.Milliseconds(),
+		arrival:     arrival,
 		lateness:    lateness.Milliseconds(),
 		idleTimeout: idleTimeout,
 		now:         now,
@@ -41,23 +79,34 @@ func newWatermarks(partitions []int, lateness, idleTimeout, closeAfter time.Dura
 	}
 	t := now()
 	for _, p := range partitions {
-		w.parts[p] = &partitionTime{maxEvent: math.MinInt64, minEvent: math.MaxInt64, lastSeen: t}
+		w.parts[p] = &partitionTime{maxEvent: math.MinInt64, minEvent: math.MaxInt64, caughtUp: math.MinInt64, lastSeen: t}
 	}
 	return w
 }
 
-// observe records an event time from partition p.
-func (w *watermarks) observe(p int, eventMs int64) {
+// observe records a time (record time or event time, by mode) from
+// partition p.
+func (w *watermarks) observe(p int, ms int64) {
 	w.mu.Lock()
 	pt := w.parts[p]
 	if pt != nil {
-		if eventMs > pt.maxEvent {
-			pt.maxEvent = eventMs
+		if ms > pt.maxEvent {
+			pt.maxEvent = ms
 		}
-		if eventMs < pt.minEvent {
-			pt.minEvent = eventMs
+		if ms < pt.minEvent {
+			pt.minEvent = ms
 		}
 		pt.lastSeen = w.now()
+	}
+	w.mu.Unlock()
+}
+
+// caughtUpAt records that a fetch of p sent at wall time atMs (Unix ms)
+// reached the partition's high watermark (arrival mode).
+func (w *watermarks) caughtUpAt(p int, atMs int64) {
+	w.mu.Lock()
+	if pt := w.parts[p]; pt != nil && atMs > pt.caughtUp {
+		pt.caughtUp = atMs
 	}
 	w.mu.Unlock()
 }
@@ -72,29 +121,17 @@ func (w *watermarks) touch(p int) {
 	w.mu.Unlock()
 }
 
-// maxEvent returns the largest event time seen on p, and whether any was.
-func (w *watermarks) maxEvent(p int) (int64, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	pt := w.parts[p]
-	if pt == nil || pt.maxEvent == math.MinInt64 {
-		return 0, false
-	}
-	return pt.maxEvent, true
-}
-
-// current returns the stage watermark and the smallest event time seen on any
-// partition; ok is false until some partition has delivered an event and
-// every live partition has.
+// current returns the stage watermark and the smallest time seen on any
+// partition; ok is false until the watermark is defined (arrival: every
+// partition has a frontier; event: some partition has delivered an event
+// and every live partition has).
 func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	now := w.now()
-	if w.closeAfter > 0 {
-		// Wall-clock closing (window.close_after): a fixed schedule that no
-		// event can move.
-		return now.UnixMilli() - w.closeAfter, math.MaxInt64, true
+	if w.arrival {
+		return w.arrivalLocked()
 	}
+	now := w.now()
 	wm = math.MaxInt64
 	minSeen = math.MaxInt64
 	anyLive, maxAll := false, int64(math.MinInt64)
@@ -121,6 +158,28 @@ func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 	}
 	if !anyLive {
 		wm = maxAll
+	}
+	return wm - w.lateness, minSeen, true
+}
+
+// arrivalLocked is current for arrival mode (w.mu held): min over the
+// partitions of the frontier F_p = max(largest record time, caughtUp −
+// lateness), minus the lateness.
+func (w *watermarks) arrivalLocked() (wm int64, minSeen int64, ok bool) {
+	if len(w.parts) == 0 {
+		return 0, 0, false
+	}
+	wm, minSeen = math.MaxInt64, math.MaxInt64
+	for _, pt := range w.parts {
+		f := pt.maxEvent
+		if pt.caughtUp != math.MinInt64 && pt.caughtUp-w.lateness > f {
+			f = pt.caughtUp - w.lateness
+		}
+		if f == math.MinInt64 {
+			return 0, 0, false // neither read nor caught up yet: holds every window
+		}
+		wm = min(wm, f)
+		minSeen = min(minSeen, pt.minEvent)
 	}
 	return wm - w.lateness, minSeen, true
 }

@@ -126,6 +126,7 @@ events:
   user_field: user_id
 window:
   size: 1m
+  watermark: event
   allowed_lateness: 0s
   idle_partition_timeout: 500ms
   start: 2026-03-01T00:00:00Z

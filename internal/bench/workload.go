@@ -107,6 +107,7 @@ events:
   user_field: user_id
 window:
   size: %s
+  watermark: event
   allowed_lateness: 0s
   idle_partition_timeout: 10s
   start: 2026-01-01T00:00:00Z # = epoch: the first window released

@@ -144,6 +144,9 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	if web != nil {
 		web.Attach(st)
 	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: "+w.Message, zap.String("path", w.Path))
+	}
 	p := st.Plan()
 	spec := p.Mechanism.Spec()
 	log.Info("privacy plan",

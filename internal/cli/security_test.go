@@ -55,7 +55,7 @@ const secureYAML = `kafka:
   session_timeout: 1s
 %s
 events: {time_field: ts, user_field: user_id}
-window: {size: 1m, allowed_lateness: 0s, idle_partition_timeout: 300ms, start: "2026-05-01T00:00:00Z"}
+window: {size: 1m, watermark: event, allowed_lateness: 0s, idle_partition_timeout: 300ms, start: "2026-05-01T00:00:00Z"}
 histograms:
   - {name: pages, field: page, bins: [home, other], overflow_bin: other}
 privacy:

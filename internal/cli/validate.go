@@ -32,6 +32,12 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	printPlan(stdout, cfg, plan)
+	if ws := cfg.Warnings(); len(ws) > 0 {
+		fmt.Fprintf(stdout, "\nwarnings\n")
+		for _, w := range ws {
+			fmt.Fprintf(stdout, "  %s\n", w)
+		}
+	}
 	return 0
 }
 

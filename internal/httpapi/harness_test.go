@@ -56,6 +56,7 @@ kafka:
   output_topic: out-%s
 window:
   size: %s
+  watermark: event
   allowed_lateness: 0s
   idle_partition_timeout: 300ms
   start: 2026-01-01T00:00:00Z

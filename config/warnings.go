@@ -1,0 +1,25 @@
+package config
+
+import "fmt"
+
+// Warning is a setting that is valid but weakens what the stage promises;
+// `stage validate` prints each one and `stage run` logs it.
+type Warning struct {
+	Path    string // YAML path of the setting
+	Message string
+}
+
+func (w Warning) String() string { return fmt.Sprintf("%s: %s", w.Path, w.Message) }
+
+// Warnings lists the settings of a valid configuration that weaken the
+// guarantee or rest on a trust assumption the operator must check.
+func (c *Config) Warnings() []Warning {
+	var out []Warning
+	if c.Window.Watermark == WatermarkEvent {
+		out = append(out, Warning{Path: "window.watermark", Message: "event: windows close by the events' own time field, " +
+			"which users control: one event stamped ahead (up to events.max_future) can close open windows early and make " +
+			"other users' events late, changing released values by more than one user's contribution. Use it only to replay " +
+			"trusted historical data; the default, arrival, closes by Kafka record time"})
+	}
+	return out
+}

@@ -1,0 +1,41 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWarnings(t *testing.T) {
+	base := "kafka: {brokers: [\"localhost:9092\"]}\nhistograms: [{name: p, field: page, bins: [a, b]}]\nprivacy: {budget: {epsilon: 1}}\n"
+	tests := []struct {
+		name, yaml string
+		want       []string // substrings of the warnings, in order
+	}{
+		{"default arrival", base, nil},
+		{"explicit arrival", base + "window: {watermark: arrival}\n", nil},
+		{"event time flagged", base + "window: {watermark: event}\n", []string{"window.watermark: event: windows close by the events' own time field"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.yaml), func(string) (string, bool) { return "", false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := cfg.Warnings()
+			if len(ws) != len(tc.want) {
+				t.Fatalf("warnings %v, want %d", ws, len(tc.want))
+			}
+			for i, w := range ws {
+				if !strings.Contains(w.String(), tc.want[i]) {
+					t.Errorf("warning %q, want it to contain %q", w, tc.want[i])
+				}
+			}
+		})
+	}
+	if _, err := Parse([]byte(base+"window: {watermark: event, close_after: 1s}\n"), nil); err == nil || !strings.Contains(err.Error(), "cannot be combined with watermark: event") {
+		t.Errorf("close_after with watermark event: %v, want refused", err)
+	}
+	if _, err := Parse([]byte(base+"window: {watermark: wallclock}\n"), nil); err == nil || !strings.Contains(err.Error(), "must be one of arrival, event") {
+		t.Errorf("unknown watermark: %v, want refused", err)
+	}
+}
