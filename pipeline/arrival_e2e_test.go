@@ -183,3 +183,20 @@ func TestRestartRecountsBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartLastReleasedWindowIsLate: after a restart, an event for the
+// last window released before it is dropped as late (counted), not counted
+// into a window that is never released again (issue 16, 1b).
+func TestRestartLastReleasedWindowIsLate(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	h.produceEvents(stream(2, 20))
+	run := h.start(cfg)
+	h.produce(flush(base.Add(2*time.Minute + time.Second)))
+	h.readOutput(2*(len(groups)+1), 60*time.Second, 0)
+	run.stop(t)
+
+	run = h.start(cfg)
+	h.produce(kafka.Message{Key: []byte("late"), Value: event{User: "late", At: base.Add(time.Minute + 30*time.Second), Page: "home", Country: "US", Device: "mobile"}.json()})
+	waitFor(t, 20*time.Second, func() bool { return run.stage.Stats().Late.Load() >= 1 })
+}

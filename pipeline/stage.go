@@ -493,18 +493,13 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	}
 	sess.wm = newWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
 	// The first window of this session comes from the ledger only, never
-	// from the data: the last recorded window (it may be partly released —
-	// a crash between two histograms — so it is closed again: recorded
-	// units are republished, missing ones released from the re-read
-	// events), or the first window recorded in the ledger's metadata.
-	if last, ok, err := s.ledger.LastWindow(); err != nil {
+	// from the data (resumeWindow).
+	next, err := s.resumeWindow()
+	if err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
 		return
-	} else if ok {
-		sess.next = last
-	} else {
-		sess.next = s.meta.FirstWindow
 	}
+	sess.next = next
 	if err := s.checkContinuity(ctx); err != nil {
 		// A standby with its own empty state.dir taking over after the
 		// active instance published: stop rather than release again.
@@ -542,6 +537,28 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		sess.avg.Reset()
 	}
 	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
+}
+
+// resumeWindow is the first window a new session may count into: the
+// window after the last recorded one when every histogram of it is recorded
+// (its events are then late, counted as such, instead of being counted into
+// a window that is never released again), the last recorded window itself
+// when a crash left some of its histograms unrecorded (it is closed again:
+// recorded units are republished, missing ones released from the re-read
+// events), or the first window of the ledger's metadata.
+func (s *Stage) resumeWindow() (int64, error) {
+	last, ok, err := s.ledger.LastWindow()
+	if err != nil || !ok {
+		return s.meta.FirstWindow, err
+	}
+	for _, h := range s.cfg.Histograms {
+		if _, recorded, err := s.ledger.Lookup(h.Name, last); err != nil {
+			return 0, err
+		} else if !recorded {
+			return last, nil
+		}
+	}
+	return last + s.sizeMs, nil
 }
 
 // joinContexts returns a context cancelled when either parent is.
