@@ -200,3 +200,41 @@ func TestRestartLastReleasedWindowIsLate(t *testing.T) {
 	h.produce(kafka.Message{Key: []byte("late"), Value: event{User: "late", At: base.Add(time.Minute + 30*time.Second), Page: "home", Country: "US", Device: "mobile"}.json()})
 	waitFor(t, 20*time.Second, func() bool { return run.stage.Stats().Late.Load() >= 1 })
 }
+
+// TestArrivalCutoffIsTheEventsOwn: with watermark arrival an event counts
+// iff its own record time is before its window's end + lateness — decided
+// by the event, not by whether the window happens to be open when it is
+// read. Record timestamps are set explicitly here (as a producer may).
+func TestArrivalCutoffIsTheEventsOwn(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.arrivalConfig(2*time.Second, 300*time.Millisecond)
+	run := h.start(cfg)
+	at := time.Now().Truncate(time.Millisecond)
+	ev := func(user, device string) []byte {
+		return event{User: user, At: at, Page: "home", Country: "US", Device: device}.json()
+	}
+	h.produce(
+		// Record time 10 s after its event: past the cutoff, though its
+		// window is still open when it is read.
+		kafka.Message{Key: []byte("a"), Value: ev("a", "desktop"), Time: at.Add(10 * time.Second)},
+		// Record time 10 s before its event (within events.max_future):
+		// counts.
+		kafka.Message{Key: []byte("b"), Value: ev("b", "mobile"), Time: at.Add(-10 * time.Second)},
+		// Event time 2 h after its record time: beyond events.max_future.
+		kafka.Message{Key: []byte("c"), Value: event{User: "c", At: at.Add(2 * time.Hour), Page: "home", Country: "US", Device: "mobile"}.json(), Time: at},
+	)
+	waitFor(t, 10*time.Second, func() bool {
+		st := run.stage.Stats()
+		return st.Late.Load()+st.Dropped()["time_too_far_ahead"] >= 2 && st.Counted.Load() >= 1
+	})
+	st := run.stage.Stats()
+	if late := st.Late.Load(); late != 1 {
+		t.Errorf("late = %d, want 1 (the event recorded after its window's cutoff)", late)
+	}
+	if far := st.Dropped()["time_too_far_ahead"]; far != 1 {
+		t.Errorf("time_too_far_ahead = %d, want 1", far)
+	}
+	waitPast(at.Truncate(2 * time.Second).Add(2*time.Second + 600*time.Millisecond + 2*time.Second))
+	out := h.readOutput(0, 10*time.Second, time.Second)
+	checkDevices(t, out, map[int64][]float64{at.Truncate(2 * time.Second).UnixMilli(): {1, 0}})
+}
