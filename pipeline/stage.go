@@ -574,11 +574,6 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	// (see connFetcher): same offsets, same order, less per-message cost.
 	r := newConnFetcher(s.dialer, s.brokers, sess.topic, p, offset)
 	r.now = s.now
-	if s.arrival {
-		// An empty fetch at the high watermark advances the partition's
-		// frontier by the wall clock (see watermarks).
-		r.onCaughtUp = func(sent time.Time) { sess.wm.caughtUpAt(p, sent.UnixMilli()) }
-	}
 	r.onReset = func(from, to int64) {
 		s.log.Warn("committed offset no longer retained by the broker; reading from the first retained offset",
 			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
@@ -596,6 +591,18 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	maxFuture := s.cfg.Events.MaxFuture.D().Milliseconds()
 	loc.wall = s.now().UnixMilli()
 	loc.futureLimit = loc.wall + maxFuture
+	r.onCaughtUp = func(sent time.Time) {
+		// An empty fetch at the high watermark: fetching works again, and
+		// with watermark arrival the partition's frontier advances by the
+		// wall clock (see watermarks).
+		if loc.failing {
+			loc.failing = false
+			sess.wm.setFailing(p, false)
+		}
+		if s.arrival {
+			sess.wm.caughtUpAt(p, sent.UnixMilli())
+		}
+	}
 	defer loc.flushStats(s.stats)
 	for {
 		m, err := r.fetch(ctx)
@@ -604,6 +611,10 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 				return
 			}
 			s.ready.connected.Store(false)
+			if !loc.failing {
+				loc.failing = true
+				sess.wm.setFailing(p, true)
+			}
 			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
 			select {
 			case <-ctx.Done():
@@ -614,6 +625,10 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		}
 		if !s.ready.connected.Load() {
 			s.ready.connected.Store(true)
+		}
+		if loc.failing {
+			loc.failing = false
+			sess.wm.setFailing(p, false)
 		}
 		loc.consumed++
 		caughtUp := m.HighWaterMark-m.Offset <= 1
@@ -688,6 +703,9 @@ type partitionLocal struct {
 	// event; with watermark arrival the limit is the record time +
 	// events.max_future). wall is the wall clock at the last publication.
 	futureLimit, wall int64
+	// failing: the last fetch failed (published at once, see
+	// watermarks.setFailing).
+	failing bool
 	// caughtUp (watermark arrival): the send time (Unix ms) of the last
 	// fetch that reached the high watermark; pubCaughtUp the one published.
 	caughtUp, pubCaughtUp int64

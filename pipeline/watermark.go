@@ -43,7 +43,8 @@ import (
 // the allowed lateness. The stage's watermark is the minimum over the
 // assigned partitions that are not idle, so that a window closes only when
 // every live partition has moved past it. A partition that delivered nothing
-// for idleTimeout (wall clock) stops holding the watermark back; when every
+// for idleTimeout (wall clock) stops holding the watermark back, unless its
+// fetches are failing (it may hold unread events); when every
 // partition is idle the watermark is the largest partition watermark. Event
 // times come from the events, so one event stamped ahead moves the watermark
 // (the trust assumption `stage validate` flags).
@@ -67,6 +68,9 @@ type partitionTime struct {
 	// fetch that reached the high watermark was sent; math.MinInt64 before.
 	caughtUp int64
 	lastSeen time.Time
+	// failing: the partition's last fetch failed (a leader move, a broker
+	// down). A failing partition is never idle: it may hold unread events.
+	failing bool
 }
 
 func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Duration, now func() time.Time) *watermarks {
@@ -111,6 +115,15 @@ func (w *watermarks) caughtUpAt(p int, atMs int64) {
 	w.mu.Unlock()
 }
 
+// setFailing records whether p's last fetch failed.
+func (w *watermarks) setFailing(p int, failing bool) {
+	w.mu.Lock()
+	if pt := w.parts[p]; pt != nil {
+		pt.failing = failing
+	}
+	w.mu.Unlock()
+}
+
 // touch records that partition p delivered a message (even one without a
 // usable event time): the partition is alive.
 func (w *watermarks) touch(p int) {
@@ -142,7 +155,7 @@ func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 		if pt.maxEvent > maxAll {
 			maxAll = pt.maxEvent
 		}
-		if now.Sub(pt.lastSeen) >= w.idleTimeout {
+		if now.Sub(pt.lastSeen) >= w.idleTimeout && !pt.failing {
 			continue // idle: does not hold the watermark back
 		}
 		anyLive = true

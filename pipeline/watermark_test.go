@@ -66,3 +66,30 @@ func TestArrivalWatermark(t *testing.T) {
 		t.Error("event mode: a live partition without events must hold the watermark")
 	}
 }
+
+// TestEventWatermarkFailingPartitionIsNotIdle: with watermark event a
+// partition silent for the idle timeout stops holding the watermark — but
+// not while its fetches fail (a leader move), since it may hold unread
+// events (issue 16, 1c).
+func TestEventWatermarkFailingPartitionIsNotIdle(t *testing.T) {
+	now := time.UnixMilli(100_000)
+	clock := func() time.Time { return now }
+	w := newWatermarks([]int{0, 1}, false, 0, time.Second, clock)
+	w.observe(0, 90_000)
+	w.observe(1, 50_000)
+	now = now.Add(500 * time.Millisecond)
+	w.observe(0, 95_000)
+	if wm, _, _ := w.current(); wm != 50_000 {
+		t.Fatalf("both live: watermark %d, want 50000", wm)
+	}
+	w.setFailing(1, true)
+	now = now.Add(2 * time.Second)
+	w.observe(0, 96_000)
+	if wm, _, _ := w.current(); wm != 50_000 {
+		t.Errorf("partition 1 silent but failing: watermark %d, want 50000 (held)", wm)
+	}
+	w.setFailing(1, false)
+	if wm, _, _ := w.current(); wm != 96_000 {
+		t.Errorf("partition 1 silent and fetching: watermark %d, want 96000 (idle)", wm)
+	}
+}
