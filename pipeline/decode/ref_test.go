@@ -202,7 +202,10 @@ func reference(cfg *config.Config, msg []byte) (e expected, ok bool) {
 	if !utf8.Valid(msg) {
 		return expected{reason: ReasonInvalidUTF8}, true
 	}
-	if surrogateEscRE.Match(surrogatePairRE.ReplaceAll(msg, []byte("X"))) || bytes.Count(msg, []byte("["))+bytes.Count(msg, []byte("{")) >= MaxDepth {
+	// Escaped backslashes first (left to right, as a JSON parser pairs
+	// them), so that `\\ud800` is not read as the escape \ud800.
+	unescaped := bytes.ReplaceAll(msg, []byte(`\\`), []byte("__"))
+	if surrogateEscRE.Match(surrogatePairRE.ReplaceAll(unescaped, []byte("X"))) || bytes.Count(msg, []byte("["))+bytes.Count(msg, []byte("{")) >= MaxDepth {
 		return e, false // lone surrogates / depth: judged elsewhere
 	}
 	t, r := refTime(m[cfg.Events.TimeField])
