@@ -5,19 +5,23 @@ import (
 	"sync"
 )
 
-// RelTolerance is the relative rounding tolerance of an [Accountant]'s limit:
-// a spend is accepted if the total converts to ε ≤ limit·(1 + RelTolerance).
-// It only absorbs floating-point rounding, so that a budget planned to be
-// used exactly (e.g. by [NewPlan], which composes with [Curve.Scale] while
-// the accountant adds curves one at a time) is not refused by the last ulp:
-// summing n equal values by repeated addition is off from n·x by at most
-// about n·2⁻⁵³ relative, i.e. < 1e-10 for n up to 10⁶ releases per period.
-// It is one-sided (it never tightens the limit) and 1e-9 relative, the
-// rounding tolerance privacy-on-beam uses for its budget (eqBudgetRelTol in
-// pbeam.go); a real excess is larger by orders of magnitude (one extra
-// release of n adds ≈ 1/n relative to the composed RDP). In δ terms it is
-// a factor of at most exp((λ−1)·ε·1e-9) at the optimal order λ.
-const RelTolerance = 1e-9
+// PlanMargin is the relative share of a budget that planners leave
+// unplanned: a plan that composes its releases to "exactly" ε targets
+// ε·(1 − PlanMargin) instead. The limit checks themselves are exact (a
+// total converting to ε above the limit is refused, however little above),
+// so without a margin a plan composed with [Curve.Scale] could be refused at
+// its last release by the rounding of the one-at-a-time sum. Summing n equal
+// values by repeated addition (each rounded up, [Curve.Add]) is off from
+// n·x by at most about n·2⁻⁵² relative, < 1e-9 for n up to 10⁶ releases per
+// period; the conversion (000 Lemma 1 eq. (2)) passes a relative error of
+// the RDP value on to ε at most in the same proportion. Before issue #15
+// the accountant instead accepted totals up to ε·(1 + 1e-9), which the
+// README's "at most ε" did not allow.
+const PlanMargin = 1e-9
+
+// Planned returns eps·(1 − PlanMargin): the ε a planner composes to when it
+// means to use a budget of eps exactly.
+func Planned(eps float64) float64 { return eps * (1 - PlanMargin) }
 
 // Accountant tracks the RDP spent by one budget scope (one user's
 // contributions to a histogram, say) over one period, on a fixed grid of
@@ -91,14 +95,13 @@ func (a *Accountant) check(c Curve) (Curve, error) {
 	return total, nil
 }
 
-// within reports whether ε is within the limit up to RelTolerance.
+// within reports whether ε is within the limit (exactly; see PlanMargin).
 func (a *Accountant) within(eps float64) bool {
-	return eps <= a.limit*(1+RelTolerance) // false for NaN and +Inf
+	return eps <= a.limit // false for NaN and +Inf
 }
 
 // Spend composes c (the curve of one release, or of several composed) into
-// the total if the new total still converts to ε ≤ the limit at δ (up to
-// [RelTolerance]). Otherwise it returns an [*ExceededError] and changes
+// the total if the new total still converts to ε ≤ the limit at δ. Otherwise it returns an [*ExceededError] and changes
 // nothing. c must be on the accountant's grid ([ErrGridMismatch]).
 func (a *Accountant) Spend(c Curve) error {
 	a.mu.Lock()

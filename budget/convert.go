@@ -23,11 +23,13 @@ import "math"
 // [Curve.Delta] ([ToEpsilon], [ToDelta]) take the minimum over the grid. log(1 − 1/λ) is evaluated as
 // log1p(−1/λ), accurate for every λ > 1.
 //
-// A curve with ε̂(λ) = 0 at some order describes identical output
-// distributions on neighbouring inputs (a Rényi divergence of positive
-// order is 0 only between equal distributions, van Erven & Harremoës 2014,
-// Theorem 8), i.e. (0, 0)-DP; both conversions return that exactly (it
-// matters for an accountant that has spent nothing).
+// A curve that is 0 at every order of its grid (nothing composed) is
+// (0, 0)-DP, and both conversions return that exactly (it matters for an
+// accountant that has spent nothing). A 0 at some orders only is converted
+// like any other value: a true bound D_λ ≤ 0 would mean identical
+// distributions (van Erven & Harremoës 2014, Theorem 8), but a computed 0
+// may be a positive value rounded down, and reading it as (0, 0)-DP would
+// discard every other order's evidence.
 
 // logDeltaAt is (a): log δ of eq. (2) at order λ for RDP ε̂ and target ε.
 func logDeltaAt(order, rdp, eps float64) float64 {
@@ -69,6 +71,9 @@ func (c Curve) Epsilon(delta float64) (eps float64, order float64, err error) {
 	if err := checkDelta(delta); err != nil {
 		return math.Inf(1), 0, err
 	}
+	if c.isZero() { // nothing composed: identical distributions, (0, 0)-DP
+		return 0, c.orders[0], nil
+	}
 	logDelta := math.Log(delta)
 	best, bestOrder := math.Inf(1), 0.0
 	for i, o := range c.orders {
@@ -76,9 +81,8 @@ func (c Curve) Epsilon(delta float64) (eps float64, order float64, err error) {
 		if math.IsInf(r, 1) {
 			continue
 		}
-		if r == 0 { // identical distributions: (0, 0)-DP
-			return 0, o, nil
-		}
+		// A 0 at one order alone is not taken as (0, 0)-DP: it may be a
+		// value rounded to 0 (it gets the conversion like any other).
 		if e := epsilonAt(o, r, logDelta); e < best {
 			best, bestOrder = e, o
 		}
@@ -113,14 +117,14 @@ func (c Curve) Delta(eps float64) (delta float64, order float64, err error) {
 	if err := checkEpsilon("epsilon", eps); err != nil {
 		return 1, 0, err
 	}
+	if c.isZero() { // nothing composed: (0, 0)-DP
+		return 0, c.orders[0], nil
+	}
 	best, bestOrder := math.Inf(1), 0.0
 	for i, o := range c.orders {
 		r := c.eps[i]
 		if math.IsInf(r, 1) {
 			continue
-		}
-		if r == 0 { // identical distributions: (0, 0)-DP
-			return 0, o, nil
 		}
 		if ld := logDeltaAt(o, r, eps); ld < best {
 			best, bestOrder = ld, o

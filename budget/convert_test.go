@@ -106,6 +106,15 @@ func TestConversionEdgeCases(t *testing.T) {
 	if d, _, err := zero.Delta(0.1); err != nil || d != 0 {
 		t.Errorf("zero curve: ToDelta = %v, %v", d, err)
 	}
+	// A single 0 is not (0, 0)-DP: the other orders' values still count
+	// (issue #15: a rounded-down 0 at one order must not erase the curve).
+	part, _ := NewCurve(g, []float64{0, 5, 50})
+	if e, o, err := part.Epsilon(1e-6); err != nil || !(e > 0) || o == 0 {
+		t.Errorf("one zero order: ToEpsilon = %v at order %v, %v (want > 0)", e, o, err)
+	}
+	if d, _, err := part.Delta(0.5); err != nil || !(d > 0) {
+		t.Errorf("one zero order: ToDelta = %v, %v (want > 0)", d, err)
+	}
 	// Huge values: no overflow to NaN.
 	huge, _ := NewCurve(g, []float64{1e300, math.MaxFloat64, 1e308})
 	if e, _, err := huge.Epsilon(1e-6); err != nil || math.IsNaN(e) || e < 1e300 {

@@ -134,7 +134,7 @@ func (c Curve) At(order float64) (float64, bool) {
 func (c Curve) SameGrid(d Curve) bool { return sameGrid(c.orders, d.orders) }
 
 // Scale returns the curve of k-fold composition of c: k·ε̂(λ) at each order
-// (000 Lemma 2 applied k times at the same order). k must be finite and ≥ 0;
+// (000 Lemma 2 applied k times at the same order), rounded toward +∞. k must be finite and ≥ 0;
 // k = 0 gives the zero curve (nothing composed), even where c is +Inf.
 //
 // Like every operation that returns a Curve, Scale does not return an
@@ -151,7 +151,7 @@ func (c Curve) Scale(k float64) Curve {
 	eps := make([]float64, len(c.eps))
 	if k != 0 {
 		for i, e := range c.eps {
-			eps[i] = k * e // +Inf stays +Inf; overflow rounds up to +Inf
+			eps[i] = MulUp(k, e) // +Inf stays +Inf; overflow rounds up to +Inf
 		}
 	}
 	return Curve{orders: c.orders, eps: eps}
@@ -159,7 +159,8 @@ func (c Curve) Scale(k float64) Curve {
 
 // Add returns the curve of the composition of the mechanisms behind c and d:
 // ε̂_c(λ) + ε̂_d(λ) at each order λ (000 Lemma 2 with λ1 = λ2 = λ; 001
-// Lemma 1). Both must be on the same grid; otherwise (or if either carries
+// Lemma 1), rounded toward +∞ so that a composed spend is never below the
+// exact sum of its charges. Both must be on the same grid; otherwise (or if either carries
 // an error) the result carries [ErrGridMismatch] (or that error), see
 // [Curve.Scale].
 func (c Curve) Add(d Curve) Curve {
@@ -174,7 +175,7 @@ func (c Curve) Add(d Curve) Curve {
 	}
 	eps := make([]float64, len(c.eps))
 	for i := range eps {
-		eps[i] = c.eps[i] + d.eps[i] // no -Inf or NaN can occur: both ≥ 0 or +Inf
+		eps[i] = AddUp(c.eps[i], d.eps[i]) // no -Inf or NaN can occur: both ≥ 0 or +Inf
 	}
 	return Curve{orders: c.orders, eps: eps}
 }

@@ -218,7 +218,7 @@ func (a *MixedAccountant) spend(c Curve, eps, del []float64, apply bool) error {
 		}
 		return err
 	}
-	if !(after.Epsilon <= a.limit*(1+RelTolerance)) {
+	if !(after.Epsilon <= a.limit) {
 		return &ExceededError{Epsilon: after.Epsilon, Order: after.RDPOrder, Spent: before.Epsilon, Limit: a.limit, Delta: a.delta}
 	}
 	if apply {

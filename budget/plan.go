@@ -44,7 +44,8 @@ func (p Plan) NewAccountant(requestedEpsilon float64) (*Accountant, error) {
 // ε_r at template.Order such that composing releases copies of the
 // mechanism calibrated at ε_r — its full RDP curve on the grid
 // WithOrder(DefaultOrders(), template.Order), not only its value at the
-// calibration order — converts to at most epsilon at delta (000 Lemma 2, then
+// calibration order — converts to at most Planned(epsilon) = epsilon·(1 −
+// PlanMargin) at delta (000 Lemma 2, then
 // Lemma 1 eq. (2) minimized over the grid, [ToEpsilon]).
 //
 // The search is a bisection on log ε_r (calibrate with mechanism.New,
@@ -87,6 +88,9 @@ func newPlan(newMech newMechanismFunc, template mechanism.Spec, epsilon, delta f
 		return Plan{}, err
 	}
 	k := float64(releases)
+	// The composition must fit the budget one release at a time too
+	// (Accountant, Book: exact checks), whose rounding PlanMargin absorbs.
+	target := Planned(epsilon)
 
 	// No per-release curve ε̂ > 0 can convert below the value of (b) at
 	// ε̂ = 0, minimized over the grid.
@@ -112,7 +116,7 @@ func newPlan(newMech newMechanismFunc, template mechanism.Spec, epsilon, delta f
 			return Plan{}, false, err
 		}
 		p := Plan{Spec: spec, Mechanism: m, PerRelease: per, Total: total, Epsilon: e, Order: o, Delta: delta, Releases: releases}
-		return p, e <= epsilon, nil
+		return p, e <= target, nil
 	}
 
 	// Bracket: lo feasible, hi infeasible.

@@ -314,14 +314,34 @@ func addApprox(b *bolt.Bucket, p int64, c Approx) error {
 			return fmt.Errorf("decode approx spend: %w", err)
 		}
 	}
-	cur.Epsilon += c.Epsilon
-	cur.Delta += c.Delta
+	cur.Epsilon = addUp(cur.Epsilon, c.Epsilon)
+	cur.Delta = addUp(cur.Delta, c.Delta)
 	cur.Releases += max(c.Releases, 1)
 	v, err := json.Marshal(cur)
 	if err != nil {
 		return err
 	}
 	return b.Put(periodKey(p), v)
+}
+
+// addUp is a + b (both ≥ 0) rounded toward +∞: a recorded sum of privacy
+// charges is never below the exact sum (budget.AddUp; the ledger does not
+// import budget).
+func addUp(a, b float64) float64 {
+	s := a + b
+	if math.IsInf(s, 0) || math.IsNaN(s) {
+		return s
+	}
+	var e float64 // the rounding error of s, exactly (2Sum)
+	if math.Abs(a) >= math.Abs(b) {
+		e = b - (s - a)
+	} else {
+		e = a - (s - b)
+	}
+	if e > 0 {
+		return math.Nextafter(s, math.Inf(1))
+	}
+	return s
 }
 
 // ApproxSpent returns the basic composition of the (ε, δ)-DP charges

@@ -94,15 +94,15 @@ func TestEndToEndAverage(t *testing.T) {
 	h.produce(flush(base.Add(3*time.Minute + time.Second)))
 
 	plan := run.stage.Plan()
-	if len(plan.Averages) != 1 || plan.UnitsPerWindow != 2 {
-		t.Fatalf("plan: %d averages, %d count units per window", len(plan.Averages), plan.UnitsPerWindow)
+	if len(plan.Averages) != 1 || plan.Count.UnitsPerWindow != 2 {
+		t.Fatalf("plan: %d averages, %d count units per window", len(plan.Averages), plan.Count.UnitsPerWindow)
 	}
 	ap := plan.Averages[0]
 	if !(ap.Epsilon > 0) || !(ap.Delta > 0) || ap.Delta > 1e-6/2/60*(1+1e-9) {
 		t.Fatalf("average release guarantee (%g, %g): want ε > 0 and δ ≤ the default share δ/2/60", ap.Epsilon, ap.Delta)
 	}
-	if math.Abs(plan.ApproxEpsilon-60*ap.Epsilon) > 1e-9*plan.ApproxEpsilon || plan.RDPEpsilon != 1e9-plan.ApproxEpsilon {
-		t.Errorf("budget split: approx ε %g (60 × %g), RDP ε %g", plan.ApproxEpsilon, ap.Epsilon, plan.RDPEpsilon)
+	if math.Abs(plan.ApproxEpsilon-60*ap.Epsilon) > 1e-9*plan.ApproxEpsilon || plan.Count.RDPEpsilon != 1e9-plan.ApproxEpsilon {
+		t.Errorf("budget split: approx ε %g (60 × %g), RDP ε %g", plan.ApproxEpsilon, ap.Epsilon, plan.Count.RDPEpsilon)
 	}
 
 	want := 3 * (len(groups) + 1 + 1)

@@ -28,7 +28,7 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 		if err != nil {
 			return 0
 		}
-		return p.FitUnits
+		return p.Count.FitUnits
 	}
 	lo, hi := 1e-4, 1e3
 	fit := 0

@@ -453,7 +453,7 @@ func TestEndToEndDirichletUnbiasedAroundTruth(t *testing.T) {
 	run := h.start(cfg)
 	h.produce(flush(base.Add(2*time.Minute + time.Second)))
 	out := h.readOutput(2*(len(groups)+1), 60*time.Second, time.Second)
-	params := run.stage.Plan().Mechanism.Params()
+	params := run.stage.Plan().Count.Mechanism.Params()
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
 		counts := tr[key(r.Histogram, r.Group, ws)]

@@ -83,10 +83,42 @@ import (
 // count histograms share the budget).
 type Plan struct {
 	Neighbour        string
-	Sensitivity      mechanism.Sensitivity
 	WindowsPerPeriod int
-	UnitsPerWindow   int // = number of count histograms
-	Units            int // composed RDP units per period
+	// Epsilon and Delta are the period's total budget.
+	Epsilon, Delta float64
+	// Orders is the grid of RDP orders the budget book composes on (the
+	// count charge's grid; DefaultOrders with privacy.order when there are
+	// no count histograms, so that RDP spent under an earlier config is
+	// still restored and counted).
+	Orders []float64
+	// Count is the plan of the count histograms; nil when every histogram
+	// is an average one. Its type makes the "no count histograms" case one
+	// that every caller has to face (issue #15: a caller that forgot it
+	// panicked on a valid config).
+	Count *CountPlan
+	// Averages are the average histograms, in config order.
+	Averages []AveragePlan
+	// ApproxEpsilon and ApproxDelta are the period's reservation for the
+	// average releases: the basic composition of all of them.
+	ApproxEpsilon, ApproxDelta float64
+}
+
+// Charges is the number of (histogram, window) units charged per period:
+// the count histograms' and the average histograms'.
+func (p *Plan) Charges() int {
+	n := p.WindowsPerPeriod * len(p.Averages)
+	if p.Count != nil {
+		n += p.Count.Units
+	}
+	return n
+}
+
+// CountPlan is the calibrated release of the count histograms: one
+// mechanism for all of them, charged per (histogram, window) unit in RDP.
+type CountPlan struct {
+	Sensitivity    mechanism.Sensitivity
+	UnitsPerWindow int // = number of count histograms
+	Units          int // composed RDP units per period
 	// FitUnits is how many units the budget covers per period, when
 	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
 	// budget over all Units.
@@ -94,20 +126,13 @@ type Plan struct {
 	Mechanism mechanism.Mechanism
 	// Charge is the RDP curve charged per (histogram, window) unit.
 	Charge budget.Curve
-	// Epsilon and Delta are the period's total budget; PlannedEpsilon is
-	// what composing all planned RDP units converts to at RDPDelta (≤
-	// RDPEpsilon).
-	Epsilon, Delta, PlannedEpsilon float64
-	// RDPEpsilon and RDPDelta are the part of the budget the RDP units (the
-	// count histograms) compose within: (Epsilon, Delta) minus the average
-	// histograms' reservation. Mechanism is nil (and Charge empty) when
-	// every histogram is an average one.
+	// PlannedEpsilon is what composing all planned RDP units converts to at
+	// RDPDelta (≤ RDPEpsilon).
+	PlannedEpsilon float64
+	// RDPEpsilon and RDPDelta are the part of the budget the RDP units
+	// compose within: (Epsilon, Delta) minus the average histograms'
+	// reservation.
 	RDPEpsilon, RDPDelta float64
-	// Averages are the average histograms, in config order.
-	Averages []AveragePlan
-	// ApproxEpsilon and ApproxDelta are the period's reservation for the
-	// average releases: the basic composition of all of them.
-	ApproxEpsilon, ApproxDelta float64
 }
 
 // AveragePlan is the calibrated release of one average histogram.
@@ -165,14 +190,20 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
 	rdpEps, rdpDelta := cfg.Privacy.Budget.Epsilon-aEps, cfg.Privacy.Budget.Delta-aDelta
-	withAverages := func(p *Plan) *Plan {
-		p.Averages, p.ApproxEpsilon, p.ApproxDelta = avgs, aEps, aDelta
-		p.RDPEpsilon, p.RDPDelta = rdpEps, rdpDelta
-		p.Epsilon, p.Delta = cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
-		return p
+	plan := &Plan{
+		Neighbour:        cfg.Privacy.Neighbour,
+		WindowsPerPeriod: windows,
+		Epsilon:          cfg.Privacy.Budget.Epsilon,
+		Delta:            cfg.Privacy.Budget.Delta,
+		Averages:         avgs,
+		ApproxEpsilon:    aEps,
+		ApproxDelta:      aDelta,
 	}
 	if counts == 0 {
-		return withAverages(&Plan{Neighbour: cfg.Privacy.Neighbour, WindowsPerPeriod: windows}), nil
+		if plan.Orders, err = budget.WithOrder(budget.DefaultOrders(), cfg.Privacy.Order); err != nil {
+			return nil, fmt.Errorf("derive privacy plan: %w", err)
+		}
+		return plan, nil
 	}
 	spec := mechanism.Spec{
 		Kind:        mechanism.Kind(cfg.Privacy.Mechanism),
@@ -188,33 +219,32 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	if cfg.Privacy.Mechanism == config.MechanismLaplacePosterior {
 		spec.Kind = mechanism.Laplace // the noise; the posterior is post-processing (see Plan)
 	}
+	var cp *CountPlan
 	if cfg.Privacy.RDPEpsilon > 0 {
-		plan, err := explicitPlan(cfg, spec, windows, counts, rdpEps, rdpDelta)
+		if cp, err = explicitPlan(cfg, spec, windows, counts, rdpEps, rdpDelta); err != nil {
+			return nil, err
+		}
+	} else {
+		p, err := budget.PlanReleases(spec, rdpEps, rdpDelta, units)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("derive privacy plan: %w", err)
 		}
-		if plan.Mechanism, err = stageMechanism(cfg, plan.Mechanism); err != nil {
-			return nil, err
+		cp = &CountPlan{
+			Sensitivity:    sens,
+			UnitsPerWindow: counts,
+			Units:          units,
+			Mechanism:      p.Mechanism,
+			Charge:         p.PerRelease,
+			PlannedEpsilon: p.Epsilon,
 		}
-		return withAverages(plan), nil
 	}
-	p, err := budget.PlanReleases(spec, rdpEps, rdpDelta, units)
-	if err != nil {
-		return nil, fmt.Errorf("derive privacy plan: %w", err)
-	}
-	if p.Mechanism, err = stageMechanism(cfg, p.Mechanism); err != nil {
+	if cp.Mechanism, err = stageMechanism(cfg, cp.Mechanism); err != nil {
 		return nil, err
 	}
-	return withAverages(&Plan{
-		Neighbour:        cfg.Privacy.Neighbour,
-		Sensitivity:      sens,
-		WindowsPerPeriod: windows,
-		UnitsPerWindow:   counts,
-		Units:            units,
-		Mechanism:        p.Mechanism,
-		Charge:           p.PerRelease,
-		PlannedEpsilon:   p.Epsilon,
-	}), nil
+	cp.RDPEpsilon, cp.RDPDelta = rdpEps, rdpDelta
+	plan.Count = cp
+	plan.Orders = cp.Charge.Orders()
+	return plan, nil
 }
 
 // planAverages calibrates the n average histograms and returns the period's
@@ -226,7 +256,9 @@ func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePl
 	}
 	withCounts := counts > 0
 	budgetEps, budgetDelta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
-	share := budgetDelta
+	// Planned: the book's checks are exact, and W·n charges of share/(W·n)
+	// are summed one at a time (rounded up).
+	share := budget.Planned(budgetDelta)
 	if withCounts {
 		share /= 2
 	}
@@ -252,11 +284,11 @@ func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePl
 		delta += float64(windows) * dr
 	}
 	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
-	if eps > budgetEps*(1+budget.RelTolerance) || (withCounts && eps >= budgetEps) {
+	if eps > budget.Planned(budgetEps) || (withCounts && eps >= budgetEps) {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%d windows × %s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
 			eps, windows, averageEpsilons(plans), budgetEps, fix)
 	}
-	if delta > budgetDelta*(1+budget.RelTolerance) || (withCounts && delta >= budgetDelta) {
+	if delta > budget.Planned(budgetDelta) || (withCounts && delta >= budgetDelta) {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to δ = %.6g per period, which leaves nothing of privacy.budget.delta = %g for the rest: lower average.delta", delta, budgetDelta)
 	}
 	return plans, eps, delta, nil
@@ -292,7 +324,7 @@ func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechan
 // then enforced release by release: the accountant refuses the first unit
 // that would take the period past (ε, δ), and the stage publishes a
 // budget_exhausted status instead. FitUnits says how many units fit.
-func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, eps, delta float64) (*Plan, error) {
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, eps, delta float64) (*CountPlan, error) {
 	units := windows * counts
 	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
 	m, err := mechanism.New(spec)
@@ -307,10 +339,14 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, 
 	if err := charge.Err(); err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
+	// FitUnits is what the book will accept one charge at a time; its
+	// checks are exact, so count with the same rounding (Add, rounded up).
 	fit := 0
+	total, _ := budget.ZeroCurve(orders)
 	for k := 1; k <= units; k++ {
-		e, _ := budget.ToEpsilon(charge.Scale(float64(k)), delta)
-		if e > eps*(1+budget.RelTolerance) {
+		total = total.Add(charge)
+		e, _ := budget.ToEpsilon(total, delta)
+		if !(e <= eps) {
 			break
 		}
 		fit = k
@@ -319,15 +355,13 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, 
 		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: a single release already exceeds the period budget left to count histograms (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, eps, delta)
 	}
 	planned, _ := budget.ToEpsilon(charge.Scale(float64(fit)), delta)
-	return &Plan{
-		Neighbour:        cfg.Privacy.Neighbour,
-		Sensitivity:      spec.Sensitivity,
-		WindowsPerPeriod: windows,
-		UnitsPerWindow:   counts,
-		Units:            units,
-		FitUnits:         fit,
-		Mechanism:        m,
-		Charge:           charge,
-		PlannedEpsilon:   planned,
+	return &CountPlan{
+		Sensitivity:    spec.Sensitivity,
+		UnitsPerWindow: counts,
+		Units:          units,
+		FitUnits:       fit,
+		Mechanism:      m,
+		Charge:         charge,
+		PlannedEpsilon: planned,
 	}, nil
 }

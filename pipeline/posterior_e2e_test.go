@@ -64,7 +64,7 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 	tr := computeTruth(evs)
 	h.produceEvents(evs)
 	run := h.start(cfg)
-	if b := run.stage.Plan().Mechanism.Params().Scale; !(b <= 0.01) {
+	if b := run.stage.Plan().Count.Mechanism.Params().Scale; !(b <= 0.01) {
 		t.Fatalf("calibrated scale %v: too large for an exact comparison", b)
 	}
 	h.produce(flush(base.Add(3*time.Minute + time.Second)))
@@ -96,8 +96,8 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 				t.Errorf("%s bin %s: posterior_alpha %v, want prior + true bounded count = %v (counts %v)", k, bins[i], a, prior+counts[i], counts)
 			}
 		}
-		if r.Privacy.RDPEpsilon != run.stage.Plan().Mechanism.RDP(2) || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon {
-			t.Errorf("%s: privacy %+v, plan RDP(2) %v", k, r.Privacy, run.stage.Plan().Mechanism.RDP(2))
+		if r.Privacy.RDPEpsilon != run.stage.Plan().Count.Mechanism.RDP(2) || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon {
+			t.Errorf("%s: privacy %+v, plan RDP(2) %v", k, r.Privacy, run.stage.Plan().Count.Mechanism.RDP(2))
 		}
 	}
 	for w := 0; w < 3; w++ {
@@ -139,7 +139,7 @@ func TestEndToEndLaplacePosteriorNoisy(t *testing.T) {
 	tr := computeTruth(evs)
 	h.produceEvents(evs)
 	run := h.start(cfg)
-	b := run.stage.Plan().Mechanism.Params().Scale
+	b := run.stage.Plan().Count.Mechanism.Params().Scale
 	if !(b >= 4) {
 		t.Fatalf("calibrated scale %v < 4: the noise check below assumes b ≥ 4", b)
 	}
@@ -204,14 +204,15 @@ privacy:
 		return cfg
 	}
 	for _, extra := range []string{"", "\n  rdp_epsilon: 0.01"} {
-		post, err := pipeline.DerivePlan(yml("  mechanism: laplace-posterior\n  prior_alpha: 2" + extra))
+		postPlan, err := pipeline.DerivePlan(yml("  mechanism: laplace-posterior\n  prior_alpha: 2" + extra))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lap, err := pipeline.DerivePlan(yml("  mechanism: laplace" + extra))
+		lapPlan, err := pipeline.DerivePlan(yml("  mechanism: laplace" + extra))
 		if err != nil {
 			t.Fatal(err)
 		}
+		post, lap := postPlan.Count, lapPlan.Count
 		pm, ok := post.Mechanism.(*mechanism.CountPosterior)
 		if !ok {
 			t.Fatalf("laplace-posterior plan mechanism is %T, want *mechanism.CountPosterior", post.Mechanism)

@@ -81,6 +81,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -156,28 +157,34 @@ type Stage struct {
 	// loaded or recorded by Run before anything is consumed.
 	meta ledger.Meta
 
-	budgetMu sync.Mutex // guards accts and every periodSpend in it
-	// accts holds the spend of each budget period seen, restored from the
-	// ledger on first use.
-	accts map[int64]*periodSpend
+	// book is the budget book: every charge is checked against, and added
+	// to, its whole period's total there (budget.Book). Set by Run once the
+	// ledger is open; nil before.
+	book atomic.Pointer[budget.Book]
 }
 
-// periodSpend is one budget period's spend: the accountant of the RDP units
-// (count histograms; nil when there are none) and the basic composition of
-// the (ε, δ)-DP units (average histograms). Plan explains the split.
-type periodSpend struct {
-	rdp    *budget.Accountant
-	approx ledger.Approx
-}
+// ledgerStore restores a budget period's spend from the ledger for the
+// book: the RDP curve recorded with the last RDP unit, and the sums of the
+// (ε, δ) charges.
+type ledgerStore struct{ l *ledger.Ledger }
 
-// spentEpsilon is the period's total ε so far: the RDP part converted at
-// the plan's RDPDelta plus the (ε, δ) part's ε.
-func (p *periodSpend) spentEpsilon() float64 {
-	e := p.approx.Epsilon
-	if p.rdp != nil {
-		e += p.rdp.SpentEpsilon()
+func (st ledgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
+	var sp budget.Spend
+	c, okC, err := st.l.Spent(p)
+	if err != nil {
+		return sp, false, err
 	}
-	return e
+	if okC && len(c.Orders) > 0 {
+		if sp.RDP, err = budget.NewCurve(c.Orders, c.Epsilons); err != nil {
+			return sp, false, fmt.Errorf("recorded rdp spend of period %s: %w", rfc3339(p), err)
+		}
+	}
+	a, okA, err := st.l.ApproxSpent(p)
+	if err != nil {
+		return sp, false, err
+	}
+	sp.ApproxEpsilon, sp.ApproxDelta, sp.ApproxReleases = a.Epsilon, a.Delta, a.Releases
+	return sp, okC || okA, nil
 }
 
 // New validates opts, derives the privacy plan and opens the ledger.
@@ -222,7 +229,6 @@ func New(opts Options) (*Stage, error) {
 		maxFutureMs: cfg.Events.MaxFuture.D().Milliseconds(),
 		periodMs:    cfg.Privacy.Budget.Period.D().Milliseconds(),
 		rng:         rng,
-		accts:       make(map[int64]*periodSpend),
 		lag:         make(map[int]int64),
 		transport:   opts.Transport,
 	}
@@ -321,6 +327,11 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	}
 	s.ledger = led
 	defer led.Close()
+	book, err := budget.NewBook(s.plan.Orders, s.plan.Epsilon, s.plan.Delta, ledgerStore{led})
+	if err != nil {
+		return fmt.Errorf("pipeline: budget book: %w", err)
+	}
+	s.book.Store(book)
 	if err := s.checkContinuity(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -334,6 +345,16 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		return err
 	}
 	if err := s.replayRecent(256); err != nil {
+		return err
+	}
+	// The spend of the period the next release falls in, from the ledger,
+	// before anything is released: status and metrics show it from the
+	// start (not only after the next window closes).
+	next, err := s.resumeWindow()
+	if err != nil {
+		return err
+	}
+	if _, err := book.Status(s.periodOf(next)); err != nil {
 		return err
 	}
 	s.ready.stateLoaded.Store(true)
@@ -999,65 +1020,6 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 
 func (s *Stage) periodOf(w int64) int64 { return windowStart(w, s.periodMs) }
 
-// accountant returns the spend of the period starting at p, restored from
-// the ledger on first use. Called by the releaser only.
-func (s *Stage) accountant(p int64) (*periodSpend, error) {
-	s.budgetMu.Lock()
-	defer s.budgetMu.Unlock()
-	if a, ok := s.accts[p]; ok {
-		return a, nil
-	}
-	ps := &periodSpend{}
-	approx, _, err := s.ledger.ApproxSpent(p)
-	if err != nil {
-		return nil, err
-	}
-	ps.approx = approx
-	if s.plan.Mechanism != nil {
-		if ps.rdp, err = s.restoreRDP(p); err != nil {
-			return nil, err
-		}
-	}
-	// Forget accountants of old periods.
-	for q := range s.accts {
-		if q < p {
-			delete(s.accts, q)
-		}
-	}
-	s.accts[p] = ps
-	return ps, nil
-}
-
-// restoreRDP returns the RDP accountant of period p, restored from the
-// ledger. s.budgetMu is held.
-func (s *Stage) restoreRDP(p int64) (*budget.Accountant, error) {
-	a, err := budget.NewAccountant(s.plan.Charge.Orders(), s.plan.RDPEpsilon, s.plan.RDPDelta)
-	if err != nil {
-		return nil, err
-	}
-	spent, ok, err := s.ledger.Spent(p)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		c, err := budget.NewCurve(spent.Orders, spent.Epsilons)
-		if err != nil {
-			return nil, fmt.Errorf("restore spend of period %s: %w", rfc3339(p), err)
-		}
-		// A config change may have changed the order grid: move the recorded
-		// spend onto the new grid conservatively (RDP is non-decreasing in
-		// the order, so each new order takes the next larger recorded one).
-		c = c.Regrid(a.Orders())
-		if err := a.Restore(c); err != nil && !errors.Is(err, budget.ErrBudgetExceeded) {
-			return nil, fmt.Errorf("restore spend of period %s: %w", rfc3339(p), err)
-		} else if err != nil {
-			s.log.Warn("restored period is already over its budget: nothing more will be released in it",
-				zap.String("period_start", rfc3339(p)), zap.Error(err))
-		}
-	}
-	return a, nil
-}
-
 func toLedgerCurve(c budget.Curve) ledger.Curve {
 	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
 }
@@ -1066,27 +1028,56 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 // recorded, recorded is true and u is the unit to publish: the recorded one
 // when it was not acknowledged before a stop (the same values: no fresh
 // noise, no second charge), nil when it was published. Otherwise u is a new
-// unit for window w and ps the spend of its period.
-func (s *Stage) beginUnit(histogram string, w int64) (u *ledger.Unit, recorded bool, ps *periodSpend, err error) {
+// unit for window w.
+func (s *Stage) beginUnit(histogram string, w int64) (u *ledger.Unit, recorded bool, err error) {
 	if u, ok, err := s.ledger.Lookup(histogram, w); err != nil {
-		return nil, false, nil, err
+		return nil, false, err
 	} else if ok {
 		if u.Published {
-			return nil, true, nil, nil
+			return nil, true, nil
 		}
-		return u, true, nil, nil
+		return u, true, nil
 	}
 	period := s.periodOf(w)
-	if ps, err = s.accountant(period); err != nil {
-		return nil, false, nil, err
-	}
+	s.book.Load().Forget(period)
 	return &ledger.Unit{
 		Histogram:   histogram,
 		WindowStart: w,
 		WindowEnd:   w + s.sizeMs,
 		Period:      period,
 		RecordedAt:  s.now().UTC(),
-	}, false, ps, nil
+	}, false, nil
+}
+
+// charge checks u's charge against its whole period in the book. It
+// returns the period's total after the charge, or a refusal (errors.Is
+// budget.ErrBudgetExceeded) to be recorded as budget_exhausted.
+func (s *Stage) charge(u *ledger.Unit, c budget.Charge) (budget.Total, error) {
+	return s.book.Load().Check(u.Period, c)
+}
+
+// record records u durably with its charge c (the first step of the
+// write-ahead order: record and charge → publish → mark published), then
+// adds c to the book. The ledger's transaction holds the unit and its
+// period's new spend together: the ledger is the source of truth after a
+// crash.
+func (s *Stage) record(u *ledger.Unit, c budget.Charge) error {
+	book := s.book.Load()
+	var spentAfter ledger.Curve
+	if c.RDP.Len() > 0 {
+		after, err := book.After(u.Period, c)
+		if err != nil {
+			return err
+		}
+		spentAfter = toLedgerCurve(after.RDP)
+	}
+	if err := s.ledger.Record(u, spentAfter); err != nil {
+		return err
+	}
+	if _, err := book.Commit(u.Period, c); err != nil {
+		return fmt.Errorf("budget book disagrees with ledger (recorded %s@%s): %w", u.Histogram, rfc3339(u.WindowStart), err)
+	}
+	return nil
 }
 
 // recordUnit makes the releases of histogram h for window w and records them
@@ -1097,37 +1088,30 @@ func (s *Stage) beginUnit(histogram string, w int64) (u *ledger.Unit, recorded b
 // no second charge), or nil when the unit was already published.
 func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*ledger.Unit, error) {
 	hist := s.cfg.Histograms[h]
-	u, recorded, ps, err := s.beginUnit(hist.Name, w)
+	u, recorded, err := s.beginUnit(hist.Name, w)
 	if err != nil || recorded {
 		return u, err
 	}
+	cp := s.plan.Count
 	period := u.Period
-	acct := ps.rdp
-	order := s.plan.Mechanism.Spec().Order
-	if err := acct.CanSpend(s.plan.Charge); err != nil {
+	c := budget.Charge{RDP: cp.Charge}
+	total, err := s.charge(u, c)
+	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return nil, err
 		}
-		return s.recordExhausted(u, ps, err)
+		return s.recordExhausted(u, err)
 	}
-
-	spentAfter := acct.Spent().Add(s.plan.Charge)
-	if err := spentAfter.Err(); err != nil {
-		return nil, fmt.Errorf("compose charge: %w", err)
-	}
-	spentEps, _ := budget.ToEpsilon(spentAfter, s.plan.RDPDelta)
-	s.budgetMu.Lock()
-	spentEps += ps.approx.Epsilon
-	s.budgetMu.Unlock()
-	params := s.plan.Mechanism.Params()
+	order := cp.Mechanism.Spec().Order
+	params := cp.Mechanism.Params()
 	groups := hist.GroupNames()
 	u.Status = ledger.StatusReleased
-	u.Charge = toLedgerCurve(s.plan.Charge)
+	u.Charge = toLedgerCurve(cp.Charge)
 	buf := make([]float64, len(hist.Bins))
 	out := make([]float64, len(hist.Bins))
 	// laplace-posterior: the posterior parameters α̃ and their mean, from one
 	// draw (post-processing of the noisy counts; see Plan).
-	post, _ := s.plan.Mechanism.(mechanism.PosteriorReleaser)
+	post, _ := cp.Mechanism.(mechanism.PosteriorReleaser)
 	var alpha []float64
 	if post != nil {
 		alpha = make([]float64, len(hist.Bins))
@@ -1140,7 +1124,7 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 				err = mechanism.PosteriorMean(alpha, out)
 			}
 		} else {
-			err = s.plan.Mechanism.Release(s.rng, buf, out)
+			err = cp.Mechanism.Release(s.rng, buf, out)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
@@ -1158,10 +1142,10 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior},
 			Privacy: Privacy{
 				Order:            order,
-				RDPEpsilon:       s.plan.Mechanism.RDP(order),
+				RDPEpsilon:       cp.Mechanism.RDP(order),
 				ChargeID:         ReleaseID(hist.Name, "", w),
-				ChargeRDPEpsilon: s.plan.Mechanism.RDP(order),
-				SpentEpsilon:     spentEps,
+				ChargeRDPEpsilon: cp.Mechanism.RDP(order),
+				SpentEpsilon:     total.Epsilon,
 				BudgetEpsilon:    s.plan.Epsilon,
 				Delta:            s.plan.Delta,
 				PeriodStart:      rfc3339(period),
@@ -1177,20 +1161,15 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 		}
 		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
 	}
-	// Record the values and the charge in one transaction, then charge the
-	// in-memory accountant: the ledger is the source of truth after a crash.
-	if err := s.ledger.Record(u, toLedgerCurve(spentAfter)); err != nil {
+	if err := s.record(u, c); err != nil {
 		return nil, err
-	}
-	if err := acct.Spend(s.plan.Charge); err != nil {
-		return nil, fmt.Errorf("accountant disagrees with ledger (recorded %s@%s): %w", hist.Name, rfc3339(w), err)
 	}
 	return u, nil
 }
 
 // recordExhausted records, instead of u's release, the budget_exhausted
-// status (why: the accountant's refusal) and returns the unit to publish.
-func (s *Stage) recordExhausted(u *ledger.Unit, ps *periodSpend, why error) (*ledger.Unit, error) {
+// status (why: the book's refusal) and returns the unit to publish.
+func (s *Stage) recordExhausted(u *ledger.Unit, why error) (*ledger.Unit, error) {
 	u.Status = ledger.StatusBudgetExhausted
 	u.Approx = nil
 	st := Status{
@@ -1201,9 +1180,11 @@ func (s *Stage) recordExhausted(u *ledger.Unit, ps *periodSpend, why error) (*le
 		WindowEnd:   rfc3339(u.WindowEnd),
 		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
 	}
-	s.budgetMu.Lock()
-	st.Privacy.SpentEpsilon = ps.spentEpsilon()
-	s.budgetMu.Unlock()
+	total, err := s.book.Load().Status(u.Period)
+	if err != nil {
+		return nil, err
+	}
+	st.Privacy.SpentEpsilon = total.Epsilon
 	st.Privacy.BudgetEpsilon = s.plan.Epsilon
 	st.Privacy.Delta = s.plan.Delta
 	st.Privacy.PeriodStart = rfc3339(u.Period)
@@ -1229,27 +1210,22 @@ func (s *Stage) recordExhausted(u *ledger.Unit, ps *periodSpend, why error) (*le
 // recordAverageUnit is recordUnit for the i-th average histogram (in config
 // order of the average histograms): one draw of the simplex Dirichlet
 // mechanism from the window's padded average, charged (ε_r, δ_r) to the
-// period's (ε, δ) part, which the plan reserved for it (Plan).
+// period's (ε, δ) part (Plan).
 func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (*ledger.Unit, error) {
 	ap := s.plan.Averages[i]
 	hist := s.cfg.Histograms[ap.Index]
-	u, recorded, ps, err := s.beginUnit(hist.Name, w)
+	u, recorded, err := s.beginUnit(hist.Name, w)
 	if err != nil || recorded {
 		return u, err
 	}
 	period := u.Period
-	charge := ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
-	s.budgetMu.Lock()
-	after := ledger.Approx{Epsilon: ps.approx.Epsilon + charge.Epsilon, Delta: ps.approx.Delta + charge.Delta, Releases: ps.approx.Releases + 1}
-	total := ps.spentEpsilon() + charge.Epsilon
-	s.budgetMu.Unlock()
-	// The reservation (Plan.ApproxEpsilon/ApproxDelta) covers every window
-	// of a period; it can only run out when the ledger holds charges made
-	// under another configuration.
-	tol := 1 + budget.RelTolerance
-	if after.Epsilon > s.plan.ApproxEpsilon*tol || after.Delta > s.plan.ApproxDelta*tol {
-		return s.recordExhausted(u, ps, fmt.Errorf("%w: the period's average releases would reach (ε=%g, δ=%g), over their reservation (ε=%g, δ=%g)",
-			budget.ErrBudgetExceeded, after.Epsilon, after.Delta, s.plan.ApproxEpsilon, s.plan.ApproxDelta))
+	c := budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
+	total, err := s.charge(u, c)
+	if err != nil {
+		if !errors.Is(err, budget.ErrBudgetExceeded) {
+			return nil, err
+		}
+		return s.recordExhausted(u, err)
 	}
 	mean := aw.Mean(i, make([]float64, len(hist.Bins)))
 	out := make([]float64, len(hist.Bins))
@@ -1272,7 +1248,7 @@ func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (
 			ChargeID:       ReleaseID(hist.Name, "", w),
 			ReleaseEpsilon: ap.Epsilon,
 			ReleaseDelta:   ap.Delta,
-			SpentEpsilon:   total,
+			SpentEpsilon:   total.Epsilon,
 			BudgetEpsilon:  s.plan.Epsilon,
 			Delta:          s.plan.Delta,
 			PeriodStart:    rfc3339(period),
@@ -1284,14 +1260,11 @@ func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (
 		return nil, err
 	}
 	u.Status = ledger.StatusReleased
-	u.Approx = &charge
+	u.Approx = &ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
 	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
-	if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
+	if err := s.record(u, c); err != nil {
 		return nil, err
 	}
-	s.budgetMu.Lock()
-	ps.approx = after
-	s.budgetMu.Unlock()
 	return u, nil
 }
 

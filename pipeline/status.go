@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -68,23 +67,25 @@ type BudgetStatus struct {
 	Delta         float64   `json:"delta"`
 }
 
-// Budget returns the spend of the periods the stage has charged since it
-// started (restored from the ledger), newest last.
+// Budget returns the spend of the periods the stage has charged or looked
+// at since it started (restored from the ledger: the current period's spend
+// is loaded at start), oldest first; nil before Run opened the ledger.
 func (s *Stage) Budget() []BudgetStatus {
-	s.budgetMu.Lock()
-	defer s.budgetMu.Unlock()
-	out := make([]BudgetStatus, 0, len(s.accts))
-	for p, a := range s.accts {
-		spent := a.spentEpsilon()
+	book := s.book.Load()
+	if book == nil {
+		return nil
+	}
+	periods := book.Periods()
+	out := make([]BudgetStatus, 0, len(periods))
+	for _, p := range periods {
 		out = append(out, BudgetStatus{
-			PeriodStart:   time.UnixMilli(p).UTC(),
-			PeriodEnd:     time.UnixMilli(p + s.periodMs).UTC(),
-			SpentEpsilon:  spent,
+			PeriodStart:   time.UnixMilli(p.Period).UTC(),
+			PeriodEnd:     time.UnixMilli(p.Period + s.periodMs).UTC(),
+			SpentEpsilon:  p.Epsilon,
 			BudgetEpsilon: s.plan.Epsilon,
-			Remaining:     max(s.plan.Epsilon-spent, 0),
+			Remaining:     max(s.plan.Epsilon-p.Epsilon, 0),
 			Delta:         s.plan.Delta,
 		})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PeriodStart.Before(out[j].PeriodStart) })
 	return out
 }

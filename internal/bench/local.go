@@ -104,7 +104,7 @@ func releases(cfg Config, res *Results) error {
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)
 	}
-	m := plan.Mechanism
+	m := plan.Count.Mechanism // localConfig has count histograms only
 	rng, err := mechanism.NewRand()
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)

@@ -90,7 +90,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 	if plan == nil {
 		return code
 	}
-	if plan.Mechanism == nil {
+	if plan.Count == nil {
 		fmt.Fprintf(stderr, "stage plan: %s has only average histograms; `stage validate` prints their guarantee (stage plan draws the count histograms' errors)\n", *path)
 		return 2
 	}
@@ -103,7 +103,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		d := len(h.Bins)
-		pts, err := eval.PlanErrors(plan.Mechanism, d, ns, *reps, *seed, runtime.NumCPU())
+		pts, err := eval.PlanErrors(plan.Count.Mechanism, d, ns, *reps, *seed, runtime.NumCPU())
 		if err != nil {
 			fmt.Fprintf(stderr, "stage plan: histogram %s: %v\n", h.Name, err)
 			return 1
@@ -122,8 +122,8 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stage plan: %v\n", err)
 		return 1
 	}
-	title := fmt.Sprintf("%s %s, (λ=%g, ε=%.3g)-RDP per release", plan.Mechanism.Spec().Kind, plan.Mechanism.Spec().Calibration,
-		plan.Mechanism.Spec().Order, plan.Mechanism.Spec().RDPEpsilon)
+	cs := plan.Count.Mechanism.Spec()
+	title := fmt.Sprintf("%s %s, (λ=%g, ε=%.3g)-RDP per release", cs.Kind, cs.Calibration, cs.Order, cs.RDPEpsilon)
 	for _, f := range []struct {
 		name string
 		fn   func(string) error
@@ -162,7 +162,8 @@ func parseEvents(s string) ([]int, error) {
 }
 
 func printReleasePlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
-	m := plan.Mechanism
+	cp := plan.Count // the caller checked it is there
+	m := cp.Mechanism
 	spec, params := m.Spec(), m.Params()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	mech := cfg.Privacy.Mechanism // laplace-posterior runs on a laplace spec
@@ -170,9 +171,9 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 		mech += " (" + string(spec.Calibration) + ")"
 	}
 	fmt.Fprintf(tw, "guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
-	fmt.Fprintf(tw, "composition\t%d windows × %d histograms = %d charges per period\n", plan.WindowsPerPeriod, plan.UnitsPerWindow, plan.Units)
+	fmt.Fprintf(tw, "composition\t%d windows × %d histograms = %d charges per period\n", plan.WindowsPerPeriod, cp.UnitsPerWindow, cp.Units)
 	fmt.Fprintf(tw, "neighbour\t%s, max %d event(s) per user per window  (Δ1=%g Δ2²=%g Δ∞=%g)\n", plan.Neighbour,
-		cfg.Contribution.MaxEventsPerUser, plan.Sensitivity.L1, plan.Sensitivity.L2Sq, plan.Sensitivity.LInf)
+		cfg.Contribution.MaxEventsPerUser, cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "mechanism\t%s\n", mech)
 	fmt.Fprintf(tw, "per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
 	switch spec.Kind {

@@ -147,13 +147,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	for _, w := range cfg.Warnings() {
 		log.Warn("config: "+w.Message, zap.String("path", w.Path))
 	}
-	p := st.Plan()
-	spec := p.Mechanism.Spec()
-	log.Info("privacy plan",
-		zap.String("mechanism", string(spec.Kind)), zap.String("calibration", string(spec.Calibration)),
-		zap.Float64("order", spec.Order), zap.Float64("rdp_epsilon_per_release", spec.RDPEpsilon),
-		zap.Float64("budget_epsilon", p.Epsilon), zap.Float64("budget_delta", p.Delta),
-		zap.Duration("period", cfg.Privacy.Budget.Period.D()), zap.Int("charges_per_period", p.Units))
+	logPlan(log, cfg, st.Plan())
 
 	if cfg.Generator.Enabled {
 		gen, err := newGenerator(cfg)
@@ -176,6 +170,26 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 			zap.Int("events_per_second", cfg.Generator.EventsPerSecond), zap.Float64("time_scale", cfg.Generator.TimeScale))
 	}
 	return st.Run(ctx)
+}
+
+// logPlan logs the privacy plan: the count histograms' calibration (when
+// there are any) and the average histograms' guarantees.
+func logPlan(log *zap.Logger, cfg *config.Config, p *pipeline.Plan) {
+	fields := []zap.Field{
+		zap.Float64("budget_epsilon", p.Epsilon), zap.Float64("budget_delta", p.Delta),
+		zap.Duration("period", cfg.Privacy.Budget.Period.D()), zap.Int("charges_per_period", p.Charges()),
+	}
+	if p.Count != nil {
+		spec := p.Count.Mechanism.Spec()
+		fields = append(fields,
+			zap.String("mechanism", string(spec.Kind)), zap.String("calibration", string(spec.Calibration)),
+			zap.Float64("order", spec.Order), zap.Float64("rdp_epsilon_per_release", spec.RDPEpsilon))
+	}
+	for _, a := range p.Averages {
+		fields = append(fields, zap.Dict("average_"+a.Name,
+			zap.Float64("epsilon_per_release", a.Epsilon), zap.Float64("delta_per_release", a.Delta)))
+	}
+	log.Info("privacy plan", fields...)
 }
 
 // onRelease feeds the HTTP server's release store and latency histogram.

@@ -80,7 +80,7 @@ func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
 	printAveragePlan(tw, cfg, plan)
-	if plan.Mechanism != nil {
+	if plan.Count != nil {
 		printCountPlan(tw, cfg, plan)
 	}
 	for _, h := range cfg.Histograms {
@@ -107,17 +107,18 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	}
 	fmt.Fprintf(tw, "  average share\t%d windows × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period\n",
 		plan.WindowsPerPeriod, len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
-	if plan.Mechanism != nil {
-		fmt.Fprintf(tw, "  count share\tthe rest: ε=%.6g, δ=%.3g for the count histograms (RDP), the two parts added\n", plan.RDPEpsilon, plan.RDPDelta)
+	if plan.Count != nil {
+		fmt.Fprintf(tw, "  count share\tthe rest: ε=%.6g, δ=%.3g for the count histograms (RDP), the two parts added\n", plan.Count.RDPEpsilon, plan.Count.RDPDelta)
 	}
 }
 
 func printCountPlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
-	spec := plan.Mechanism.Spec()
-	params := plan.Mechanism.Params()
+	cp := plan.Count
+	spec := cp.Mechanism.Spec()
+	params := cp.Mechanism.Params()
 	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
-	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", plan.Sensitivity.L1, plan.Sensitivity.L2Sq, plan.Sensitivity.LInf)
-	fmt.Fprintf(tw, "  composition\t%d windows × %d count histograms = %d charges per period\n", plan.WindowsPerPeriod, plan.UnitsPerWindow, plan.Units)
+	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
+	fmt.Fprintf(tw, "  composition\t%d windows × %d count histograms = %d charges per period\n", plan.WindowsPerPeriod, cp.UnitsPerWindow, cp.Units)
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
 	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
 	switch {
@@ -128,14 +129,14 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	case params.Scale > 0:
 		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
 	}
-	units := plan.Units
-	if plan.FitUnits > 0 && plan.FitUnits < plan.Units {
-		units = plan.FitUnits
+	units := cp.Units
+	if cp.FitUnits > 0 && cp.FitUnits < cp.Units {
+		units = cp.FitUnits
 		fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers %d of the %d charges per period (%.3g%% of windows); the rest get budget_exhausted status messages\n",
-			plan.FitUnits, plan.Units, 100*float64(plan.FitUnits)/float64(plan.Units))
+			cp.FitUnits, cp.Units, 100*float64(cp.FitUnits)/float64(cp.Units))
 	}
-	eps, order := budget.ToEpsilon(plan.Charge.Scale(float64(units)), plan.RDPDelta)
-	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d charges\n", eps, plan.RDPDelta, order, units)
+	eps, order := budget.ToEpsilon(cp.Charge.Scale(float64(units)), cp.RDPDelta)
+	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d charges\n", eps, cp.RDPDelta, order, units)
 	if math.IsInf(eps, 1) {
 		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
 	}

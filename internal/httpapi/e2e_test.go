@@ -145,12 +145,12 @@ dpstage_budget_charges_per_period 120
 		}
 	}
 	plan := e.stage.Plan()
-	params := plan.Mechanism.Params()
+	params := plan.Count.Mechanism.Params()
 	for key, v := range map[string]float64{
 		"dpstage_window_close_to_publish_seconds,count": 2, // one per (histogram, window) unit
 		"dpstage_mechanism_alpha":                       params.Alpha,
 		"dpstage_mechanism_r":                           params.R,
-		"dpstage_release_rdp_epsilon,order=2":           plan.Mechanism.RDP(2),
+		"dpstage_release_rdp_epsilon,order=2":           plan.Count.Mechanism.RDP(2),
 		"dpstage_budget_delta":                          1e-6,
 	} {
 		if g, ok := got[key]; !ok || math.Abs(g-v) > 1e-12*math.Max(1, math.Abs(v)) {

@@ -191,26 +191,27 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	if plan != nil {
 		gauge(c.total, plan.Epsilon)
 		gauge(c.delta, plan.Delta)
-		gauge(c.charges, float64(plan.Units))
+		gauge(c.charges, float64(plan.Charges()))
 	}
 	for _, b := range src.Budget() {
 		ps, pe := b.PeriodStart.UTC().Format(time.RFC3339), b.PeriodEnd.UTC().Format(time.RFC3339)
 		gauge(c.spent, b.SpentEpsilon, "period", ps, pe)
 		gauge(c.remaining, b.Remaining, "period", ps, pe)
 	}
-	if plan == nil || plan.Mechanism == nil {
+	if plan == nil || plan.Count == nil {
 		return
 	}
-	spec := plan.Mechanism.Spec()
+	m := plan.Count.Mechanism
+	spec := m.Spec()
 	order := strconv.FormatFloat(spec.Order, 'g', -1, 64)
 	gauge(c.info, 1, string(spec.Kind), string(spec.Calibration), plan.Neighbour, order)
-	p := plan.Mechanism.Params()
+	p := m.Params()
 	for d, v := range map[*prometheus.Desc]float64{c.alpha: p.Alpha, c.r: p.R, c.sigma: p.Sigma, c.scale: p.Scale} {
 		if v != 0 {
 			gauge(d, v)
 		}
 	}
-	gauge(c.rdp, plan.Mechanism.RDP(spec.Order), order)
+	gauge(c.rdp, m.RDP(spec.Order), order)
 }
 
 func b2f(b bool) float64 {

@@ -1,0 +1,378 @@
+package budget
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+)
+
+// Book is the privacy spend of one stage, per budget period: the one place
+// where a release's charge is checked against, and added to, its period's
+// total. A stage has one Book; every kind of charge goes through it.
+//
+// # What is checked, and why the whole period
+//
+// A period's releases are composed as in [ComposeMixed]: the RDP charges
+// (count histograms: Dirichlet, Gaussian, Laplace curves) add order by order
+// (000 Lemma 2) and the (ε, δ)-DP charges (average histograms) add by basic
+// composition; the total is
+//
+//	ε_total = ε_rdp(δ − Σδ_i) + Σε_i,   δ_total = δ,
+//
+// where ε_rdp(δ′) is the composed curve converted at δ′ (000 Lemma 1 eq.
+// (2), minimized over the grid). A charge is accepted only if the period's
+// total after it is within the budget: ε_total ≤ ε and Σδ_i < δ (Σδ_i ≤ δ
+// when nothing was charged in RDP). The check covers everything the period
+// has spent — both kinds — whatever configuration was in force when the
+// earlier charges were made: the Book restores a period from its [Store]
+// (the durable ledger) the first time it is used, and the restored spend is
+// the sum of every recorded charge. Hence no configuration change in the
+// middle of a period (adding, removing or recalibrating a histogram,
+// lowering the budget) can take the period's total past the budget the
+// stage runs with now. Before, the stage checked count charges only against
+// the RDP share of the current plan and average charges only against the
+// current reservation, so each part ignored what the other had spent under
+// an earlier configuration (issue #15, item 2).
+//
+// Converting the RDP part at δ − Σδ_i (the δ the (ε, δ) part leaves) rather
+// than at a δ fixed by the plan is valid at every point of the period: the
+// RDP curve of the composed count releases is a property of the mechanism,
+// so its (ε, δ′) conversion holds for every δ′ at once, and the number and
+// parameters of the (ε, δ) releases do not depend on the data (the plan
+// fixes them). A planned schedule is always accepted: with the plan's
+// reservation (ε_a, δ_a) for the average releases, Σδ_i ≤ δ_a at every
+// point, so ε_rdp(δ − Σδ_i) ≤ ε_rdp(δ − δ_a), which the plan keeps within
+// ε − ε_a.
+//
+// # Rounding: never above ε
+//
+// The check is exact (total ≤ ε, no tolerance above it); composition rounds
+// up ([Curve.Add], [Curve.Scale] and the (ε, δ) sums round toward +∞), so
+// the recorded spend is never below the exact sum of its charges; planners
+// leave [PlanMargin] of the budget unplanned so that a schedule planned to
+// use the budget exactly is not refused at its last release by rounding.
+// What is not bounded: the few-ulp rounding of the conversion's own log and
+// divisions.
+//
+// A Book is safe for concurrent use; the stage's releaser is its only
+// writer, readers (status, metrics) may call it at any time.
+type Book struct {
+	orders         []float64 // the grid; immutable
+	epsilon, delta float64   // the period budget; immutable
+	store          Store
+
+	// mu guards periods and every Spend in it: a check and the commit that
+	// follows it are made by one writer, but status readers run
+	// concurrently.
+	mu      sync.Mutex
+	periods map[int64]*Spend
+}
+
+// Store is where a Book restores the spend of a period from: the durable
+// ledger. PeriodSpend returns the recorded spend of the period starting at
+// period (Unix ms) — its RDP curve on any grid (the Book moves it onto its
+// own, conservatively, [Curve.Regrid]) or empty, and its (ε, δ) sums — and
+// whether anything was recorded.
+type Store interface {
+	PeriodSpend(period int64) (Spend, bool, error)
+}
+
+// Spend is what one period has spent: the composed RDP curve of its RDP
+// charges (empty when none) and the basic composition of its (ε, δ)-DP
+// charges.
+type Spend struct {
+	RDP            Curve
+	ApproxEpsilon  float64
+	ApproxDelta    float64
+	ApproxReleases int
+}
+
+// Charge is what one release (one histogram, one window) costs: an RDP
+// curve on the Book's grid, or an (ε, δ)-DP pair, or both (RDP empty when
+// the release has no RDP curve).
+type Charge struct {
+	RDP     Curve
+	Epsilon float64
+	Delta   float64
+}
+
+// Total is a period's spend composed into one (ε, δ) guarantee and its
+// parts (see [Book]).
+type Total struct {
+	// Epsilon is ε_rdp + Σε_i; Delta the budget's δ (or Σδ_i when nothing
+	// was charged in RDP).
+	Epsilon, Delta float64
+	// RDPEpsilon is the RDP part converted at RDPDelta = δ − Σδ_i, attained
+	// at RDPOrder; all 0 when nothing was charged in RDP.
+	RDPEpsilon, RDPDelta, RDPOrder float64
+	// ApproxEpsilon and ApproxDelta are the (ε, δ) part's sums.
+	ApproxEpsilon, ApproxDelta float64
+	ApproxReleases             int
+}
+
+// NewBook returns a Book on the grid orders with the period budget
+// (epsilon, delta) that restores periods from store. Errors
+// ([ErrInvalidArgument]): an invalid grid, epsilon ≤ 0 or not finite, delta
+// ∉ (0, 1), a nil store.
+func NewBook(orders []float64, epsilon, delta float64, store Store) (*Book, error) {
+	zero, err := newLimit(orders, epsilon, delta)
+	if err != nil {
+		return nil, err
+	}
+	if store == nil {
+		return nil, &ArgumentError{Name: "store", Value: math.NaN(), Want: "non-nil"}
+	}
+	return &Book{orders: zero.orders, epsilon: epsilon, delta: delta, store: store, periods: map[int64]*Spend{}}, nil
+}
+
+// Limit returns the period budget (ε, δ).
+func (b *Book) Limit() (epsilon, delta float64) { return b.epsilon, b.delta }
+
+// Orders returns a copy of the Book's grid.
+func (b *Book) Orders() []float64 { return append([]float64(nil), b.orders...) }
+
+// period returns the spend of period p, restoring it from the store on
+// first use. b.mu must be held.
+func (b *Book) period(p int64) (*Spend, error) {
+	if s, ok := b.periods[p]; ok {
+		return s, nil
+	}
+	rec, ok, err := b.store.PeriodSpend(p)
+	if err != nil {
+		return nil, fmt.Errorf("budget: restore period %d: %w", p, err)
+	}
+	zero, _ := ZeroCurve(b.orders) // the grid was validated by NewBook
+	s := &Spend{RDP: zero}
+	if ok {
+		if rec.RDP.Len() > 0 {
+			// A config change may have changed the grid: move the recorded
+			// spend onto this one conservatively (Curve.Regrid).
+			c := rec.RDP.Regrid(b.orders)
+			if err := c.Err(); err != nil {
+				return nil, fmt.Errorf("budget: restore period %d: %w", p, err)
+			}
+			s.RDP = c
+		}
+		if !(rec.ApproxEpsilon >= 0) || !(rec.ApproxDelta >= 0) || math.IsInf(rec.ApproxEpsilon, 0) {
+			return nil, fmt.Errorf("budget: restore period %d: %w", p,
+				&ArgumentError{Name: "recorded (ε, δ) spend", Value: rec.ApproxEpsilon, Want: "finite ε ≥ 0 and δ ≥ 0"})
+		}
+		s.ApproxEpsilon, s.ApproxDelta, s.ApproxReleases = rec.ApproxEpsilon, rec.ApproxDelta, rec.ApproxReleases
+	}
+	b.periods[p] = s
+	return s, nil
+}
+
+// compose is the Total of s under the budget's δ.
+func (b *Book) compose(s *Spend) Total {
+	t := Total{ApproxEpsilon: s.ApproxEpsilon, ApproxDelta: s.ApproxDelta, ApproxReleases: s.ApproxReleases}
+	if s.RDP.isZero() {
+		t.Epsilon, t.Delta = s.ApproxEpsilon, s.ApproxDelta
+		return t
+	}
+	t.RDPDelta = b.delta - s.ApproxDelta
+	t.Delta = b.delta
+	if !(t.RDPDelta > 0) {
+		t.RDPEpsilon, t.Epsilon = math.Inf(1), math.Inf(1)
+		return t
+	}
+	t.RDPEpsilon, t.RDPOrder = ToEpsilon(s.RDP, t.RDPDelta)
+	t.Epsilon = t.RDPEpsilon + s.ApproxEpsilon
+	return t
+}
+
+// within reports whether t meets the budget (exactly: no tolerance above it).
+func (b *Book) within(t Total) bool {
+	return t.Epsilon <= b.epsilon && t.Delta <= b.delta // false for NaN
+}
+
+// add returns s with c composed in, rounding up. c is valid.
+func (s Spend) add(c Charge) Spend {
+	out := s
+	if c.RDP.Len() > 0 {
+		out.RDP = s.RDP.Add(c.RDP)
+	}
+	if c.Epsilon > 0 || c.Delta > 0 {
+		out.ApproxEpsilon = AddUp(s.ApproxEpsilon, c.Epsilon)
+		out.ApproxDelta = AddUp(s.ApproxDelta, c.Delta)
+		out.ApproxReleases++
+	}
+	return out
+}
+
+// check validates c against the grid.
+func (b *Book) checkCharge(c Charge) error {
+	if c.RDP.Len() > 0 || c.RDP.err != nil {
+		if err := c.RDP.Err(); err != nil {
+			return err
+		}
+		if !sameGrid(c.RDP.orders, b.orders) {
+			return gridMismatch(b.orders, c.RDP.orders)
+		}
+	}
+	if !(c.Epsilon >= 0) || math.IsInf(c.Epsilon, 0) {
+		return &ArgumentError{Name: "charge epsilon", Value: c.Epsilon, Want: "finite and ≥ 0"}
+	}
+	if !(c.Delta >= 0 && c.Delta < 1) {
+		return &ArgumentError{Name: "charge delta", Value: c.Delta, Want: "in [0, 1)"}
+	}
+	if c.RDP.Len() == 0 && c.Epsilon == 0 && c.Delta == 0 {
+		return &ArgumentError{Name: "charge", Value: 0, Want: "an RDP curve or an (ε, δ) pair"}
+	}
+	return nil
+}
+
+// Check returns the total of period p after charge c, or an
+// [*ExceededError] (errors.Is ErrBudgetExceeded) when that total would not
+// be within the budget; it changes nothing. The caller records the charge
+// durably and then calls [Book.Commit] with the same charge; with one writer
+// nothing can come in between.
+func (b *Book) Check(p int64, c Charge) (after Total, err error) {
+	if err := b.checkCharge(c); err != nil {
+		return Total{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.period(p)
+	if err != nil {
+		return Total{}, err
+	}
+	next := s.add(c)
+	after = b.compose(&next)
+	if !b.within(after) {
+		before := b.compose(s)
+		return after, &ExceededError{Epsilon: after.Epsilon, Order: after.RDPOrder, Spent: before.Epsilon,
+			Limit: b.epsilon, Delta: b.delta}
+	}
+	return after, nil
+}
+
+// Commit adds c to period p after the caller recorded it durably. It does
+// not check the budget again (what was recorded was released, and
+// forgetting it would under-report); it returns the new total.
+func (b *Book) Commit(p int64, c Charge) (Total, error) {
+	if err := b.checkCharge(c); err != nil {
+		return Total{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.period(p)
+	if err != nil {
+		return Total{}, err
+	}
+	*s = s.add(c)
+	return b.compose(s), nil
+}
+
+// Spent returns the spend of period p (restored from the store on first
+// use): what the ledger must hold for it after the next record.
+func (b *Book) Spent(p int64) (Spend, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.period(p)
+	if err != nil {
+		return Spend{}, err
+	}
+	return *s, nil
+}
+
+// After returns the spend of period p with c composed in (for the ledger
+// record of the charge), without changing the Book.
+func (b *Book) After(p int64, c Charge) (Spend, error) {
+	if err := b.checkCharge(c); err != nil {
+		return Spend{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.period(p)
+	if err != nil {
+		return Spend{}, err
+	}
+	return s.add(c), nil
+}
+
+// Status returns the total of period p, restoring it from the store on
+// first use (so a stage that just started reports what the ledger holds).
+func (b *Book) Status(p int64) (Total, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, err := b.period(p)
+	if err != nil {
+		return Total{}, err
+	}
+	return b.compose(s), nil
+}
+
+// PeriodTotal is one period's total, for status reports.
+type PeriodTotal struct {
+	Period int64 // start, Unix ms
+	Total
+}
+
+// Periods returns the total of every period the Book holds, oldest first.
+func (b *Book) Periods() []PeriodTotal {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]PeriodTotal, 0, len(b.periods))
+	for p, s := range b.periods {
+		out = append(out, PeriodTotal{Period: p, Total: b.compose(s)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Period < out[j].Period })
+	return out
+}
+
+// Forget drops the periods before p from memory (they stay in the store).
+func (b *Book) Forget(before int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for q := range b.periods {
+		if q < before {
+			delete(b.periods, q)
+		}
+	}
+}
+
+// AddUp returns a + b rounded toward +∞ (for a, b ≥ 0 finite): a sum of
+// privacy charges is never rounded below the exact sum.
+func AddUp(a, b float64) float64 {
+	s := a + b
+	if math.IsInf(s, 0) || math.IsNaN(s) {
+		return s
+	}
+	// s is the rounded-to-nearest sum; the exact sum is within half an ulp.
+	// The error term is exact (2Sum); step up only if the sum was rounded
+	// down.
+	var e float64
+	if math.Abs(a) >= math.Abs(b) {
+		e = b - (s - a)
+	} else {
+		e = a - (s - b)
+	}
+	if e > 0 {
+		return math.Nextafter(s, math.Inf(1))
+	}
+	return s
+}
+
+// isZero reports whether every value of c is exactly 0 (nothing composed).
+func (c Curve) isZero() bool {
+	for _, e := range c.eps {
+		if e != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// MulUp returns k·e rounded toward +∞ (for k, e ≥ 0).
+func MulUp(k, e float64) float64 {
+	p := k * e
+	if math.IsInf(p, 0) || math.IsNaN(p) || p == 0 {
+		return p
+	}
+	if math.FMA(k, e, -p) > 0 { // the exact product is above the rounded one
+		return math.Nextafter(p, math.Inf(1))
+	}
+	return p
+}
