@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -160,6 +162,7 @@ type running struct {
 	stage  *pipeline.Stage
 	cancel context.CancelFunc
 	done   chan error
+	units  atomic.Int64 // units published (OnRelease calls)
 }
 
 func (h *harness) start(cfg *config.Config) *running {
@@ -168,12 +171,14 @@ func (h *harness) start(cfg *config.Config) *running {
 	if os.Getenv("STAGE_TEST_LOG") != "" {
 		log, _ = zap.NewDevelopment()
 	}
-	st, err := pipeline.New(pipeline.Options{Config: cfg, Log: log, DrainTimeout: 5 * time.Second})
+	r := &running{done: make(chan error, 1)}
+	st, err := pipeline.New(pipeline.Options{Config: cfg, Log: log, DrainTimeout: 5 * time.Second,
+		OnRelease: func(*ledger.Unit, time.Duration) { r.units.Add(1) }})
 	if err != nil {
 		h.t.Fatalf("new stage: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{stage: st, cancel: cancel, done: make(chan error, 1)}
+	r.stage, r.cancel = st, cancel
 	go func() { r.done <- st.Run(ctx) }()
 	h.t.Cleanup(func() { r.stop(h.t) })
 	return r
