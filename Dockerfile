@@ -8,7 +8,11 @@
 # The default command is `/stage run --config /etc/stage/config.yaml`; the
 # same image runs the demo producer with
 # `generate --config /etc/stage/config.yaml` as its command (see
-# docker-compose.yml).
+# docker-compose.yml). `/stage health --config /etc/stage/config.yaml
+# [--ready]` asks the running stage's /healthz (/readyz) and exits 0 or 1: the
+# compose file's health check (there is no shell or curl in this image). It
+# is not a HEALTHCHECK here because the producer runs the same image without
+# an HTTP server. .dockerignore keeps .git and state out of the context.
 
 FROM golang:1.26 AS build
 WORKDIR /src

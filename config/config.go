@@ -37,6 +37,11 @@ type Kafka struct {
 	// InputPartitions is how many partitions the embedded broker creates for
 	// the input topic. Default 4. Ignored with external brokers.
 	InputPartitions int `yaml:"input_partitions"`
+	// EmbeddedPort pins the embedded broker's port on 127.0.0.1, so that
+	// other clients (kcat, kafkajs, a second `stage generate`) can attach to
+	// a demo: `stage run` prints the address either way. Default 0: a free
+	// port chosen at start. Ignored with external brokers.
+	EmbeddedPort int `yaml:"embedded_port"`
 	// SessionTimeout of the consumer group: how long the broker waits for a
 	// silent member (a crashed stage) before handing its partitions to a
 	// standby. Default 10s.
@@ -257,12 +262,37 @@ type Privacy struct {
 	RDPEpsilon float64 `yaml:"rdp_epsilon"`
 	// Budget is the total guarantee per user per period.
 	Budget Budget `yaml:"budget"`
+	// ExpectedUsers is a public estimate — an upper estimate is the safe
+	// side — of how many distinct users one budget period's events come
+	// from. It only checks privacy.budget.delta: a δ with δ·users ≥ 1 is
+	// refused (a mechanism that publishes one user's events outright meets
+	// such a guarantee) and δ·users > [DeltaUsersWarn] is flagged by `stage
+	// validate`. Default 0: not given (then only [MaxDelta] applies).
+	ExpectedUsers int `yaml:"expected_users"`
 }
+
+// MaxDelta is the largest privacy.budget.delta accepted, whatever
+// privacy.expected_users says. δ is the probability with which the ε
+// guarantee may fail outright: a mechanism that publishes each user's
+// events in the clear with probability δ is (0, δ)-DP, and exposes δ·n of n
+// users on average. δ must therefore be far below 1/n. At δ = 1e-4, δ·n stays
+// at or under DeltaUsersWarn (0.01) only up to n = 100 users, a population
+// whose histograms the noise would drown anyway; every larger δ is a typo or
+// a misunderstanding (δ = 0.5 allows exposing half the users). Lowering δ is
+// cheap: δ enters the RDP → (ε, δ) conversion (000 Lemma 1, eq. (2)) only as
+// log(1/δ)/(λ−1), so going from 1e-4 to 1e-8 adds at most 9.2/(λ−1) to ε.
+// The argument, with measured figures, is in docs/choosing.md.
+const MaxDelta = 1e-4
+
+// DeltaUsersWarn is the δ·privacy.expected_users above which `stage validate`
+// warns: the chance that a mechanism meeting the guarantee exposes some user
+// outright is then above 1%.
+const DeltaUsersWarn = 0.01
 
 // Budget is the total (ε, δ)-DP guarantee for one user over one period.
 type Budget struct {
 	Epsilon float64  `yaml:"epsilon"` // > 0. Required.
-	Delta   float64  `yaml:"delta"`   // in (0, 1). Default 1e-6.
+	Delta   float64  `yaml:"delta"`   // in (0, MaxDelta]. Default 1e-6.
 	Period  Duration `yaml:"period"`  // Default 24h; a whole number of windows.
 }
 

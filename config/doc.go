@@ -10,15 +10,40 @@
 // [Load] reads a file and [Parse] takes its bytes; both decode, then apply
 // defaults ([Config.ApplyDefaults]), then validate ([Config.Validate]). Every
 // error about the content of the file is a *[ValidationError] listing
-// [Problem]s, each with its YAML path ("histograms[1].bins") and, for
-// problems found while decoding, its line:
+// [Problem]s, each with its YAML path ("histograms[1].bins") and its line:
 //
 //	invalid config: 2 problems
 //	  kafka.grup_id: line 4: unknown key "grup_id" (did you mean "group_id"?)
-//	  histograms[1].bins: must list at least 2 bins
+//	  window.size: line 6: "one minute": expected a Go duration such as 1m, 5s, 1h30m or 24h
 //
 // Decoding problems are reported all together, and validation runs only when
-// there are none.
+// there are none. Every problem carries the line of the offending value, or,
+// when the file left the value out, of its nearest enclosing key the file
+// gave (privacy.budget.epsilon missing: the line of "budget:"); a problem
+// with nothing in the file to point at (no histograms section at all, a
+// Config built in Go) has none.
+//
+// yaml.v3 stops at the first syntax error, builds no partial tree, and often
+// names the wrong line (the enclosing block's start, counted from 0). Parse
+// finds the line of the error itself — the shortest prefix of the file that
+// fails with that same error ends on it — and then checks the rest of the
+// file without the top-level sections holding syntax errors (blanked, so
+// line numbers stay), reporting its decoding or validation problems after the
+// syntax errors. Problems that might be effects of the skipping — in a
+// skipped section, or naming one — are left out:
+//
+//	invalid config: 3 problems
+//	  line 6: yaml syntax: did not find expected '-' indicator; lines 3-6 (histograms) were skipped and the rest of the file checked
+//	  privacy.mechanism: line 8: must be one of dirichlet, gaussian, laplace, laplace-posterior, got "laplacian"
+//	  privacy.budget.epsilon: line 10: must be a finite number greater than 0
+//
+// # δ
+//
+// privacy.budget.delta must be at most [MaxDelta] (1e-4): δ is the chance the
+// guarantee fails outright, and must be far below 1/users. With
+// privacy.expected_users (a public estimate of the users per period) a δ
+// with δ·users ≥ 1 is refused and δ·users > [DeltaUsersWarn] (0.01) is
+// flagged by [Config.Warnings].
 //
 // # Strictness
 //

@@ -219,7 +219,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		"%v":              fmt.Sprintf("%v", c),
 		"%+v":             fmt.Sprintf("%+v", *c),
 		"%#v":             fmt.Sprintf("%#v", c),
-		"%s":              fmt.Sprintf("%s", c),
+		"%s in a list":    fmt.Sprintf("%s", []Config{*c}), // fmt formats the elements itself
 		"Redacted %+v":    fmt.Sprintf("%+v", r),
 		"sasl %+v":        fmt.Sprintf("%+v", c2.Kafka.SASL),
 		"sasl %#v":        fmt.Sprintf("%#v", c2.Kafka.SASL),

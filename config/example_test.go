@@ -35,13 +35,13 @@ privacy:
 	}
 	// Output:
 	// invalid config: 7 problems
-	//   kafka.output_topic: must differ from kafka.input_topic
-	//   histograms[0].bins[2]: duplicate bin "home" (also bins[0])
-	//   histograms[0].overflow_bin: "other" is not among the bins
-	//   histograms[1].name: duplicate histogram name "pages" (also histograms[0])
-	//   histograms[1].bins: must list at least 2 bins
-	//   privacy.budget.epsilon: must be a finite number greater than 0
-	//   privacy.budget.delta: must be a finite number strictly between 0 and 1
+	//   kafka.output_topic: line 4: must differ from kafka.input_topic
+	//   histograms[0].bins[2]: line 8: duplicate bin "home" (also bins[0])
+	//   histograms[0].overflow_bin: line 9: "other" is not among the bins
+	//   histograms[1].name: line 10: duplicate histogram name "pages" (also histograms[0])
+	//   histograms[1].bins: line 12: must list at least 2 bins
+	//   privacy.budget.epsilon: line 16: must be a finite number greater than 0
+	//   privacy.budget.delta: line 17: must be a finite number strictly between 0 and 1
 	// kafka.output_topic
 }
 

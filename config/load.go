@@ -31,9 +31,33 @@ const maxMergeDepth = 16
 type meta struct {
 	set map[string]bool // YAML paths the file gave a non-null value
 	env map[string]bool // YAML paths whose value came from ${ENV} interpolation
+	// line maps a YAML path to its 1-based line in the file: the line of
+	// its key for a mapping or list given as a block, of the value itself
+	// for a scalar, of the "- " for a list item.
+	line map[string]int
 }
 
-func (c *Config) isSet(path string) bool   { return c.meta != nil && c.meta.set[path] }
+func (c *Config) isSet(path string) bool { return c.meta != nil && c.meta.set[path] }
+
+// lineOf is the file line of path's value, or of its nearest enclosing key
+// the file gave (a default has no line of its own); 0 when there is none.
+func (c *Config) lineOf(path string) int {
+	if c.meta == nil {
+		return 0
+	}
+	for path != "" {
+		if l, ok := c.meta.line[path]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return 0
+}
+
 func (c *Config) fromEnv(path string) bool { return c.meta != nil && c.meta.env[path] }
 
 // Load reads the YAML file at path and returns the configuration it
@@ -60,12 +84,26 @@ func Load(path string) (*Config, error) {
 // unresolvable references, literal secrets) are returned together as a
 // *[ValidationError] whose problems carry their line; only when there are none
 // are defaults applied and the result validated, whose problems come back the
-// same way. No error ever contains a value that came from the environment.
+// same way, with the line of the offending value (or of its nearest enclosing
+// key the file gave). A file with a YAML syntax error is also checked without
+// the top-level sections the error is in (see checkAroundSyntax), so that its
+// other problems come in the same report. No error ever contains a value that
+// came from the environment.
 func Parse(data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
 	if lookupEnv == nil {
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
-	cfg, probs := decode(data, lookupEnv)
+	if len(data) > MaxFileBytes {
+		return nil, &ValidationError{Problems: []Problem{{Message: fmt.Sprintf("file larger than %d bytes", MaxFileBytes)}}}
+	}
+	doc, second, err := parseYAML(data)
+	switch {
+	case err != nil:
+		return nil, &ValidationError{Problems: checkAroundSyntax(data, err, lookupEnv)}
+	case second > 0:
+		return nil, &ValidationError{Problems: []Problem{secondDocument(second)}}
+	}
+	cfg, probs := decode(doc, lookupEnv)
 	if len(probs) > 0 {
 		return nil, &ValidationError{Problems: probs}
 	}
@@ -82,23 +120,20 @@ type decoder struct {
 	resolved map[*yaml.Node]*interpolated
 	set      map[string]bool
 	env      map[string]bool
+	line     map[string]int
 	budget   int
 	overrun  bool
 }
 
-func decode(data []byte, lookup func(string) (string, bool)) (*Config, []Problem) {
-	if len(data) > MaxFileBytes {
-		return nil, []Problem{{Message: fmt.Sprintf("file larger than %d bytes", MaxFileBytes)}}
-	}
-	doc, probs := parseDocument(data)
-	if len(probs) > 0 {
-		return nil, probs
-	}
+// decode decodes the document's root node (nil: an empty document) into a
+// Config, without defaults or validation.
+func decode(doc *yaml.Node, lookup func(string) (string, bool)) (*Config, []Problem) {
 	d := &decoder{
 		lookup:   lookup,
 		resolved: map[*yaml.Node]*interpolated{},
 		set:      map[string]bool{},
 		env:      map[string]bool{},
+		line:     map[string]int{},
 		budget:   maxValues,
 	}
 	cfg := &Config{}
@@ -108,59 +143,55 @@ func decode(data []byte, lookup func(string) (string, bool)) (*Config, []Problem
 	if len(d.probs) > 0 {
 		return nil, dedupe(d.probs)
 	}
-	cfg.meta = &meta{set: d.set, env: d.env}
+	cfg.meta = &meta{set: d.set, env: d.env, line: d.line}
 	return cfg, nil
 }
 
-// parseDocument parses data into the root node of its single document (nil
-// for an empty document). yaml.v3's Decoder is used for parsing only: it
+// errParser stands for a panic of the YAML parser.
+var errParser = errors.New("yaml: parser failure")
+
+// parseYAML parses data into the root node of its single document (nil for
+// an empty document). A second document is not an error here: second is the
+// line it starts on (0: none). yaml.v3's Decoder is used for parsing only: it
 // cannot decode a yaml.Node into a struct with KnownFields, and its type
 // errors quote values, so the structure is decoded by decoder below.
-func parseDocument(data []byte) (root *yaml.Node, probs []Problem) {
+func parseYAML(data []byte) (root *yaml.Node, second int, err error) {
 	defer func() {
 		// The parser reports errors by panicking internally and recovers
 		// them itself; anything else escaping it must not crash the caller.
 		if r := recover(); r != nil {
-			root, probs = nil, []Problem{{Message: "yaml: parser failure"}}
+			root, second, err = nil, 0, errParser
 		}
 	}()
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil
+			return nil, 0, nil
 		}
-		return nil, []Problem{syntaxProblem(err)}
+		return nil, 0, err
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, []Problem{syntaxProblem(err)}
+			return nil, 0, err
 		}
-		line := extra.Line
+		second = max(extra.Line, 1)
 		if len(extra.Content) > 0 {
-			line = extra.Content[0].Line
+			second = max(extra.Content[0].Line, 1)
 		}
-		return nil, []Problem{{Line: line, Message: "a second YAML document starts here; the config is a single document"}}
 	}
 	if doc.Kind == yaml.DocumentNode {
 		if len(doc.Content) == 0 {
-			return nil, nil
+			return nil, second, nil
 		}
-		return doc.Content[0], nil
+		return doc.Content[0], second, nil
 	}
-	return &doc, nil
+	return &doc, second, nil
 }
 
-var yamlLineErr = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-func syntaxProblem(err error) Problem {
-	msg := err.Error()
-	if m := yamlLineErr.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return Problem{Line: line, Message: "yaml syntax: " + m[2]}
-	}
-	return Problem{Message: "yaml syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+func secondDocument(line int) Problem {
+	return Problem{Line: line, Message: "a second YAML document starts here; the config is a single document"}
 }
 
 func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
@@ -198,9 +229,15 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string, secret bool)
 	if !d.spend(n, path) {
 		return
 	}
+	use := n // where the value is written: an alias's own line, not its anchor's
 	if n = deref(n); n == nil || n.Kind == yaml.AliasNode {
 		d.add(n, path, "unresolvable alias")
 		return
+	}
+	// A key's path already holds the key's line (structure); a scalar's
+	// problems point at the scalar itself, which may be on a later line.
+	if _, keyed := d.line[path]; path != "" && use.Line > 0 && (!keyed || n.Kind == yaml.ScalarNode) {
+		d.line[path] = use.Line
 	}
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return // absent: the default applies
@@ -274,6 +311,9 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) {
 			}
 			d.add(p.key, kpath, "%s", msg)
 			continue
+		}
+		if p.key.Line > 0 {
+			d.line[kpath] = p.key.Line
 		}
 		d.value(p.val, v.Field(f.index), kpath, f.secret)
 	}

@@ -32,6 +32,7 @@ func TestFullConfig(t *testing.T) {
 			OutputTopic:     "private-page-views",
 			DeadLetterTopic: "page-views-dlq",
 			InputPartitions: 12,
+			EmbeddedPort:    19093,
 			SessionTimeout:  Duration(15 * time.Second),
 			TLS: TLS{
 				Enabled:    true,
@@ -59,7 +60,8 @@ func TestFullConfig(t *testing.T) {
 		Contribution: Contribution{MaxEventsPerUser: 3, MaxGroupsPerUser: 2, MaxTrackedUsers: 500000},
 		Privacy: Privacy{
 			Mechanism: "dirichlet", Calibration: "diffuse", Neighbour: "add_remove", Order: 4.5, RDPEpsilon: 0.05,
-			Budget: Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
+			Budget:        Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
+			ExpectedUsers: 500000,
 		},
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour)},
 		Log:       Log{Format: "console", Level: "debug"},

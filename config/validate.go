@@ -24,8 +24,9 @@ type Problem struct {
 	// Message says what is wrong. It never contains a value that came from
 	// the environment.
 	Message string
-	// Line is the 1-based line in the file for problems found while
-	// decoding; 0 for problems found by [Config.Validate].
+	// Line is the 1-based line in the file of the offending value (or of
+	// its nearest enclosing key the file gave); 0 when the value is not in
+	// a file (a Config built in Go, or a default).
 	Line int
 }
 
@@ -69,8 +70,12 @@ type checker struct {
 	probs []Problem
 }
 
+// add records a problem at path. A check that reads another section must
+// name that section's key in its message ("must be a whole multiple of
+// window.size"): that is how checkAroundSyntax leaves out problems that may
+// come from a section it skipped.
 func (k *checker) add(path, format string, args ...any) {
-	k.probs = append(k.probs, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+	k.probs = append(k.probs, Problem{Path: path, Message: fmt.Sprintf(format, args...), Line: k.c.lineOf(path)})
 }
 
 // show quotes a value for a message, unless it came from the environment.
@@ -181,6 +186,9 @@ func (k *checker) kafka() {
 		}
 	}
 	k.atLeast1("kafka.input_partitions", kc.InputPartitions)
+	if kc.EmbeddedPort < 0 || kc.EmbeddedPort > 65535 {
+		k.add("kafka.embedded_port", "must be a port from 1 to 65535, or 0 for a free one")
+	}
 	if kc.SessionTimeout < Duration(500*time.Millisecond) {
 		k.add("kafka.session_timeout", "must be at least 500ms")
 	}
@@ -463,8 +471,16 @@ func (k *checker) privacy() {
 			k.add("privacy.budget.epsilon", "must be a finite number greater than 0")
 		}
 	}
-	if !finite(b.Delta) || b.Delta <= 0 || b.Delta >= 1 {
+	switch {
+	case !finite(b.Delta) || b.Delta <= 0 || b.Delta >= 1:
 		k.add("privacy.budget.delta", "must be a finite number strictly between 0 and 1")
+	case b.Delta > MaxDelta:
+		k.add("privacy.budget.delta", "%g is above %g: δ is the chance the guarantee fails outright (publishing every user's events in the clear with probability δ meets it), so it must be far below 1/users; use 1e-6 or smaller", b.Delta, MaxDelta)
+	case p.ExpectedUsers > 0 && b.Delta*float64(p.ExpectedUsers) >= 1:
+		k.add("privacy.budget.delta", "%g is at least 1/privacy.expected_users (δ·users = %.3g): a mechanism that publishes one user's events in the clear meets such a guarantee; use δ ≤ %.3g", b.Delta, b.Delta*float64(p.ExpectedUsers), DeltaUsersWarn/float64(p.ExpectedUsers))
+	}
+	if p.ExpectedUsers < 0 {
+		k.add("privacy.expected_users", "must be ≥ 0 (0: not given)")
 	}
 	switch {
 	case b.Period <= 0:

@@ -1,6 +1,9 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Warning is a setting that is valid but weakens what the stage promises;
 // `stage validate` prints each one and `stage run` logs it.
@@ -20,6 +23,12 @@ func (c *Config) Warnings() []Warning {
 			"which users control: one event stamped ahead (up to events.max_future) can close open windows early and make " +
 			"other users' events late, changing released values by more than one user's contribution. Use it only to replay " +
 			"trusted historical data; the default, arrival, closes by Kafka record time"})
+	}
+	if n, d := c.Privacy.ExpectedUsers, c.Privacy.Budget.Delta; n > 0 && d*float64(n) > DeltaUsersWarn {
+		out = append(out, Warning{Path: "privacy.budget.delta", Message: fmt.Sprintf("δ·expected_users = %.3g: "+
+			"a mechanism that publishes each user's events in the clear with probability δ meets this guarantee and would expose "+
+			"some user with a chance of 1−(1−δ)^users ≈ %.2g%% per period; δ ≤ %.3g (δ·users ≤ %g) keeps that below 1%%",
+			d*float64(n), -100*math.Expm1(float64(n)*math.Log1p(-d)), DeltaUsersWarn/float64(n), DeltaUsersWarn)})
 	}
 	return out
 }

@@ -6,14 +6,21 @@ import (
 )
 
 func TestWarnings(t *testing.T) {
-	base := "kafka: {brokers: [\"localhost:9092\"]}\nhistograms: [{name: p, field: page, bins: [a, b]}]\nprivacy: {budget: {epsilon: 1}}\n"
+	base := "kafka: {brokers: [\"localhost:9092\"]}\nhistograms: [{name: p, field: page, bins: [a, b]}]\n"
+	budget := "privacy: {budget: {epsilon: 1}}\n"
 	tests := []struct {
 		name, yaml string
 		want       []string // substrings of the warnings, in order
 	}{
-		{"default arrival", base, nil},
-		{"explicit arrival", base + "window: {watermark: arrival}\n", nil},
-		{"event time flagged", base + "window: {watermark: event}\n", []string{"window.watermark: event: windows close by the events' own time field"}},
+		{"default arrival", base + budget, nil},
+		{"explicit arrival", base + budget + "window: {watermark: arrival}\n", nil},
+		{"event time flagged", base + budget + "window: {watermark: event}\n", []string{"window.watermark: event: windows close by the events' own time field"}},
+		// δ = 1e-6 (the default) against privacy.expected_users.
+		{"small delta for the users", base + "privacy: {expected_users: 10000, budget: {epsilon: 1}}\n", nil},
+		{"delta large for the users", base + "privacy: {expected_users: 10001, budget: {epsilon: 1}}\n",
+			[]string{"privacy.budget.delta: δ·expected_users = 0.01: a mechanism that publishes each user's events in the clear"}},
+		{"delta far too large for the users", base + "privacy: {expected_users: 500000, budget: {epsilon: 1}}\n",
+			[]string{"δ·expected_users = 0.5: a mechanism that publishes each user's events in the clear with probability δ meets this guarantee and would expose some user with a chance of 1−(1−δ)^users ≈ 39% per period; δ ≤ 2e-08"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -32,10 +39,10 @@ func TestWarnings(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Parse([]byte(base+"window: {watermark: event, close_after: 1s}\n"), nil); err == nil || !strings.Contains(err.Error(), "cannot be combined with watermark: event") {
+	if _, err := Parse([]byte(base+budget+"window: {watermark: event, close_after: 1s}\n"), nil); err == nil || !strings.Contains(err.Error(), "cannot be combined with watermark: event") {
 		t.Errorf("close_after with watermark event: %v, want refused", err)
 	}
-	if _, err := Parse([]byte(base+"window: {watermark: wallclock}\n"), nil); err == nil || !strings.Contains(err.Error(), "must be one of arrival, event") {
+	if _, err := Parse([]byte(base+budget+"window: {watermark: wallclock}\n"), nil); err == nil || !strings.Contains(err.Error(), "must be one of arrival, event") {
 		t.Errorf("unknown watermark: %v, want refused", err)
 	}
 }

@@ -14,11 +14,13 @@ Usage:
   stage validate  --config FILE   check a config and print the derived privacy plan
   stage calibrate [flags]         what noise does a privacy target need (see stage calibrate -h)
   stage generate  --config FILE   produce synthetic demo events into the input topic
+  stage health    --config FILE   ask the running stage's /healthz (--ready: /readyz), for container health checks
   stage eval      [flags]         reproduce the papers' privacy–utility plots (see stage eval -h)
   stage plan      --config FILE --events N,...   expected error of a config's releases at N events
   stage bench     [flags]         measure the stage beside a bare kafka-go consumer (see stage bench -h)
 
-Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid configuration.
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid configuration
+(stage health: 0 healthy, 1 anything else, since Docker reserves 2).
 `
 
 // Main runs the subcommand named by args[0] and returns the exit code.
@@ -37,6 +39,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return Calibrate(rest, stdout, stderr)
 	case "generate":
 		return Generate(rest, stdout, stderr)
+	case "health":
+		return Health(rest, stdout, stderr)
 	case "eval":
 		return Eval(rest, stdout, stderr)
 	case "plan":

@@ -81,8 +81,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 // runStage starts the HTTP server (metrics, probes, API and dashboard; its
 // address is the first line logged), the embedded broker (when no brokers are
-// configured) and the generator (when enabled), then runs the stage until ctx
-// ends. The HTTP server outlives the stage's drain, so /readyz reports it.
+// configured; on kafka.embedded_port, its address printed on stdout) and the
+// generator (when enabled), then runs the stage until ctx ends. The HTTP server outlives the stage's drain, so /readyz reports it.
 func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer, print bool) error {
 	var web *httpapi.Server
 	if cfg.HTTP.Address != "" {
@@ -109,17 +109,24 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
 		b, err := embedded.Start(embedded.Config{
+			Port:    cfg.Kafka.EmbeddedPort,
 			DataDir: filepath.Join(cfg.State.Dir, "kafka"),
 			Topics:  embeddedTopics(cfg),
 			Logger:  log.Named("broker"),
 		})
 		if err != nil {
+			if cfg.Kafka.EmbeddedPort != 0 {
+				return fmt.Errorf("start embedded broker on kafka.embedded_port %d (taken? set 0 for a free port): %w", cfg.Kafka.EmbeddedPort, err)
+			}
 			return fmt.Errorf("start embedded broker: %w", err)
 		}
 		defer b.Close()
 		brokers = b.Addrs()
 		log.Info("embedded Kafka-protocol broker started (no external Kafka needed)", zap.String("address", b.Addr()),
 			zap.String("input_topic", cfg.Kafka.InputTopic), zap.String("output_topic", cfg.Kafka.OutputTopic))
+		// Printed, not only logged, so that other clients can attach.
+		fmt.Fprintf(stdout, "embedded Kafka broker at %s: input topic %q, output topic %q (e.g. kcat -b %s -t %s -C)\n",
+			b.Addr(), cfg.Kafka.InputTopic, cfg.Kafka.OutputTopic, b.Addr(), cfg.Kafka.OutputTopic)
 	}
 	dialer, transport, err := kafkaSecurity(cfg)
 	if err != nil {

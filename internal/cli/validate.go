@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/dpstage/stage/budget"
@@ -79,6 +80,7 @@ func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	fmt.Fprintf(w, "config OK\n\nprivacy plan\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
+	fmt.Fprintf(tw, "  δ and users\t%s\n", deltaUsers(cfg))
 	printAveragePlan(tw, cfg, plan)
 	if plan.Count != nil {
 		printCountPlan(tw, cfg, plan)
@@ -140,4 +142,15 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	if math.IsInf(eps, 1) {
 		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
 	}
+}
+
+// deltaUsers says how δ compares with the number of users: the guarantee
+// means something only while δ·users ≪ 1 (see config.MaxDelta).
+func deltaUsers(cfg *config.Config) string {
+	d, n := cfg.Privacy.Budget.Delta, cfg.Privacy.ExpectedUsers
+	if n > 0 {
+		return fmt.Sprintf("δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)", d*float64(n), n, config.DeltaUsersWarn)
+	}
+	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours)",
+		config.DeltaUsersWarn, strconv.FormatFloat(math.Round(config.DeltaUsersWarn/d), 'f', 0, 64))
 }

@@ -37,6 +37,16 @@ type service struct {
 	DependsOn   map[string]struct {
 		Condition string `yaml:"condition"`
 	} `yaml:"depends_on"`
+	Ports       []any        `yaml:"ports"` // short ("127.0.0.1:80:80") or long syntax
+	Healthcheck *healthcheck `yaml:"healthcheck"`
+}
+
+type healthcheck struct {
+	Test        []string `yaml:"test"`
+	Interval    string   `yaml:"interval"`
+	Timeout     string   `yaml:"timeout"`
+	Retries     int      `yaml:"retries"`
+	StartPeriod string   `yaml:"start_period"`
 }
 
 type build struct {

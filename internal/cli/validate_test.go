@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestValidateReports: what `stage validate` prints for a file with syntax
+// and value mistakes together (both, each with its line), for a δ that makes
+// the guarantee meaningless (refused), and for a δ that is large for the
+// configured number of users (a warning beside the plan).
+func TestValidateReports(t *testing.T) {
+	const good = `kafka:
+  brokers: [localhost:9092]
+histograms:
+  - name: pages
+    field: page
+    bins: [home, other]
+privacy:
+  budget:
+    epsilon: 1
+`
+	for _, tc := range []struct {
+		name, yaml string
+		code       int
+		stdout     []string // fragments, in order
+		stderr     []string
+	}{
+		{"syntax and value mistakes", `kafka:
+  brokers: [localhost:9092]
+histograms:
+  - name: pages
+    field: page
+   bins: [home, other]
+privacy:
+  mechanism: laplacian
+  budget:
+    epsilon: 0
+`, 2, nil, []string{
+			"3 problem(s):",
+			"  line 6: yaml syntax: did not find expected '-' indicator; lines 3-6 (histograms) were skipped and the rest of the file checked\n",
+			`  privacy.mechanism: line 8: must be one of dirichlet, gaussian, laplace, laplace-posterior, got "laplacian"` + "\n",
+			"  privacy.budget.epsilon: line 10: must be a finite number greater than 0\n",
+		}},
+		{"delta one half", good + "    delta: 0.5\n", 2, nil, []string{
+			"1 problem(s):",
+			"privacy.budget.delta: line 10: 0.5 is above 0.0001",
+		}},
+		{"delta against the users", good + "  expected_users: 50000\n", 0, []string{
+			"config OK",
+			"δ and users",
+			"δ·users = 0.05 for privacy.expected_users = 50000 (keep it ≤ 0.01)",
+			"warnings",
+			"privacy.budget.delta: δ·expected_users = 0.05",
+		}, nil},
+		{"delta without users", good, 0, []string{
+			"config OK",
+			"δ·users ≤ 0.01 up to 10000 users per period (set privacy.expected_users to check yours)",
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			if code := Validate([]string{"--config", path}, &out, &errb); code != tc.code {
+				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, out.String(), errb.String())
+			}
+			inOrder(t, "stdout", out.String(), tc.stdout)
+			inOrder(t, "stderr", errb.String(), tc.stderr)
+			if tc.name == "delta without users" && strings.Contains(out.String(), "warnings") {
+				t.Errorf("unexpected warnings:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// inOrder checks that s holds every fragment, in order.
+func inOrder(t *testing.T, what, s string, frags []string) {
+	t.Helper()
+	rest := s
+	for _, f := range frags {
+		i := strings.Index(rest, f)
+		if i < 0 {
+			t.Errorf("%s lacks %q (in order) in:\n%s", what, f, s)
+			return
+		}
+		rest = rest[i+len(f):]
+	}
+}
