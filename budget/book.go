@@ -35,6 +35,22 @@ import (
 // current reservation, so each part ignored what the other had spent under
 // an earlier configuration (issue #15, item 2).
 //
+// The budget a period is checked against is the budget in force at its
+// first charge, recorded with it (Spend.LimitEpsilon, LimitDelta), or the
+// current one where that is lower: a budget lowered in the middle of a
+// period takes effect at once, a raised one from the next period only, so
+// no release of a period can report a budget above the one its earlier
+// releases stated.
+//
+// The condition behind all of this: the charges of a period — the
+// configuration that sets them, and a change of it — do not depend on what
+// the stage released in that period. Composition theorems for adaptively
+// chosen parameters (privacy filters; Feldman & Zrnic 2021, Whitehouse et
+// al. 2023) do not cover minimizing the conversion over the orders after
+// the fact, so an operator who changes the configuration because of the
+// released values steps outside the argument below. The stage itself never
+// changes a charge from the data.
+//
 // Converting the RDP part at δ − Σδ_i (the δ the (ε, δ) part leaves) rather
 // than at a δ fixed by the plan is valid at every point of the period: the
 // RDP curve of the composed count releases is a property of the mechanism,
@@ -48,8 +64,9 @@ import (
 // # Rounding: never above ε
 //
 // The check is exact (total ≤ ε, no tolerance above it); composition rounds
-// up ([Curve.Add], [Curve.Scale] and the (ε, δ) sums round toward +∞), so
-// the recorded spend is never below the exact sum of its charges; planners
+// up ([Curve.Add], [Curve.Scale], the (ε, δ) sums and ε_rdp + Σε_i round
+// toward +∞, δ − Σδ_i toward 0), so the recorded spend is never below the
+// exact sum of its charges; planners
 // leave [PlanMargin] of the budget unplanned so that a schedule planned to
 // use the budget exactly is not refused at its last release by rounding.
 // What is not bounded: the few-ulp rounding of the conversion's own log and
@@ -66,7 +83,14 @@ type Book struct {
 	// follows it are made by one writer, but status readers run
 	// concurrently.
 	mu      sync.Mutex
-	periods map[int64]*Spend
+	periods map[int64]*period
+}
+
+// period is one period's spend and its effective budget: the Book's, or
+// lower where the period's first charge was made under a lower one.
+type period struct {
+	spend          Spend
+	epsilon, delta float64
 }
 
 // Store is where a Book restores the spend of a period from: the durable
@@ -86,11 +110,16 @@ type Spend struct {
 	ApproxEpsilon  float64
 	ApproxDelta    float64
 	ApproxReleases int
+	// LimitEpsilon and LimitDelta are the budget recorded with the
+	// period's first charge (0: none recorded). A Book enforces the lower
+	// of it and its own, so a budget raised in the middle of a period
+	// takes effect from the next period only; a lowered one at once.
+	LimitEpsilon, LimitDelta float64
 }
 
 // Charge is what one release (one histogram, one window) costs: an RDP
-// curve on the Book's grid, or an (ε, δ)-DP pair, or both (RDP empty when
-// the release has no RDP curve).
+// curve on the Book's grid, or an (ε, δ)-DP pair (RDP empty when the
+// release has no RDP curve), never both.
 type Charge struct {
 	RDP     Curve
 	Epsilon float64
@@ -109,6 +138,9 @@ type Total struct {
 	// ApproxEpsilon and ApproxDelta are the (ε, δ) part's sums.
 	ApproxEpsilon, ApproxDelta float64
 	ApproxReleases             int
+	// LimitEpsilon and LimitDelta are the period's effective budget (see
+	// Spend).
+	LimitEpsilon, LimitDelta float64
 }
 
 // NewBook returns a Book on the grid orders with the period budget
@@ -123,27 +155,28 @@ func NewBook(orders []float64, epsilon, delta float64, store Store) (*Book, erro
 	if store == nil {
 		return nil, &ArgumentError{Name: "store", Value: math.NaN(), Want: "non-nil"}
 	}
-	return &Book{orders: zero.orders, epsilon: epsilon, delta: delta, store: store, periods: map[int64]*Spend{}}, nil
+	return &Book{orders: zero.orders, epsilon: epsilon, delta: delta, store: store, periods: map[int64]*period{}}, nil
 }
 
-// Limit returns the period budget (ε, δ).
+// Limit returns the budget (ε, δ) the Book was made with; a period's
+// effective budget can be lower (Total.LimitEpsilon, LimitDelta).
 func (b *Book) Limit() (epsilon, delta float64) { return b.epsilon, b.delta }
 
 // Orders returns a copy of the Book's grid.
 func (b *Book) Orders() []float64 { return append([]float64(nil), b.orders...) }
 
-// period returns the spend of period p, restoring it from the store on
+// period returns the state of period p, restoring it from the store on
 // first use. b.mu must be held.
-func (b *Book) period(p int64) (*Spend, error) {
-	if s, ok := b.periods[p]; ok {
-		return s, nil
+func (b *Book) period(p int64) (*period, error) {
+	if st, ok := b.periods[p]; ok {
+		return st, nil
 	}
 	rec, ok, err := b.store.PeriodSpend(p)
 	if err != nil {
 		return nil, fmt.Errorf("budget: restore period %d: %w", p, err)
 	}
 	zero, _ := ZeroCurve(b.orders) // the grid was validated by NewBook
-	s := &Spend{RDP: zero}
+	st := &period{spend: Spend{RDP: zero}, epsilon: b.epsilon, delta: b.delta}
 	if ok {
 		if rec.RDP.Len() > 0 {
 			// A config change may have changed the grid: move the recorded
@@ -152,39 +185,57 @@ func (b *Book) period(p int64) (*Spend, error) {
 			if err := c.Err(); err != nil {
 				return nil, fmt.Errorf("budget: restore period %d: %w", p, err)
 			}
-			s.RDP = c
+			st.spend.RDP = c
 		}
 		if !(rec.ApproxEpsilon >= 0) || !(rec.ApproxDelta >= 0) || math.IsInf(rec.ApproxEpsilon, 0) {
 			return nil, fmt.Errorf("budget: restore period %d: %w", p,
 				&ArgumentError{Name: "recorded (ε, δ) spend", Value: rec.ApproxEpsilon, Want: "finite ε ≥ 0 and δ ≥ 0"})
 		}
-		s.ApproxEpsilon, s.ApproxDelta, s.ApproxReleases = rec.ApproxEpsilon, rec.ApproxDelta, rec.ApproxReleases
+		st.spend.ApproxEpsilon, st.spend.ApproxDelta, st.spend.ApproxReleases = rec.ApproxEpsilon, rec.ApproxDelta, rec.ApproxReleases
+		if rec.LimitEpsilon > 0 {
+			st.epsilon = math.Min(st.epsilon, rec.LimitEpsilon)
+		}
+		if rec.LimitDelta > 0 {
+			st.delta = math.Min(st.delta, rec.LimitDelta)
+		}
 	}
-	b.periods[p] = s
-	return s, nil
+	st.spend.LimitEpsilon, st.spend.LimitDelta = st.epsilon, st.delta
+	b.periods[p] = st
+	return st, nil
 }
 
-// compose is the Total of s under the budget's δ.
-func (b *Book) compose(s *Spend) Total {
-	t := Total{ApproxEpsilon: s.ApproxEpsilon, ApproxDelta: s.ApproxDelta, ApproxReleases: s.ApproxReleases}
+// compose is the Total of s under the period's budget δ.
+func (st *period) compose(s *Spend) Total {
+	t := Total{ApproxEpsilon: s.ApproxEpsilon, ApproxDelta: s.ApproxDelta, ApproxReleases: s.ApproxReleases,
+		LimitEpsilon: st.epsilon, LimitDelta: st.delta}
 	if s.RDP.isZero() {
 		t.Epsilon, t.Delta = s.ApproxEpsilon, s.ApproxDelta
 		return t
 	}
-	t.RDPDelta = b.delta - s.ApproxDelta
-	t.Delta = b.delta
+	// δ − Σδ_i rounded down: the RDP part is converted at no more δ than
+	// the (ε, δ) part leaves.
+	t.RDPDelta = st.delta - s.ApproxDelta
+	if s.ApproxDelta <= st.delta {
+		// Fast2Sum (|δ| ≥ |Σδ_i|): the exact rounding error of the
+		// difference; step down if it was rounded up.
+		if e := -s.ApproxDelta - (t.RDPDelta - st.delta); e < 0 {
+			t.RDPDelta = math.Nextafter(t.RDPDelta, math.Inf(-1))
+		}
+	}
+	t.Delta = st.delta
 	if !(t.RDPDelta > 0) {
 		t.RDPEpsilon, t.Epsilon = math.Inf(1), math.Inf(1)
 		return t
 	}
 	t.RDPEpsilon, t.RDPOrder = ToEpsilon(s.RDP, t.RDPDelta)
-	t.Epsilon = t.RDPEpsilon + s.ApproxEpsilon
+	t.Epsilon = AddUp(t.RDPEpsilon, s.ApproxEpsilon)
 	return t
 }
 
-// within reports whether t meets the budget (exactly: no tolerance above it).
-func (b *Book) within(t Total) bool {
-	return t.Epsilon <= b.epsilon && t.Delta <= b.delta // false for NaN
+// within reports whether t meets the period's budget (exactly: no
+// tolerance above it).
+func (st *period) within(t Total) bool {
+	return t.Epsilon <= st.epsilon && t.Delta <= st.delta // false for NaN
 }
 
 // add returns s with c composed in, rounding up. c is valid.
@@ -220,6 +271,11 @@ func (b *Book) checkCharge(c Charge) error {
 	if c.RDP.Len() == 0 && c.Epsilon == 0 && c.Delta == 0 {
 		return &ArgumentError{Name: "charge", Value: 0, Want: "an RDP curve or an (ε, δ) pair"}
 	}
+	if c.RDP.Len() > 0 && (c.Epsilon != 0 || c.Delta != 0) {
+		// One unit is recorded with one kind of charge (the ledger keeps
+		// the RDP spend or adds the (ε, δ) pair per unit).
+		return &ArgumentError{Name: "charge", Value: c.Epsilon, Want: "an RDP curve or an (ε, δ) pair, not both"}
+	}
 	return nil
 }
 
@@ -234,16 +290,16 @@ func (b *Book) Check(p int64, c Charge) (after Total, err error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, err := b.period(p)
+	st, err := b.period(p)
 	if err != nil {
 		return Total{}, err
 	}
-	next := s.add(c)
-	after = b.compose(&next)
-	if !b.within(after) {
-		before := b.compose(s)
+	next := st.spend.add(c)
+	after = st.compose(&next)
+	if !st.within(after) {
+		before := st.compose(&st.spend)
 		return after, &ExceededError{Epsilon: after.Epsilon, Order: after.RDPOrder, Spent: before.Epsilon,
-			Limit: b.epsilon, Delta: b.delta}
+			Limit: st.epsilon, Delta: st.delta}
 	}
 	return after, nil
 }
@@ -257,12 +313,12 @@ func (b *Book) Commit(p int64, c Charge) (Total, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, err := b.period(p)
+	st, err := b.period(p)
 	if err != nil {
 		return Total{}, err
 	}
-	*s = s.add(c)
-	return b.compose(s), nil
+	st.spend = st.spend.add(c)
+	return st.compose(&st.spend), nil
 }
 
 // Spent returns the spend of period p (restored from the store on first
@@ -270,11 +326,11 @@ func (b *Book) Commit(p int64, c Charge) (Total, error) {
 func (b *Book) Spent(p int64) (Spend, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, err := b.period(p)
+	st, err := b.period(p)
 	if err != nil {
 		return Spend{}, err
 	}
-	return *s, nil
+	return st.spend, nil
 }
 
 // After returns the spend of period p with c composed in (for the ledger
@@ -285,11 +341,11 @@ func (b *Book) After(p int64, c Charge) (Spend, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, err := b.period(p)
+	st, err := b.period(p)
 	if err != nil {
 		return Spend{}, err
 	}
-	return s.add(c), nil
+	return st.spend.add(c), nil
 }
 
 // Status returns the total of period p, restoring it from the store on
@@ -297,11 +353,11 @@ func (b *Book) After(p int64, c Charge) (Spend, error) {
 func (b *Book) Status(p int64) (Total, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s, err := b.period(p)
+	st, err := b.period(p)
 	if err != nil {
 		return Total{}, err
 	}
-	return b.compose(s), nil
+	return st.compose(&st.spend), nil
 }
 
 // PeriodTotal is one period's total, for status reports.
@@ -315,8 +371,8 @@ func (b *Book) Periods() []PeriodTotal {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]PeriodTotal, 0, len(b.periods))
-	for p, s := range b.periods {
-		out = append(out, PeriodTotal{Period: p, Total: b.compose(s)})
+	for p, st := range b.periods {
+		out = append(out, PeriodTotal{Period: p, Total: st.compose(&st.spend)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Period < out[j].Period })
 	return out

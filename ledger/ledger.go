@@ -51,6 +51,7 @@ var (
 	bucketUnits   = []byte("units")
 	bucketPeriods = []byte("periods")
 	bucketApprox  = []byte("approx")
+	bucketLimits  = []byte("limits")
 	keySchema     = []byte("schema")
 )
 
@@ -125,6 +126,11 @@ type Unit struct {
 	// without an RDP curve (an average histogram's simplex Dirichlet
 	// release); nil otherwise. Record adds it to the period's ApproxSpend.
 	Approx *Approx `json:"approx,omitempty"`
+	// Limit is the period budget (ε, δ) in force when the unit was
+	// recorded. Record keeps the first one recorded for each period
+	// (PeriodLimit): a budget raised in the middle of a period takes effect
+	// from the next period only.
+	Limit *Limit `json:"limit,omitempty"`
 	// Messages are the exact output messages, in publish order.
 	Messages []Message `json:"messages"`
 	// Published is set once every message was acknowledged by the output
@@ -140,6 +146,12 @@ type Approx struct {
 	Epsilon  float64 `json:"epsilon"`
 	Delta    float64 `json:"delta"`
 	Releases int     `json:"releases"`
+}
+
+// Limit is a period's (ε, δ) budget.
+type Limit struct {
+	Epsilon float64 `json:"epsilon"`
+	Delta   float64 `json:"delta"`
 }
 
 // Message is one output record.
@@ -178,7 +190,7 @@ func Open(dir string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %q: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods, bucketApprox} {
+		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods, bucketApprox, bucketLimits} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -220,11 +232,11 @@ func (l *Ledger) Lookup(histogram string, windowStart int64) (*Unit, bool, error
 	return u, u != nil, nil
 }
 
-// Record durably stores u and, in the same transaction, sets the spend of
-// u.Period to spentAfter (the period's spend including u.Charge) — or, for a
-// unit with an Approx charge, adds that charge to the period's ApproxSpent
-// (spentAfter is then ignored). The caller has checked the spend against the
-// budget. Record refuses a unit whose key
+// Record durably stores u and, in the same transaction, for a released
+// unit: sets the RDP spend of u.Period to spentAfter (the period's spend
+// including u.Charge) when spentAfter is not empty, adds an Approx charge to
+// the period's ApproxSpent, and keeps u.Limit as the period's budget if none
+// is recorded yet. The caller has checked the spend against the budget. Record refuses a unit whose key
 // is already recorded (ErrAlreadyRecorded): a window is released at most once.
 func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
 	val, err := json.Marshal(u)
@@ -247,10 +259,27 @@ func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
 		if u.Status != StatusReleased {
 			return nil
 		}
-		if u.Approx != nil {
-			return addApprox(tx.Bucket(bucketApprox), u.Period, *u.Approx)
+		if u.Limit != nil {
+			lb := tx.Bucket(bucketLimits)
+			if lb.Get(periodKey(u.Period)) == nil {
+				v, err := json.Marshal(u.Limit)
+				if err != nil {
+					return err
+				}
+				if err := lb.Put(periodKey(u.Period), v); err != nil {
+					return err
+				}
+			}
 		}
-		return tx.Bucket(bucketPeriods).Put(periodKey(u.Period), spent)
+		if u.Approx != nil {
+			if err := addApprox(tx.Bucket(bucketApprox), u.Period, *u.Approx); err != nil {
+				return err
+			}
+		}
+		if len(spentAfter.Orders) > 0 {
+			return tx.Bucket(bucketPeriods).Put(periodKey(u.Period), spent)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: record %s@%d: %w", u.Histogram, u.WindowStart, err)
@@ -322,6 +351,25 @@ func addApprox(b *bolt.Bucket, p int64, c Approx) error {
 		return err
 	}
 	return b.Put(periodKey(p), v)
+}
+
+// PeriodLimit returns the budget recorded with the first released unit of
+// the period starting at period (Unix ms), and whether one was recorded.
+func (l *Ledger) PeriodLimit(period int64) (Limit, bool, error) {
+	var lim Limit
+	var ok bool
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketLimits).Get(periodKey(period))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &lim)
+	})
+	if err != nil {
+		return Limit{}, false, fmt.Errorf("ledger: read budget of period %d: %w", period, err)
+	}
+	return lim, ok, nil
 }
 
 // addUp is a + b (both ≥ 0) rounded toward +∞: a recorded sum of privacy
@@ -574,7 +622,10 @@ func (l *Ledger) Prune(before int64) (units, periods int, err error) {
 		if periods, err = prunePeriods(tx.Bucket(bucketPeriods), meta.PeriodMs, before); err != nil {
 			return err
 		}
-		_, err = prunePeriods(tx.Bucket(bucketApprox), meta.PeriodMs, before)
+		if _, err = prunePeriods(tx.Bucket(bucketApprox), meta.PeriodMs, before); err != nil {
+			return err
+		}
+		_, err = prunePeriods(tx.Bucket(bucketLimits), meta.PeriodMs, before)
 		return err
 	})
 	if err != nil {

@@ -77,6 +77,9 @@ func TestMidPeriodConfigChange(t *testing.T) {
 		{name: "average removed", before: withAverage(5, 100000), after: counts(5)},
 		// The budget is lowered from 5 to 3 mid-period.
 		{name: "budget lowered", before: withAverage(5, 100000), after: withAverage(3, 100000)},
+		// The budget is raised from 3 to 5 mid-period: the period keeps the
+		// budget of its first charge (a raise takes effect next period).
+		{name: "budget raised", before: withAverage(3, 100000), after: withAverage(5, 100000)},
 		// The average histogram is recalibrated to cost less per release,
 		// which shrinks its reservation and grows the counts' share.
 		{name: "average recalibrated", before: withAverage(5, 100000), after: withAverage(5, 400000)},
@@ -105,16 +108,19 @@ func TestMidPeriodConfigChange(t *testing.T) {
 			runB.stop(t)
 
 			total, releases := periodTotal(t, h.dir, cfgB)
+			// The period's budget is the lower of the two configs' (a raise
+			// waits for the next period).
+			limit := math.Min(cfgA.Privacy.Budget.Epsilon, cfgB.Privacy.Budget.Epsilon)
 			// What the first config released cannot be taken back: if it
 			// is already over the new budget, the second must add nothing.
-			if totalA.Epsilon > cfgB.Privacy.Budget.Epsilon {
+			if totalA.Epsilon > limit {
 				if releases != releasesA {
 					t.Errorf("the first config spent ε=%.6g, over the new budget %g, yet the second released %d more units (total now ε=%.6g)",
-						totalA.Epsilon, cfgB.Privacy.Budget.Epsilon, releases-releasesA, total.Epsilon)
+						totalA.Epsilon, limit, releases-releasesA, total.Epsilon)
 				}
-			} else if !(total.Epsilon <= cfgB.Privacy.Budget.Epsilon) || total.Delta > cfgB.Privacy.Budget.Delta {
+			} else if !(total.Epsilon <= limit) || total.Delta > cfgB.Privacy.Budget.Delta {
 				t.Errorf("period total (ε=%.6g, δ=%.3g) over the budget (ε=%g, δ=%g): RDP part ε=%.6g at δ=%.3g, (ε, δ) part Σε=%.6g Σδ=%.3g",
-					total.Epsilon, total.Delta, cfgB.Privacy.Budget.Epsilon, cfgB.Privacy.Budget.Delta,
+					total.Epsilon, total.Delta, limit, cfgB.Privacy.Budget.Delta,
 					total.RDPEpsilon, total.RDPDelta, total.ApproxEpsilon, total.ApproxDelta)
 			}
 			if releasesA == 0 {
@@ -129,8 +135,10 @@ func TestMidPeriodConfigChange(t *testing.T) {
 				}
 			}
 			for _, r := range out.Releases {
-				if r.Privacy.SpentEpsilon > r.Privacy.BudgetEpsilon {
-					t.Errorf("release %s reports spent ε=%v over the budget %v", r.ReleaseID, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon)
+				// The period's budget is fixed by its first charge (config A)
+				// and can only be lowered.
+				if r.Privacy.SpentEpsilon > r.Privacy.BudgetEpsilon || r.Privacy.BudgetEpsilon > cfgA.Privacy.Budget.Epsilon {
+					t.Errorf("release %s reports spent ε=%v of a budget %v (the first config's is %v)", r.ReleaseID, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, cfgA.Privacy.Budget.Epsilon)
 				}
 			}
 			t.Logf("period total ε=%.6g of %g (RDP %.6g at δ=%.3g + Σε %.6g), %.6g after the first config; %d units released (%d under the first config), %d budget_exhausted",

@@ -280,8 +280,16 @@ func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePl
 		}
 		e, dr := m.DP()
 		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr})
-		eps += float64(windows) * e
-		delta += float64(windows) * dr
+	}
+	// The reservation is the sum the budget book will hold after every
+	// planned average charge of a period: the same additions, in the same
+	// order (window by window, histograms in config order), each rounded up
+	// (budget.AddUp) — not W·ε_r, which can be below it by rounding.
+	for w := 0; w < windows; w++ {
+		for _, p := range plans {
+			eps = budget.AddUp(eps, p.Epsilon)
+			delta = budget.AddUp(delta, p.Delta)
+		}
 	}
 	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
 	if eps > budget.Planned(budgetEps) || (withCounts && eps >= budgetEps) {

@@ -184,7 +184,12 @@ func (st ledgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 		return sp, false, err
 	}
 	sp.ApproxEpsilon, sp.ApproxDelta, sp.ApproxReleases = a.Epsilon, a.Delta, a.Releases
-	return sp, okC || okA, nil
+	lim, okL, err := st.l.PeriodLimit(p)
+	if err != nil {
+		return sp, false, err
+	}
+	sp.LimitEpsilon, sp.LimitDelta = lim.Epsilon, lim.Delta
+	return sp, okC || okA || okL, nil
 }
 
 // New validates opts, derives the privacy plan and opens the ledger.
@@ -1045,6 +1050,7 @@ func (s *Stage) beginUnit(histogram string, w int64) (u *ledger.Unit, recorded b
 		WindowStart: w,
 		WindowEnd:   w + s.sizeMs,
 		Period:      period,
+		Limit:       &ledger.Limit{Epsilon: s.plan.Epsilon, Delta: s.plan.Delta},
 		RecordedAt:  s.now().UTC(),
 	}, false, nil
 }
@@ -1146,8 +1152,8 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 				ChargeID:         ReleaseID(hist.Name, "", w),
 				ChargeRDPEpsilon: cp.Mechanism.RDP(order),
 				SpentEpsilon:     total.Epsilon,
-				BudgetEpsilon:    s.plan.Epsilon,
-				Delta:            s.plan.Delta,
+				BudgetEpsilon:    total.LimitEpsilon,
+				Delta:            total.LimitDelta,
 				PeriodStart:      rfc3339(period),
 				PeriodEnd:        rfc3339(period + s.periodMs),
 			},
@@ -1185,8 +1191,8 @@ func (s *Stage) recordExhausted(u *ledger.Unit, why error) (*ledger.Unit, error)
 		return nil, err
 	}
 	st.Privacy.SpentEpsilon = total.Epsilon
-	st.Privacy.BudgetEpsilon = s.plan.Epsilon
-	st.Privacy.Delta = s.plan.Delta
+	st.Privacy.BudgetEpsilon = total.LimitEpsilon
+	st.Privacy.Delta = total.LimitDelta
 	st.Privacy.PeriodStart = rfc3339(u.Period)
 	st.Privacy.PeriodEnd = rfc3339(u.Period + s.periodMs)
 	v, err := json.Marshal(&st)
@@ -1200,7 +1206,7 @@ func (s *Stage) recordExhausted(u *ledger.Unit, why error) (*ledger.Unit, error)
 	s.stats.Exhausted.Add(1)
 	s.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
 		zap.String("window_start", rfc3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
-		zap.Float64("budget_epsilon", s.plan.Epsilon), zap.Error(why))
+		zap.Float64("budget_epsilon", total.LimitEpsilon), zap.Error(why))
 	if s.printer != nil {
 		s.printer.PrintStatus(&st)
 	}
@@ -1249,8 +1255,8 @@ func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (
 			ReleaseEpsilon: ap.Epsilon,
 			ReleaseDelta:   ap.Delta,
 			SpentEpsilon:   total.Epsilon,
-			BudgetEpsilon:  s.plan.Epsilon,
-			Delta:          s.plan.Delta,
+			BudgetEpsilon:  total.LimitEpsilon,
+			Delta:          total.LimitDelta,
 			PeriodStart:    rfc3339(period),
 			PeriodEnd:      rfc3339(period + s.periodMs),
 		},

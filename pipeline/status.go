@@ -82,9 +82,9 @@ func (s *Stage) Budget() []BudgetStatus {
 			PeriodStart:   time.UnixMilli(p.Period).UTC(),
 			PeriodEnd:     time.UnixMilli(p.Period + s.periodMs).UTC(),
 			SpentEpsilon:  p.Epsilon,
-			BudgetEpsilon: s.plan.Epsilon,
-			Remaining:     max(s.plan.Epsilon-p.Epsilon, 0),
-			Delta:         s.plan.Delta,
+			BudgetEpsilon: p.LimitEpsilon,
+			Remaining:     max(p.LimitEpsilon-p.Epsilon, 0),
+			Delta:         p.LimitDelta,
 		})
 	}
 	return out
