@@ -279,14 +279,18 @@ func (b *Book) checkCharge(c Charge) error {
 	return nil
 }
 
-// Check returns the total of period p after charge c, or an
-// [*ExceededError] (errors.Is ErrBudgetExceeded) when that total would not
-// be within the budget; it changes nothing. The caller records the charge
-// durably and then calls [Book.Commit] with the same charge; with one writer
-// nothing can come in between.
-func (b *Book) Check(p int64, c Charge) (after Total, err error) {
-	if err := b.checkCharge(c); err != nil {
-		return Total{}, err
+// Check returns the total of period p after charge c — and after the
+// pending charges before it, accepted by earlier Checks but not yet
+// committed (the other histograms of the same window, recorded together) —
+// or an [*ExceededError] (errors.Is ErrBudgetExceeded) when that total would
+// not be within the period's budget; it changes nothing. The caller records
+// the accepted charges durably and then commits each with [Book.Commit];
+// with one writer nothing can come in between.
+func (b *Book) Check(p int64, c Charge, pending ...Charge) (after Total, err error) {
+	for _, x := range append(pending, c) {
+		if err := b.checkCharge(x); err != nil {
+			return Total{}, err
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -294,10 +298,14 @@ func (b *Book) Check(p int64, c Charge) (after Total, err error) {
 	if err != nil {
 		return Total{}, err
 	}
-	next := st.spend.add(c)
+	prev := st.spend
+	for _, x := range pending {
+		prev = prev.add(x)
+	}
+	next := prev.add(c)
 	after = st.compose(&next)
 	if !st.within(after) {
-		before := st.compose(&st.spend)
+		before := st.compose(&prev)
 		return after, &ExceededError{Epsilon: after.Epsilon, Order: after.RDPOrder, Spent: before.Epsilon,
 			Limit: st.epsilon, Delta: st.delta}
 	}
@@ -333,11 +341,13 @@ func (b *Book) Spent(p int64) (Spend, error) {
 	return st.spend, nil
 }
 
-// After returns the spend of period p with c composed in (for the ledger
-// record of the charge), without changing the Book.
-func (b *Book) After(p int64, c Charge) (Spend, error) {
-	if err := b.checkCharge(c); err != nil {
-		return Spend{}, err
+// After returns the spend of period p with the charges cs composed in (for
+// the ledger record of the charges), without changing the Book.
+func (b *Book) After(p int64, cs ...Charge) (Spend, error) {
+	for _, c := range cs {
+		if err := b.checkCharge(c); err != nil {
+			return Spend{}, err
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -345,7 +355,11 @@ func (b *Book) After(p int64, c Charge) (Spend, error) {
 	if err != nil {
 		return Spend{}, err
 	}
-	return st.spend.add(c), nil
+	out := st.spend
+	for _, c := range cs {
+		out = out.add(c)
+	}
+	return out, nil
 }
 
 // Status returns the total of period p, restoring it from the store on

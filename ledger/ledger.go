@@ -236,53 +236,85 @@ func (l *Ledger) Lookup(histogram string, windowStart int64) (*Unit, bool, error
 // unit: sets the RDP spend of u.Period to spentAfter (the period's spend
 // including u.Charge) when spentAfter is not empty, adds an Approx charge to
 // the period's ApproxSpent, and keeps u.Limit as the period's budget if none
-// is recorded yet. The caller has checked the spend against the budget. Record refuses a unit whose key
-// is already recorded (ErrAlreadyRecorded): a window is released at most once.
+// is recorded yet. The caller has checked the spend against the budget.
+// Record refuses a unit whose key is already recorded (ErrAlreadyRecorded):
+// a window is released at most once.
 func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
-	val, err := json.Marshal(u)
-	if err != nil {
-		return fmt.Errorf("ledger: encode unit: %w", err)
+	return l.RecordWindow([]*Unit{u}, spentAfter)
+}
+
+// RecordWindow records the units of one window — every histogram's — in one
+// transaction, as Record does for one: either all of them are recorded or
+// none is. spentAfter is the RDP spend of their period after all of them
+// (empty: unchanged). All units must be of the same window.
+//
+// Why one transaction: a window recorded in part (a crash between two
+// histograms' records) would have to be closed again from whatever events
+// are still uncommitted, and which those are depends on where other users'
+// later events sit in the partitions; a histogram added by a config change
+// would likewise be released for an already-recorded window from partial
+// data. With whole windows, a window is either recorded for every histogram
+// of the config in force or not at all.
+func (l *Ledger) RecordWindow(units []*Unit, spentAfter Curve) error {
+	if len(units) == 0 {
+		return nil
+	}
+	vals := make([][]byte, len(units))
+	for i, u := range units {
+		if u.WindowStart != units[0].WindowStart || u.Period != units[0].Period {
+			return fmt.Errorf("ledger: record window: units of windows %d and %d in one record", units[0].WindowStart, u.WindowStart)
+		}
+		v, err := json.Marshal(u)
+		if err != nil {
+			return fmt.Errorf("ledger: encode unit: %w", err)
+		}
+		vals[i] = v
 	}
 	spent, err := json.Marshal(spentAfter)
 	if err != nil {
 		return fmt.Errorf("ledger: encode spend: %w", err)
 	}
 	err = l.db.Update(func(tx *bolt.Tx) error {
-		units := tx.Bucket(bucketUnits)
-		key := u.Key()
-		if units.Get(key) != nil {
-			return ErrAlreadyRecorded
-		}
-		if err := units.Put(key, val); err != nil {
-			return err
-		}
-		if u.Status != StatusReleased {
-			return nil
-		}
-		if u.Limit != nil {
-			lb := tx.Bucket(bucketLimits)
-			if lb.Get(periodKey(u.Period)) == nil {
-				v, err := json.Marshal(u.Limit)
-				if err != nil {
-					return err
-				}
-				if err := lb.Put(periodKey(u.Period), v); err != nil {
-					return err
-				}
+		ub := tx.Bucket(bucketUnits)
+		for _, u := range units {
+			if ub.Get(u.Key()) != nil {
+				return fmt.Errorf("%s: %w", u.Histogram, ErrAlreadyRecorded)
 			}
 		}
-		if u.Approx != nil {
-			if err := addApprox(tx.Bucket(bucketApprox), u.Period, *u.Approx); err != nil {
+		released := false
+		for i, u := range units {
+			if err := ub.Put(u.Key(), vals[i]); err != nil {
 				return err
 			}
+			if u.Status != StatusReleased {
+				continue
+			}
+			released = true
+			if u.Limit != nil {
+				lb := tx.Bucket(bucketLimits)
+				if lb.Get(periodKey(u.Period)) == nil {
+					v, err := json.Marshal(u.Limit)
+					if err != nil {
+						return err
+					}
+					if err := lb.Put(periodKey(u.Period), v); err != nil {
+						return err
+					}
+				}
+			}
+			if u.Approx != nil {
+				if err := addApprox(tx.Bucket(bucketApprox), u.Period, *u.Approx); err != nil {
+					return err
+				}
+			}
 		}
-		if len(spentAfter.Orders) > 0 {
-			return tx.Bucket(bucketPeriods).Put(periodKey(u.Period), spent)
+		if released && len(spentAfter.Orders) > 0 {
+			return tx.Bucket(bucketPeriods).Put(periodKey(units[0].Period), spent)
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ledger: record %s@%d: %w", u.Histogram, u.WindowStart, err)
+		return fmt.Errorf("ledger: record %s@%d: %w", units[0].Histogram, units[0].WindowStart, err)
 	}
 	return nil
 }

@@ -260,3 +260,53 @@ func TestBudgetStatusAfterRestart(t *testing.T) {
 		t.Errorf("after the restart the stage reports %+v, want the ledger's %+v", got, before)
 	}
 }
+
+// TestAddedHistogramStartsAfterTheLastWindow (from the review of issue #15):
+// a histogram added by a config change across a restart gets its first
+// release in the first window after the last recorded one — never a
+// release of an already-recorded window computed from whatever events were
+// still uncommitted (which depends on where other users' later events sit
+// in the partitions). Its later releases are exact.
+func TestAddedHistogramStartsAfterTheLastWindow(t *testing.T) {
+	h := newHarness(t)
+	cfgA := h.config("gaussian", 1e7)
+	evs := stream(4, 20)
+	h.produceEvents(evs[:len(stream(2, 20))])
+	run := h.start(cfgA)
+	h.produce(flush(base.Add(2*time.Minute + time.Second)))
+	waitRecorded(t, run, unitsOf(cfgA, 2))
+	run.stop(t)
+
+	cfgB := h.configExtra("mechanism: gaussian", 1e7, "  - name: devices2\n    field: device\n    bins: [mobile, desktop]")
+	h.produceEvents(evs[len(stream(2, 20)):])
+	run = h.start(cfgB)
+	h.produce(flush(base.Add(4*time.Minute + time.Second)))
+	waitRecorded(t, run, unitsOf(cfgB, 2))
+	out := h.readOutput(0, 5*time.Second, time.Second)
+	// The first flush event (window 2) counts too.
+	tr := computeTruth(append(evs, event{User: "flush", At: base.Add(2*time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}))
+	got := map[int]bool{}
+	for _, r := range out.Releases {
+		if r.Histogram != "devices2" {
+			continue
+		}
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		w := int(ws.Sub(base) / time.Minute)
+		got[w] = true
+		if w < 2 {
+			t.Errorf("devices2 released for window %d, recorded before it was configured: %v", w, r.Probabilities)
+			continue
+		}
+		want := tr[key("devices", "*", ws)]
+		n := want[0] + want[1]
+		for i, p := range r.Probabilities {
+			if math.Abs(p-want[i]/n) > 1e-6 {
+				t.Errorf("devices2@%d: %v, want the exact shares of %v", w, r.Probabilities, want)
+				break
+			}
+		}
+	}
+	if !got[2] || !got[3] {
+		t.Errorf("devices2 releases for windows %v, want 2 and 3", got)
+	}
+}

@@ -566,23 +566,15 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 }
 
 // resumeWindow is the first window a new session may count into: the
-// window after the last recorded one when every histogram of it is recorded
-// (its events are then late, counted as such, instead of being counted into
-// a window that is never released again), the last recorded window itself
-// when a crash left some of its histograms unrecorded (it is closed again:
-// recorded units are republished, missing ones released from the re-read
-// events), or the first window of the ledger's metadata.
+// window after the last recorded one (windows are recorded whole, so the
+// last recorded window is complete; events for it are late, counted as
+// such, never counted into a window that is not released again; a
+// histogram added by a config change starts there), or the first window of
+// the ledger's metadata.
 func (s *Stage) resumeWindow() (int64, error) {
 	last, ok, err := s.ledger.LastWindow()
 	if err != nil || !ok {
 		return s.meta.FirstWindow, err
-	}
-	for _, h := range s.cfg.Histograms {
-		if _, recorded, err := s.ledger.Lookup(h.Name, last); err != nil {
-			return 0, err
-		} else if !recorded {
-			return last, nil
-		}
 	}
 	return last + s.sizeMs, nil
 }
@@ -1002,25 +994,53 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 		return nil, fmt.Errorf("close window %s: %w", rfc3339(w), err)
 	}
 	defer counts.Release()
-	var out []*ledger.Unit
+	// A window is recorded whole, in one ledger transaction (all its
+	// histograms' units and their charges) or not at all; if any unit of
+	// it is recorded, the window is complete: publish what is unpublished.
+	var pending []*ledger.Unit
+	recorded := false
+	for _, hist := range s.cfg.Histograms {
+		u, ok, err := s.ledger.Lookup(hist.Name, w)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			recorded = true
+			if !u.Published {
+				pending = append(pending, u)
+			}
+		}
+	}
+	if recorded {
+		return pending, nil
+	}
+	period := s.periodOf(w)
+	s.book.Load().Forget(period)
+	var units []*ledger.Unit
+	var charges []budget.Charge // of the released units, in order
 	ai := 0
 	for h, hist := range s.cfg.Histograms {
-		var u *ledger.Unit
+		u := s.newUnit(hist.Name, w)
+		var c budget.Charge
 		var err error
 		if hist.IsAverage() {
-			u, err = s.recordAverageUnit(ai, w, avgs)
+			c, err = s.averageUnit(u, ai, avgs, charges)
 			ai++
 		} else {
-			u, err = s.recordUnit(h, w, counts)
+			c, err = s.countUnit(u, h, counts, charges)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if u != nil {
-			out = append(out, u)
+		if u.Status == ledger.StatusReleased {
+			charges = append(charges, c)
 		}
+		units = append(units, u)
 	}
-	return out, nil
+	if err := s.recordWindow(units, charges); err != nil {
+		return nil, err
+	}
+	return units, nil
 }
 
 func (s *Stage) periodOf(w int64) int64 { return windowStart(w, s.periodMs) }
@@ -1029,84 +1049,80 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
 }
 
-// beginUnit looks the unit (histogram, w) up in the ledger. If it is
-// recorded, recorded is true and u is the unit to publish: the recorded one
-// when it was not acknowledged before a stop (the same values: no fresh
-// noise, no second charge), nil when it was published. Otherwise u is a new
-// unit for window w.
-func (s *Stage) beginUnit(histogram string, w int64) (u *ledger.Unit, recorded bool, err error) {
-	if u, ok, err := s.ledger.Lookup(histogram, w); err != nil {
-		return nil, false, err
-	} else if ok {
-		if u.Published {
-			return nil, true, nil
-		}
-		return u, true, nil
-	}
-	period := s.periodOf(w)
-	s.book.Load().Forget(period)
+// newUnit is a new, empty unit of histogram for window w.
+func (s *Stage) newUnit(histogram string, w int64) *ledger.Unit {
 	return &ledger.Unit{
 		Histogram:   histogram,
 		WindowStart: w,
 		WindowEnd:   w + s.sizeMs,
-		Period:      period,
+		Period:      s.periodOf(w),
 		Limit:       &ledger.Limit{Epsilon: s.plan.Epsilon, Delta: s.plan.Delta},
 		RecordedAt:  s.now().UTC(),
-	}, false, nil
+	}
 }
 
-// charge checks u's charge against its whole period in the book. It
-// returns the period's total after the charge, or a refusal (errors.Is
-// budget.ErrBudgetExceeded) to be recorded as budget_exhausted.
-func (s *Stage) charge(u *ledger.Unit, c budget.Charge) (budget.Total, error) {
-	return s.book.Load().Check(u.Period, c)
+// charge checks the charge c of unit u against its whole period in the
+// book, after the window's charges accepted before it (pending). It returns
+// the period's total after the charge, or a refusal (errors.Is
+// budget.ErrBudgetExceeded) that the caller turns into budget_exhausted.
+func (s *Stage) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (budget.Total, error) {
+	return s.book.Load().Check(u.Period, c, pending...)
 }
 
-// record records u durably with its charge c (the first step of the
+// recordWindow records the units of one window durably in one ledger
+// transaction with their period's new spend (the first step of the
 // write-ahead order: record and charge → publish → mark published), then
-// adds c to the book. The ledger's transaction holds the unit and its
-// period's new spend together: the ledger is the source of truth after a
+// adds the charges to the book. The ledger is the source of truth after a
 // crash.
-func (s *Stage) record(u *ledger.Unit, c budget.Charge) error {
+func (s *Stage) recordWindow(units []*ledger.Unit, charges []budget.Charge) error {
 	book := s.book.Load()
+	p := units[0].Period
 	var spentAfter ledger.Curve
-	if c.RDP.Len() > 0 {
-		after, err := book.After(u.Period, c)
+	if len(charges) > 0 {
+		after, err := book.After(p, charges...)
 		if err != nil {
 			return err
 		}
-		spentAfter = toLedgerCurve(after.RDP)
+		for _, c := range charges {
+			if c.RDP.Len() > 0 {
+				spentAfter = toLedgerCurve(after.RDP)
+				break
+			}
+		}
 	}
-	if err := s.ledger.Record(u, spentAfter); err != nil {
+	if err := s.ledger.RecordWindow(units, spentAfter); err != nil {
 		return err
 	}
-	if _, err := book.Commit(u.Period, c); err != nil {
-		return fmt.Errorf("budget book disagrees with ledger (recorded %s@%s): %w", u.Histogram, rfc3339(u.WindowStart), err)
+	for _, c := range charges {
+		if _, err := book.Commit(p, c); err != nil {
+			return fmt.Errorf("budget book disagrees with ledger (recorded window %s): %w", rfc3339(units[0].WindowStart), err)
+		}
+	}
+	for _, u := range units {
+		if u.Status == ledger.StatusBudgetExhausted {
+			s.stats.Exhausted.Add(1)
+		}
 	}
 	return nil
 }
 
-// recordUnit makes the releases of histogram h for window w and records them
-// with their charge, durably, in one transaction — the first step of the
-// write-ahead order (record and charge → publish → mark published; the
-// caller publishes). It returns the unit to publish: a new one, one recorded
-// but not yet acknowledged before a stop (the same values, no fresh noise,
-// no second charge), or nil when the unit was already published.
-func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*ledger.Unit, error) {
+// countUnit fills u with the releases of count histogram h for its window
+// — one draw per declared group — when the book accepts its charge after
+// the window's pending ones, or with a budget_exhausted status otherwise,
+// and returns the charge (zero when refused). Nothing is recorded yet
+// (closeAndRecord records the whole window).
+func (s *Stage) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts, pending []budget.Charge) (budget.Charge, error) {
 	hist := s.cfg.Histograms[h]
-	u, recorded, err := s.beginUnit(hist.Name, w)
-	if err != nil || recorded {
-		return u, err
-	}
+	w := u.WindowStart
 	cp := s.plan.Count
 	period := u.Period
 	c := budget.Charge{RDP: cp.Charge}
-	total, err := s.charge(u, c)
+	total, err := s.charge(u, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
-			return nil, err
+			return budget.Charge{}, err
 		}
-		return s.recordExhausted(u, err)
+		return budget.Charge{}, s.exhausted(u, err, pending)
 	}
 	order := cp.Mechanism.Spec().Order
 	params := cp.Mechanism.Params()
@@ -1133,7 +1149,7 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 			err = cp.Mechanism.Release(s.rng, buf, out)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
+			return budget.Charge{}, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
 		}
 		rel := Release{
 			ReleaseID:      ReleaseID(hist.Name, group, w),
@@ -1163,19 +1179,16 @@ func (s *Stage) recordUnit(h int, w int64, counts *aggregate.WindowCounts) (*led
 		}
 		v, err := json.Marshal(&rel)
 		if err != nil {
-			return nil, err
+			return budget.Charge{}, err
 		}
 		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
 	}
-	if err := s.record(u, c); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return c, nil
 }
 
-// recordExhausted records, instead of u's release, the budget_exhausted
-// status (why: the book's refusal) and returns the unit to publish.
-func (s *Stage) recordExhausted(u *ledger.Unit, why error) (*ledger.Unit, error) {
+// exhausted fills u with the budget_exhausted status instead of a release
+// (why: the book's refusal after the window's pending charges).
+func (s *Stage) exhausted(u *ledger.Unit, why error, pending []budget.Charge) error {
 	u.Status = ledger.StatusBudgetExhausted
 	u.Approx = nil
 	st := Status{
@@ -1186,9 +1199,19 @@ func (s *Stage) recordExhausted(u *ledger.Unit, why error) (*ledger.Unit, error)
 		WindowEnd:   rfc3339(u.WindowEnd),
 		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
 	}
-	total, err := s.book.Load().Status(u.Period)
+	var total budget.Total
+	var err error
+	if len(pending) > 0 {
+		// The period's total with the window's accepted charges.
+		total, err = s.book.Load().Check(u.Period, pending[len(pending)-1], pending[:len(pending)-1]...)
+		if errors.Is(err, budget.ErrBudgetExceeded) {
+			err = nil
+		}
+	} else {
+		total, err = s.book.Load().Status(u.Period)
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	st.Privacy.SpentEpsilon = total.Epsilon
 	st.Privacy.BudgetEpsilon = total.LimitEpsilon
@@ -1197,46 +1220,39 @@ func (s *Stage) recordExhausted(u *ledger.Unit, why error) (*ledger.Unit, error)
 	st.Privacy.PeriodEnd = rfc3339(u.Period + s.periodMs)
 	v, err := json.Marshal(&st)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	u.Messages = []ledger.Message{{Key: []byte(u.Histogram), Value: v}}
-	if err := s.ledger.Record(u, ledger.Curve{}); err != nil {
-		return nil, err
-	}
-	s.stats.Exhausted.Add(1)
 	s.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
 		zap.String("window_start", rfc3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
 		zap.Float64("budget_epsilon", total.LimitEpsilon), zap.Error(why))
 	if s.printer != nil {
 		s.printer.PrintStatus(&st)
 	}
-	return u, nil
+	return nil
 }
 
-// recordAverageUnit is recordUnit for the i-th average histogram (in config
-// order of the average histograms): one draw of the simplex Dirichlet
-// mechanism from the window's padded average, charged (ε_r, δ_r) to the
-// period's (ε, δ) part (Plan).
-func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (*ledger.Unit, error) {
+// averageUnit is countUnit for the i-th average histogram (in config order
+// of the average histograms): one draw of the simplex Dirichlet mechanism
+// from the window's padded average, charged (ε_r, δ_r) to the period's
+// (ε, δ) part (Plan).
+func (s *Stage) averageUnit(u *ledger.Unit, i int, aw *aggregate.AverageWindow, pending []budget.Charge) (budget.Charge, error) {
 	ap := s.plan.Averages[i]
 	hist := s.cfg.Histograms[ap.Index]
-	u, recorded, err := s.beginUnit(hist.Name, w)
-	if err != nil || recorded {
-		return u, err
-	}
+	w := u.WindowStart
 	period := u.Period
 	c := budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
-	total, err := s.charge(u, c)
+	total, err := s.charge(u, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
-			return nil, err
+			return budget.Charge{}, err
 		}
-		return s.recordExhausted(u, err)
+		return budget.Charge{}, s.exhausted(u, err, pending)
 	}
 	mean := aw.Mean(i, make([]float64, len(hist.Bins)))
 	out := make([]float64, len(hist.Bins))
 	if err := ap.Mechanism.Release(s.rng, mean, out); err != nil {
-		return nil, fmt.Errorf("release %s@%s: %w", hist.Name, rfc3339(w), err)
+		return budget.Charge{}, fmt.Errorf("release %s@%s: %w", hist.Name, rfc3339(w), err)
 	}
 	g := ap.Mechanism.Guarantee()
 	spec := ap.Mechanism.Spec()
@@ -1263,15 +1279,12 @@ func (s *Stage) recordAverageUnit(i int, w int64, aw *aggregate.AverageWindow) (
 	}
 	v, err := json.Marshal(&rel)
 	if err != nil {
-		return nil, err
+		return budget.Charge{}, err
 	}
 	u.Status = ledger.StatusReleased
 	u.Approx = &ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
 	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
-	if err := s.record(u, c); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return c, nil
 }
 
 // MechanismSimplexAverage is the mechanism name in an average histogram's
