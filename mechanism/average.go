@@ -332,14 +332,27 @@ func (m *SimplexAverage) checkPbar(pbar, out []float64) (float64, error) {
 	return s, nil
 }
 
-// Release writes one draw of Dir(k·p) into out, for p = (1 − nη)·p̄ + η·1
-// and p̄ = pbar: a probability vector of length Bins, every entry finite
-// and ≥ 0, summing to 1 within 1e-9 (it is renormalized by its sum).
-// Anything else is refused with a *ParamError and out is left untouched.
-// The output is a point of the simplex with entries > 0 (2^-1022 floor, as
-// for the Dirichlet mechanism). out may alias pbar. Release does not
-// allocate.
+// Release writes one draw of Dir(k·p) into out, for p = (1 − nη)·p̄ + η·1,
+// rounded to the release grid: ReleaseUnrounded, then RoundToGrid with
+// q = ReleaseGrid(Bins) (see "Release grid" in the package documentation
+// for why). Every entry is a multiple of 1/q, possibly 0, and Σ n_i = q
+// exactly. out may alias pbar. Release does not allocate.
 func (m *SimplexAverage) Release(rng *Rand, pbar, out []float64) error {
+	if err := m.ReleaseUnrounded(rng, pbar, out); err != nil {
+		return err
+	}
+	roundRelease(out)
+	return nil
+}
+
+// ReleaseUnrounded ([Unrounded]) writes one draw of Dir(k·p) into out, for
+// p = (1 − nη)·p̄ + η·1 and p̄ = pbar: a probability vector of length Bins,
+// every entry finite and ≥ 0, summing to 1 within 1e-9 (it is renormalized
+// by its sum). Anything else is refused with a *ParamError and out is left
+// untouched. The output is a point of the simplex with entries > 0
+// (2^-1022 floor, as for the Dirichlet mechanism), before the rounding of
+// Release: for offline evaluation and tests only, never to be published.
+func (m *SimplexAverage) ReleaseUnrounded(rng *Rand, pbar, out []float64) error {
 	if rng == nil {
 		return paramErr("rng", nil, "must not be nil (use NewRand)")
 	}
