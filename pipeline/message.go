@@ -13,12 +13,12 @@ import (
 // for laplace-posterior, PosteriorAlpha (both from the same private draw):
 // no raw count, no event total.
 type Release struct {
-	ReleaseID     string    `json:"release_id"`
-	Histogram     string    `json:"histogram"`
-	Group         string    `json:"group"`
-	WindowStart   string    `json:"window_start"`
-	WindowEnd     string    `json:"window_end"`
-	Bins          []string  `json:"bins"`
+	ReleaseID   string   `json:"release_id"`
+	Histogram   string   `json:"histogram"`
+	Group       string   `json:"group"`
+	WindowStart string   `json:"window_start"`
+	WindowEnd   string   `json:"window_end"`
+	Bins        []string `json:"bins"`
 	// Probabilities is the private normalized histogram, in bin order.
 	// For the mechanisms sampled in floating point (dirichlet, and the
 	// average kind) every entry is n_i/params.grid for integers n_i ≥ 0
