@@ -71,10 +71,13 @@ import (
 // allowance (see averageEpsilonParts). Neither depends on the data, and γ
 // does not depend on N_pub, so ε·N_pub is constant in N_pub.
 //
-// Not covered: the floating-point sampler only approximates Dir(k·p) (as for
-// every mechanism of this package, entries are floored at 2^-1022), and the
-// renormalization of p̄ by its computed sum (within 1e-9 of 1) is part of
-// the stage's query, not of the analysis.
+// Not covered: the floating-point sampler only approximates Dir(k·p) — its
+// draws lie on a lattice that depends on the shapes, which is why Release
+// rounds them to the grid 1/ReleaseGrid(n); the guarantee of the rounded
+// release is the ideal one's up to the heuristic factor of "Release grid"
+// in the package documentation (ε + ≈2nρ) — and the renormalization of p̄
+// by its computed sum (within 1e-9 of 1) is part of the stage's query, not
+// of the analysis.
 
 // AverageSpec configures the simplex-average Dirichlet mechanism (the
 // stage's histograms[i].average settings).

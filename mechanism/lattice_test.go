@@ -222,7 +222,7 @@ func releaseExplains(out []float64, g2, a float64, raw bool) bool {
 // more event, or one user's change of the average), whether some ziggurat
 // output makes the release path produce exactly the released vector.
 //
-// Unrounded (ReleaseUnrounded, i.e. today's release before the fix) the
+// Unrounded (ReleaseUnrounded: what Release published before the grid) the
 // answer is yes for a and almost never for a + Δ: the release identifies
 // the shape. Rounded (Release), every release is explained by both shapes:
 // each grid cell holds thousands of lattice outputs of either (see
@@ -484,9 +484,9 @@ func cellMass(t *testing.T, a, g2 float64, q int64, out []float64) (n, ideal, sl
 // finer grids, q = 10⁸, 10⁷ and 10⁶, where cells hold 10⁴–10⁷ points, and
 // checks |R| against the lattice's endpoint slack, which shrinks like 1/q
 // (plus 10⁻⁶ for the float32 tables). The measured |R| (logged) is far
-// below the slack; the slack at 10⁴ (extrapolated: 100 times below that at
-// 10⁶) is what the package documentation quotes. Deterministic (fixed
-// seeds). Mutation: a grid so fine that cells hold a handful of points
+// below the slack and falls like 1/q; the package documentation takes
+// ρ = 10⁻⁵ at the stage's grids, about ten times the extrapolation from
+// 10⁶. Deterministic (fixed seeds). Mutation: a grid so fine that cells hold a handful of points
 // (q = 10¹¹, checked here as the last case, expected to fail the bound)
 // shows the measurement can fail: there the lattice shows.
 func TestGridCellLikelihoodRatio(t *testing.T) {
