@@ -11,7 +11,10 @@ import "math"
 // (so the cell's probability is the ideal Dirichlet's within a small
 // relative factor), and fine enough for the histograms' resolution (a grid
 // step of at most 1% of the uniform share 1/d up to 10⁴ bins). A power of
-// ten keeps the JSON short: n/10⁴ prints as at most four decimals.
+// ten keeps the JSON short: n/10⁴ prints as at most four decimals. Q is not
+// configurable: a finer grid would weaken the argument (cells holding fewer
+// lattice points), and a coarser one is post-processing any consumer can
+// apply to the release.
 func ReleaseGrid(bins int) int64 {
 	switch {
 	case bins <= 100:
