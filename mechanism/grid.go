@@ -80,7 +80,9 @@ func RoundToGrid(p []float64, q int64) error {
 // order like their values, so a binary search over the 64-bit patterns
 // finds the largest pattern T with at least R remainders ≥ T; every
 // remainder above T gets a unit, and the rest of the R units go to the
-// remainders equal to T in index order. O(64·d).
+// remainders equal to T in index order. At most 64 passes over p, about
+// 10 + log₂ d for distinct remainders (the search stops once exactly R
+// remainders are ≥ T).
 func roundToGrid(p []float64, q int64) {
 	qf := float64(q)
 	var floors int64
@@ -103,10 +105,17 @@ func roundToGrid(p []float64, q int64) {
 		return
 	}
 	rem := func(t float64) uint64 { return math.Float64bits(t - math.Floor(t)) }
-	// Largest T in [0, bits(1)) with #{i : rem_i ≥ T} ≥ units. Invariant:
-	// count(≥ lo) ≥ units (count(≥ 0) = d), count(≥ hi) < units (no
-	// remainder reaches 1).
-	lo, hi := uint64(0), math.Float64bits(1)
+	// Largest T with #{i : rem_i ≥ T} ≥ units, searched between the smallest
+	// and largest remainder. Invariant: count(≥ lo) ≥ units (count(≥ min) =
+	// d), count(≥ hi) < units (hi is above every remainder). The search may
+	// stop early at a T with count(≥ T) = units exactly: the units then go to
+	// the remainders ≥ T, which is the same set (no tie straddles T).
+	lo, hi := uint64(math.MaxUint64), uint64(0)
+	for _, t := range p {
+		r := rem(t)
+		lo, hi = min(lo, r), max(hi, r)
+	}
+	hi++
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		var c int64
@@ -117,13 +126,17 @@ func roundToGrid(p []float64, q int64) {
 		}
 		if c >= units {
 			lo = mid
+			if c == units {
+				break
+			}
 		} else {
 			hi = mid
 		}
 	}
 	thr := lo
-	// count(> T) = count(≥ T+1) < units ≤ count(≥ T): the remainders above T
-	// all get a unit, and ties (≥ 1 of them) the rest, in index order.
+	// count(> T) < units ≤ count(≥ T) (after an early stop count(≥ T) =
+	// units): the remainders above T all get a unit, and those equal to T
+	// (≥ 1 of them) the rest, in index order.
 	ties := units
 	for _, t := range p {
 		if rem(t) > thr {
@@ -151,8 +164,8 @@ func roundRelease(out []float64) { roundToGrid(out, ReleaseGrid(len(out))) }
 // floating-point draw to the release grid (dirichlet in every calibration,
 // simplex-dirichlet, and SimplexAverage): ReleaseUnrounded writes the draw
 // before the rounding, with the same arguments, validation and randomness.
-// It is for offline simulation of the papers' continuous mechanisms (`stage
-// eval`) and for tests: its low-order bits identify the shapes it was drawn
+// It is for offline simulation of the papers' continuous mechanisms and for
+// tests: its low-order bits identify the shapes it was drawn
 // from (see "Release grid" in the package documentation), so its output
 // must never be published.
 type Unrounded interface {
