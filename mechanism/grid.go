@@ -82,7 +82,8 @@ func RoundToGrid(p []float64, q int64) error {
 // remainder above T gets a unit, and the rest of the R units go to the
 // remainders equal to T in index order. At most 64 passes over p, about
 // 10 + log₂ d for distinct remainders (the search stops once exactly R
-// remainders are ≥ T).
+// remainders are ≥ T). Up to 64 bins a direct selection (R passes) is
+// faster and gives the same n.
 func roundToGrid(p []float64, q int64) {
 	qf := float64(q)
 	var floors int64
@@ -105,6 +106,30 @@ func roundToGrid(p []float64, q int64) {
 		return
 	}
 	rem := func(t float64) uint64 { return math.Float64bits(t - math.Floor(t)) }
+	if len(p) <= 64 {
+		// Few bins: hand the units out one by one to the largest remainder
+		// not served yet (ties to the lower index), O(units·d) ≤ O(d²).
+		var served uint64
+		for ; units > 0; units-- {
+			best, bestR := -1, uint64(0)
+			for i, t := range p {
+				if served&(1<<i) == 0 {
+					if r := rem(t); best < 0 || r > bestR {
+						best, bestR = i, r
+					}
+				}
+			}
+			served |= 1 << best
+		}
+		for i, t := range p {
+			n := math.Floor(t)
+			if served&(1<<i) != 0 {
+				n++
+			}
+			p[i] = n / qf
+		}
+		return
+	}
 	// Largest T with #{i : rem_i ≥ T} ≥ units, searched between the smallest
 	// and largest remainder. Invariant: count(≥ lo) ≥ units (count(≥ min) =
 	// d), count(≥ hi) < units (hi is above every remainder). The search may
