@@ -71,10 +71,13 @@ import (
 // allowance (see averageEpsilonParts). Neither depends on the data, and γ
 // does not depend on N_pub, so ε·N_pub is constant in N_pub.
 //
-// Not covered: the floating-point sampler only approximates Dir(k·p) (as for
-// every mechanism of this package, entries are floored at 2^-1022), and the
-// renormalization of p̄ by its computed sum (within 1e-9 of 1) is part of
-// the stage's query, not of the analysis.
+// Not covered: the floating-point sampler only approximates Dir(k·p) — its
+// draws lie on a lattice that depends on the shapes, which is why Release
+// rounds them to the grid 1/ReleaseGrid(n); the guarantee of the rounded
+// release is the ideal one's up to the heuristic factor of "Release grid"
+// in the package documentation (ε + ≈2nρ) — and the renormalization of p̄
+// by its computed sum (within 1e-9 of 1) is part of the stage's query, not
+// of the analysis.
 
 // AverageSpec configures the simplex-average Dirichlet mechanism (the
 // stage's histograms[i].average settings).
@@ -332,14 +335,27 @@ func (m *SimplexAverage) checkPbar(pbar, out []float64) (float64, error) {
 	return s, nil
 }
 
-// Release writes one draw of Dir(k·p) into out, for p = (1 − nη)·p̄ + η·1
-// and p̄ = pbar: a probability vector of length Bins, every entry finite
-// and ≥ 0, summing to 1 within 1e-9 (it is renormalized by its sum).
-// Anything else is refused with a *ParamError and out is left untouched.
-// The output is a point of the simplex with entries > 0 (2^-1022 floor, as
-// for the Dirichlet mechanism). out may alias pbar. Release does not
-// allocate.
+// Release writes one draw of Dir(k·p) into out, for p = (1 − nη)·p̄ + η·1,
+// rounded to the release grid: ReleaseUnrounded, then RoundToGrid with
+// q = ReleaseGrid(Bins) (see "Release grid" in the package documentation
+// for why). Every entry is a multiple of 1/q, possibly 0, and Σ n_i = q
+// exactly. out may alias pbar. Release does not allocate.
 func (m *SimplexAverage) Release(rng *Rand, pbar, out []float64) error {
+	if err := m.ReleaseUnrounded(rng, pbar, out); err != nil {
+		return err
+	}
+	roundRelease(out)
+	return nil
+}
+
+// ReleaseUnrounded ([Unrounded]) writes one draw of Dir(k·p) into out, for
+// p = (1 − nη)·p̄ + η·1 and p̄ = pbar: a probability vector of length Bins,
+// every entry finite and ≥ 0, summing to 1 within 1e-9 (it is renormalized
+// by its sum). Anything else is refused with a *ParamError and out is left
+// untouched. The output is a point of the simplex with entries > 0
+// (2^-1022 floor, as for the Dirichlet mechanism), before the rounding of
+// Release: for offline evaluation and tests only, never to be published.
+func (m *SimplexAverage) ReleaseUnrounded(rng *Rand, pbar, out []float64) error {
 	if rng == nil {
 		return paramErr("rng", nil, "must not be nil (use NewRand)")
 	}

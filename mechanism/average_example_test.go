@@ -38,10 +38,10 @@ func ExampleNewSimplexAverage() {
 		return
 	}
 	fmt.Printf("mean     %.3f\n", mean)
-	fmt.Printf("released %.3f\n", out)
+	fmt.Printf("released %v\n", out) // multiples of 1/10⁴ (ReleaseGrid(5))
 	// Output:
 	// epsilon = 11.3 (psi part 4.384 + log part 6.915), delta = 1.667e-08
 	// gamma = 0.0006878, beta = 0.0019
 	// mean     [0.390 0.295 0.200 0.105 0.010]
-	// released [0.378 0.273 0.228 0.109 0.012]
+	// released [0.3784 0.2731 0.2281 0.1089 0.0115]
 }

@@ -413,7 +413,9 @@ func TestAverageDeltaTail(t *testing.T) {
 		out := make([]float64, s.Bins)
 		out0 := 0
 		for range draws {
-			if err := m.Release(rng, pbar, out); err != nil {
+			// The draw itself: δ is the probability that the unrounded
+			// draw leaves Ω_γ (the release rounds it afterwards).
+			if err := m.ReleaseUnrounded(rng, pbar, out); err != nil {
 				t.Fatal(err)
 			}
 			for _, x := range out {
@@ -635,7 +637,9 @@ func TestAverageRelease(t *testing.T) {
 		mean := make([]kahan, n)
 		sq := make([]kahan, n)
 		for range draws {
-			if err := m.Release(rng, c.pbar, out); err != nil {
+			// The sampler's moments: the draw before the rounding of
+			// Release (TestReleaseGrid checks the rounding).
+			if err := m.ReleaseUnrounded(rng, c.pbar, out); err != nil {
 				t.Fatal(err)
 			}
 			sum := 0.0

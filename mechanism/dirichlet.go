@@ -207,7 +207,27 @@ func nudgeUp(x float64, ok func(float64) bool, eps float64) (float64, error) {
 	return 0, errOutOfRange(eps)
 }
 
-// Release writes one draw of Dir(r·max(x_i, b) + α) into out.
+// Release writes one draw of Dir(r·max(x_i, b) + α) into out, rounded to
+// the release grid: ReleaseUnrounded followed by RoundToGrid with
+// q = ReleaseGrid(len(counts)). Every entry is a multiple of 1/q (0
+// included: a bin whose share is below about 1/(2q) can be released as 0),
+// and the entries are n_i/q with Σ n_i = q exactly. Why the draw is
+// rounded: the unrounded draw's low-order bits identify the shapes it was
+// drawn from (see "Release grid" in the package documentation).
+//
+// Counts below the declared lower bound b (diffuse calibration only) are
+// raised to b; see dirichletRDP for why this keeps the guarantee. out may
+// alias counts. Releases do not allocate.
+func (m *dirichletMech) Release(rng *Rand, counts []float64, out []float64) error {
+	if err := m.ReleaseUnrounded(rng, counts, out); err != nil {
+		return err
+	}
+	roundRelease(out)
+	return nil
+}
+
+// ReleaseUnrounded ([Unrounded]) writes one draw of Dir(r·max(x_i, b) + α)
+// into out, before the rounding of Release.
 //
 // The draw is a vector of independent Gamma(shape_i, 1) variates normalized
 // by their sum (gamma variates from Marsaglia–Tsang, see Rand.gammaGE1). The
@@ -218,13 +238,13 @@ func nudgeUp(x float64, ok func(float64) bool, eps float64) (float64, error) {
 // log-sum-exp, so tiny shapes do not underflow to 0 and d up to 10⁶ (and
 // beyond) is fine. A coordinate whose true value is below 2^-1022 (the
 // smallest normal float64; possible only for shapes ≪ 1) is reported as
-// 2^-1022; this changes the sum by at most d·2^-1022. Such rounding is
-// post-processing of the exact draw and does not affect privacy.
+// 2^-1022; this changes the sum by at most d·2^-1022.
 //
-// Counts below the declared lower bound b (diffuse calibration only) are
-// raised to b; see dirichletRDP for why this keeps the guarantee. out may
-// alias counts. Releases do not allocate.
-func (m *dirichletMech) Release(rng *Rand, counts []float64, out []float64) error {
+// The draw approximates Dir(r·x + α) but is not an exact sample of it: its
+// values lie on a lattice fine in absolute terms (about 10⁻⁹ relative) yet
+// specific to the shapes, which is why it must not be published (see
+// "Release grid" in the package documentation).
+func (m *dirichletMech) ReleaseUnrounded(rng *Rand, counts []float64, out []float64) error {
 	minC, maxC, err := checkRelease(rng, counts, out, false)
 	if err != nil {
 		return err
@@ -252,21 +272,29 @@ func (g *Rand) dirichlet(counts []float64, r, lower, alpha float64, logDomain bo
 		g.dirichletLog(counts, r, lower, alpha, out)
 		return
 	}
-	// Sum in blocks of blockLen (plain additions inside a block, compensated
-	// across blocks; see blockSum) and track the smallest variate, so that
-	// the normalization can skip the 2^-1022 floor when it cannot apply.
+	for i, x := range counts {
+		if x < lower {
+			x = lower
+		}
+		out[i] = g.gammaGE1(r*x + alpha)
+	}
+	normalizeGammas(out)
+}
+
+// normalizeGammas divides the gamma variates in out (finite, > 0) by their
+// sum, in place: the linear-space normalization of dirichlet, separate so
+// that the tests can replay it on variates of their own (lattice_test.go).
+// It sums in blocks of blockLen (plain additions inside a block,
+// compensated across blocks; see blockSum) and tracks the smallest variate,
+// so that the normalization can skip the 2^-1022 floor when it cannot
+// apply.
+func normalizeGammas(out []float64) {
 	var sum kahan
 	minV := math.Inf(1)
-	for start := 0; start < len(counts); start += blockLen {
-		end := min(start+blockLen, len(counts))
+	for start := 0; start < len(out); start += blockLen {
+		end := min(start+blockLen, len(out))
 		block := 0.0
-		for i := start; i < end; i++ {
-			x := counts[i]
-			if x < lower {
-				x = lower
-			}
-			v := g.gammaGE1(r*x + alpha)
-			out[i] = v
+		for _, v := range out[start:end] {
 			block += v
 			if v < minV {
 				minV = v

@@ -74,10 +74,122 @@
 // Sampling: independent Gamma(shape_i, 1) variates (Marsaglia–Tsang for shape
 // ≥ 1), normalized by a block-compensated sum; when a shape is < 1 the
 // variates are drawn as logarithms (log G(a) = log G(a+1) + log(U)/a) and
-// normalized by log-sum-exp. Outputs are finite, > 0 (entries below 2^-1022
-// are reported as 2^-1022) and sum to 1 within ~3e-14, for any d. The sampler
-// is a floating-point one, as the papers' mechanism is continuous; only the
-// baselines below have exact integer samplers.
+// normalized by log-sum-exp. The draw is finite, > 0 (entries below 2^-1022
+// are reported as 2^-1022) and sums to 1 within ~3e-14, for any d. The
+// sampler is a floating-point one, as the papers' mechanism is continuous;
+// only the baselines below have exact integer samplers. Release rounds the
+// draw to a public grid (next section); ReleaseUnrounded ([Unrounded])
+// gives the draw itself, for offline simulation and tests only.
+//
+// # Release grid
+//
+// The problem. The floating-point draw is not a sample of Dir(u) but of a
+// discrete distribution whose support depends on u. A Gamma(a, 1) variate
+// is G = d·(1 + c·z)³ (d = a − 1/3, c = 1/√(9d)) of a normal z from
+// math/rand/v2's ziggurat, and outside the ziggurat's tail (|z| > 3.44,
+// probability 5.8·10⁻⁴) z is exactly float64(j)·float64(wn[i]): a 32-bit
+// integer times one of 128 float32 table entries. Inverting G under a
+// candidate shape and checking for such a product identifies the shape:
+// TestSamplerLatticeIdentifiesShape reproduces 100% of 20,000 raw draws from
+// the true shape a and 0.015–0.4% from a + 1 (shapes 1.5 to 6·10⁴), and
+// TestReleaseGridHidesShape does the same to the values the release path
+// returned before rounding, for an attacker who knows the other bin's
+// variate (two bins; concentrated, exact, diffuse, α ≈ 6·10⁴, the average
+// kind): 2000 of 2000 releases explained by a, 0–15 by the neighbouring
+// shape. So one unrounded release distinguishes neighbours with a likelihood
+// ratio of 10²–10⁴ whatever ε was calibrated; without the other variate the
+// search is larger (issue #15 estimates about 2³⁸ candidates per release for
+// an attacker who knows the other bins' counts; not measured here) but the
+// leak is the same. Post-processing
+// does not apply: the analysis is of Dir(u), not of this lattice.
+//
+// The mitigation. Every Release whose draw is floating point — dirichlet in
+// every calibration (exact included), simplex-dirichlet and
+// [SimplexAverage] (the stage's average kind) — ends with [RoundToGrid] at
+// q = [ReleaseGrid](d): probabilities n_i/Q with integers n_i ≥ 0,
+// Σ n_i = Q exactly, |n_i − Q·p_i| < 1 (largest remainder). Q is 10⁴ for
+// d ≤ 100, 10⁵ for d ≤ 1000 and 10⁶ beyond. The release is a deterministic
+// function of the draw, so all an observer learns is the grid cell (the set
+// of draws that round to n) the draw fell in. The mechanisms with exact
+// integer samplers need no grid: the gaussian and laplace baselines'
+// probabilities are ratios of integers (noisy counts), laplace-posterior's
+// posterior_alpha is the public prior plus integers, and ehd/ehds release one
+// of a public finite set of candidates.
+//
+// Why the cell hides the lattice (heuristic, measured; not a proof). Fix
+// every coordinate but one, i; as coordinate i's normal z_i moves, the
+// release moves monotonically, so the cell's fibre along z_i is an interval
+// (a few intervals at most). The sampler's probability of that fibre is a
+// sum over the lattice points of each of the 128 strips in it, with weights
+// (rectangle 1, wedge acceptance, Marsaglia–Tsang acceptance) that vary
+// smoothly: a Riemann sum of the ideal Gamma density, wrong by at most one
+// point per strip per end. So the sampler's cell probability is the ideal
+// one times (1 ± ρ) with ρ of the order of the lattice step over the cell
+// width, plus the deviation of the ziggurat's float32 tables from the
+// normal density. Q must therefore be coarse next to the lattice, for every
+// shape the stage uses, and fine enough for the histograms (a step of at
+// most 1% of the uniform share 1/d up to 10⁴ bins).
+//
+//   - Lattice steps per grid step (TestLatticeStepsPerCell, 20,000 draws
+//     per scenario, the coarsest strip's spacing 1.7·10⁻⁹): at least
+//     3.2·10⁴ in every scenario — d = 2 at α = 1 (the smallest), α = 3.46
+//     (4·10⁵), α = 0.6 through the shape boost (the uniform's 2^-53 grid:
+//     ≥ 9·10⁵), α ≈ 6·10⁴ (8.8·10⁷), d = 100, 1000, 1001 and 10⁴ with one
+//     bin holding a quarter of the mass (the worst case of a bound on the
+//     step: ≥ 5.3·10⁴ at d = 1001, Q = 10⁶), and the average kind (≥ 2.4·10⁵).
+//   - The cell's likelihood ratio itself (TestGridCellLikelihoodRatio: every
+//     lattice point of a cell enumerated, two bins, the second variate known,
+//     shapes a and a + 1): the sampler's ratio is the ideal one times 1 + R
+//     with |R| = 3.3·10⁻⁴ at Q = 10⁸ (≥ 7·10³ points per cell), 3.2·10⁻⁵ at
+//     10⁷, 5·10⁻⁶ at 10⁶ (1.5·10⁻⁴ at 10⁷ for shapes 1.2 and 2.2); at
+//     Q = 10¹¹ (3 points per cell) it is off by a factor 3. |R| falls like
+//     1/Q to a floor near 10⁻⁶ (the tables), so at the stage's grids ρ is
+//     taken as 10⁻⁵, a factor ~10 above the extrapolation. Enumerating a cell
+//     at Q = 10⁴ (~10⁸ points) is too slow for the tests; that value is
+//     extrapolated.
+//
+// What it costs. If every cell's probability is the ideal one's times
+// (1 ± ρ) per coordinate, then for neighbours that change k coordinates
+// (the bins one user's events move) replace those k coordinates' sampler by
+// the ideal Gamma one at a time (the other coordinates are the same in both
+// worlds): the cell probabilities are those of a hybrid with the k
+// coordinates ideal, times (1 ± ρ)^k =: (1 ± ρ′). The hybrid's divergence is
+// at most Σ over the changed coordinates of D_λ(Gamma(u_i) ‖ Gamma(u′_i))
+// (data processing), which is exactly what 000 Theorem 2's bound (its proof
+// drops eq. (20)'s total term, see Appendix A.1) and the exact calibration
+// (exact.go, step (1)) bound; rounding cannot increase it. So
+//
+//	D_λ(released ‖ released′) ≤ RDP(λ) + [λ·log(1+ρ′) − (λ−1)·log(1−ρ′)]/(λ−1),
+//
+// about (2λ−1)/(λ−1)·kρ: 6·10⁻⁵ per release at λ = 2, k = 2, ρ = 10⁻⁵ (0.2%
+// of the per-release 0.025 of the README's example). For the average kind,
+// whose neighbours move all d coordinates and whose guarantee is (ε, δ):
+// P(S) ≤ (1+ρ)^d·(e^ε·P′(S) + δ) gives ε + ≈2dρ and δ·(1 + dρ). These
+// additions are NOT charged to the budget: the accountant composes the
+// ideal mechanisms' curves.
+//
+// What is proven, measured and assumed. Proven (and tested): RoundToGrid's
+// sum and displacement; that the release path rounds every floating-point
+// draw (TestReleaseGrid, and end to end in the pipeline); the hybrid
+// algebra above given the per-cell relation. Measured: the identification
+// before rounding; the lattice steps per grid step; the per-cell ratio for
+// two bins at grids 10⁶–10⁸. Assumed: that the per-cell relation with
+// ρ = 10⁻⁵ holds for every cell at the stage's grids — including cells the
+// enumeration did not reach: d > 2 (the fibre argument is the same, not
+// enumerated), the shape-boost path (steps measured, cells not
+// enumerated), the ziggurat's tail (values from the log of a 2^-53-grid
+// uniform, a finer lattice, not enumerated), and cells where every variate
+// is tiny (where the lattice step in p grows; never observed below
+// 3·10⁴ steps per grid step); and that the float32 tables' deviation from
+// the normal density is as small as the measured floor (~10⁻⁶, not
+// bounded). A failure on a set of cells of small ideal probability τ would
+// add τ to δ after conversion, which is not accounted for.
+//
+// Consequences for users: released probabilities are multiples of 1/Q, and
+// a bin whose share is below about 1/(2Q) can be released as exactly 0 (so
+// a consumer that takes logarithms should floor at, e.g., 1/(2Q); the
+// unrounded draw was > 0). The rounding error, at most 1/Q per bin, is
+// below the mechanisms' own noise except for very concentrated releases.
 //
 // # Gaussian and Laplace baselines
 //

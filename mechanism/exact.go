@@ -338,12 +338,22 @@ func (m *exactMech) RDP(order float64) float64 {
 	return m.rdpAt(order, m.alpha)
 }
 
-// Release writes one draw of Dir(x + α) into out. With a covered spec the
-// counts must be whole numbers (≤ 2^53): the worst-case argument is over
-// integer count vectors.
+// Release writes one draw of Dir(x + α) into out, rounded to the release
+// grid as the other Dirichlet calibrations' (see dirichletMech.Release).
+// With a covered spec the counts must be whole numbers (≤ 2^53): the
+// worst-case argument is over integer count vectors.
 func (m *exactMech) Release(rng *Rand, counts []float64, out []float64) error {
+	if err := m.ReleaseUnrounded(rng, counts, out); err != nil {
+		return err
+	}
+	roundRelease(out)
+	return nil
+}
+
+// ReleaseUnrounded ([Unrounded]) is Release before the rounding.
+func (m *exactMech) ReleaseUnrounded(rng *Rand, counts []float64, out []float64) error {
 	if !m.covered {
-		return m.dirichletMech.Release(rng, counts, out)
+		return m.dirichletMech.ReleaseUnrounded(rng, counts, out)
 	}
 	minC, maxC, err := checkRelease(rng, counts, out, true)
 	if err != nil {

@@ -384,7 +384,7 @@ func TestExactRelease(t *testing.T) {
 	m := mustNew(t, exactSpec(exactCases[0], 2, 1))
 	rng := NewSeededRand(seed(4))
 	out := make([]float64, 4)
-	if err := m.Release(rng, []float64{0, 3, 1e6, 7}, out); err != nil {
+	if err := m.(Unrounded).ReleaseUnrounded(rng, []float64{0, 3, 1e6, 7}, out); err != nil {
 		t.Fatal(err)
 	}
 	sum := 0.0
@@ -397,11 +397,15 @@ func TestExactRelease(t *testing.T) {
 	if math.Abs(sum-1) > 1e-12 {
 		t.Errorf("sum %g", sum)
 	}
+	if err := m.Release(rng, []float64{0, 3, 1e6, 7}, out); err != nil {
+		t.Fatal(err)
+	}
+	checkGrid(t, "exact", out)
 	if err := m.Release(rng, []float64{0, 1.5}, out[:2]); !errors.Is(err, ErrInvalidParameter) {
 		t.Errorf("fractional count: %v", err)
 	}
 	tiny := mustNew(t, exactSpec(exactCases[0], 1.5, 5)) // α < 1: log-space sampler
-	if err := tiny.Release(rng, []float64{0, 0, 2}, out[:3]); err != nil || !(out[0] > 0) {
+	if err := tiny.(Unrounded).ReleaseUnrounded(rng, []float64{0, 0, 2}, out[:3]); err != nil || !(out[0] > 0) {
 		t.Errorf("α = %g: %v %v", tiny.Params().Alpha, err, out[:3])
 	}
 	spec := exactSpec(exactCases[0], 2, 1)

@@ -122,7 +122,10 @@ type Mechanism interface {
 	// Release writes one private normalized histogram of counts into out,
 	// which must have len(counts) ≥ 2 entries. counts must be finite and ≥ 0
 	// (and whole numbers ≤ 2^53 for Gaussian and Laplace). The output is a
-	// point of the simplex: entries ≥ 0 summing to 1 (> 0 for Dirichlet).
+	// point of the simplex: entries ≥ 0 summing to 1 — for the mechanisms
+	// sampled in floating point ([Unrounded]) exactly n_i/Q with Σ n_i = Q,
+	// Q = ReleaseGrid(len(counts)) (see "Release grid" in the package
+	// documentation).
 	// Invalid arguments give a *ParamError and leave out untouched. out may
 	// be counts itself. Release does not allocate.
 	Release(rng *Rand, counts []float64, out []float64) error

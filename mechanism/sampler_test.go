@@ -371,14 +371,22 @@ func TestReleaseOutputs(t *testing.T) {
 				if err := m.Release(rng, counts, out); err != nil {
 					t.Fatal(err)
 				}
-				checkSimplex(t, string(s.Kind), out, s.Kind == Dirichlet)
+				checkSimplex(t, string(s.Kind), out, false)
+				if s.Kind == Dirichlet {
+					// Released on the grid; the draw before it is > 0.
+					checkGrid(t, string(s.Kind), out)
+					if err := m.(Unrounded).ReleaseUnrounded(rng, counts, out); err != nil {
+						t.Fatal(err)
+					}
+					checkSimplex(t, string(s.Kind)+" unrounded", out, true)
+				}
 			}
 			// Aliasing.
 			c := append([]float64(nil), counts...)
 			if err := m.Release(rng, c, c); err != nil {
 				t.Fatal(err)
 			}
-			checkSimplex(t, string(s.Kind)+" aliased", c, s.Kind == Dirichlet)
+			checkSimplex(t, string(s.Kind)+" aliased", c, false)
 		}
 	}
 	v := []float64{0, 0, 0, 0}

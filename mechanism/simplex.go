@@ -334,11 +334,10 @@ func SimplexCalibrate(s SimplexSpec) (SimplexGuarantee, error) {
 
 // simplexMech is the calibrated simplex Dirichlet mechanism.
 type simplexMech struct {
-	spec  Spec // Simplex points to a private copy
-	s     SimplexSpec
-	inW   []bool
-	guar  SimplexGuarantee
-	etaBd float64
+	spec Spec // Simplex points to a private copy
+	s    SimplexSpec
+	inW  []bool
+	guar SimplexGuarantee
 }
 
 func newSimplexDirichlet(spec Spec) (*simplexMech, error) {
@@ -409,15 +408,27 @@ func (m *simplexMech) DP() (epsilon, delta float64) { return m.guar.Epsilon, m.g
 // Guarantee returns the guarantee with its parts.
 func (m *simplexMech) Guarantee() SimplexGuarantee { return m.guar }
 
-// Release writes one draw of Dir(k·p) into out, for p = counts, a
-// probability vector of length Bins in the domain Δ^{(η,η̄)}_{n,W}: every
-// entry finite and > 0, summing to 1 within 1e-9 (it is renormalized), the
-// entries in W ≥ η and their sum ≤ 1 − η̄ (after renormalization). Inputs
-// outside the domain are refused (*ParamError): the guarantee does not
-// cover them. The output is a point of the simplex with entries > 0
-// (2^-1022 floor, as for the Dirichlet mechanism). out may alias counts.
-// Release does not allocate.
+// Release writes one draw of Dir(k·p) into out, for p = counts, rounded to
+// the release grid (ReleaseUnrounded, then RoundToGrid with
+// q = ReleaseGrid(Bins); see dirichletMech.Release for why). out may alias
+// counts. Release does not allocate.
 func (m *simplexMech) Release(rng *Rand, counts []float64, out []float64) error {
+	if err := m.ReleaseUnrounded(rng, counts, out); err != nil {
+		return err
+	}
+	roundRelease(out)
+	return nil
+}
+
+// ReleaseUnrounded ([Unrounded]) writes one draw of Dir(k·p) into out, for
+// p = counts, a probability vector of length Bins in the domain
+// Δ^{(η,η̄)}_{n,W}: every entry finite and > 0, summing to 1 within 1e-9
+// (it is renormalized), the entries in W ≥ η and their sum ≤ 1 − η̄ (after
+// renormalization). Inputs outside the domain are refused (*ParamError):
+// the guarantee does not cover them. The output is a point of the simplex
+// with entries > 0 (2^-1022 floor, as for the Dirichlet mechanism), before
+// the rounding of Release.
+func (m *simplexMech) ReleaseUnrounded(rng *Rand, counts []float64, out []float64) error {
 	if rng == nil {
 		return paramErr("rng", nil, "must not be nil (use NewRand)")
 	}

@@ -44,7 +44,8 @@ func vectorEvent(user string, at time.Time, vec any) kafka.Message {
 // plus malformed vectors (dropped as bad_vector / wrong_type, never
 // averaged). Each release is one draw of Dir(k·p), p = (1 − 3η)·p̄ + η, with
 // k = 10⁶: Var = p_i(1 − p_i)/(k + 1), and the test allows 6σ per
-// coordinate (false-failure rate below 9 × 2·10⁻⁹).
+// coordinate (false-failure rate below 9 × 2·10⁻⁹), plus 1/Q for the
+// rounding of the release to its grid (params.grid).
 func TestEndToEndAverage(t *testing.T) {
 	h := newHarness(t)
 	cfg := h.configExtra("mechanism: gaussian", 1e9, averageHist)
@@ -139,8 +140,8 @@ func TestEndToEndAverage(t *testing.T) {
 		for i, x := range r.Probabilities {
 			p := (1-3*eta)*pbar[i] + eta
 			sd := math.Sqrt(p * (1 - p) / (k + 1))
-			if math.Abs(x-p) > 6*sd {
-				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ = %.2g away", w, interests[i], x, p, pbar[i], 6*sd)
+			if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
+				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", w, interests[i], x, p, pbar[i], tol)
 			}
 		}
 	}

@@ -13,12 +13,18 @@ import (
 // for laplace-posterior, PosteriorAlpha (both from the same private draw):
 // no raw count, no event total.
 type Release struct {
-	ReleaseID     string    `json:"release_id"`
-	Histogram     string    `json:"histogram"`
-	Group         string    `json:"group"`
-	WindowStart   string    `json:"window_start"`
-	WindowEnd     string    `json:"window_end"`
-	Bins          []string  `json:"bins"`
+	ReleaseID   string   `json:"release_id"`
+	Histogram   string   `json:"histogram"`
+	Group       string   `json:"group"`
+	WindowStart string   `json:"window_start"`
+	WindowEnd   string   `json:"window_end"`
+	Bins        []string `json:"bins"`
+	// Probabilities is the private normalized histogram, in bin order.
+	// For the mechanisms sampled in floating point (dirichlet, and the
+	// average kind) every entry is n_i/params.grid for integers n_i ≥ 0
+	// summing to params.grid exactly (so an entry can be 0); for gaussian,
+	// laplace and laplace-posterior it is a ratio of integers (the exact
+	// samplers' noisy counts) and params.grid is omitted.
 	Probabilities []float64 `json:"probabilities"`
 	// PosteriorAlpha (laplace-posterior only; omitted otherwise) is the
 	// released posterior Dir(α̃) over Bins, in bin order:
@@ -61,6 +67,11 @@ type Params struct {
 	Eta   float64 `json:"eta,omitempty"`
 	Users int     `json:"users,omitempty"`
 	Gamma float64 `json:"gamma,omitempty"`
+	// Grid is Q of the release grid (mechanism.ReleaseGrid): Probabilities
+	// are multiples of 1/Q, rounded from the floating-point draw so that
+	// its low-order bits cannot identify the counts. Omitted for the
+	// mechanisms with exact integer samplers.
+	Grid int64 `json:"grid,omitempty"`
 }
 
 // Privacy states what the release cost and what the period has spent.

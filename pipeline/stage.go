@@ -1131,6 +1131,12 @@ func (s *Stage) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts,
 	u.Charge = toLedgerCurve(cp.Charge)
 	buf := make([]float64, len(hist.Bins))
 	out := make([]float64, len(hist.Bins))
+	// A floating-point draw is released rounded by the mechanism itself
+	// (mechanism.Unrounded); say on which grid.
+	var grid int64
+	if _, ok := s.plan.Mechanism.(mechanism.Unrounded); ok {
+		grid = mechanism.ReleaseGrid(len(hist.Bins))
+	}
 	// laplace-posterior: the posterior parameters α̃ and their mean, from one
 	// draw (post-processing of the noisy counts; see Plan).
 	post, _ := cp.Mechanism.(mechanism.PosteriorReleaser)
@@ -1161,7 +1167,7 @@ func (s *Stage) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts,
 			Probabilities:  out,
 			PosteriorAlpha: alpha,
 			Mechanism:      s.cfg.Privacy.Mechanism,
-			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior},
+			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       cp.Mechanism.RDP(order),
@@ -1265,7 +1271,7 @@ func (s *Stage) averageUnit(u *ledger.Unit, i int, aw *aggregate.AverageWindow, 
 		Bins:          hist.Bins,
 		Probabilities: out,
 		Mechanism:     MechanismSimplexAverage,
-		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma},
+		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
 		Privacy: Privacy{
 			ChargeID:       ReleaseID(hist.Name, "", w),
 			ReleaseEpsilon: ap.Epsilon,
