@@ -1134,7 +1134,7 @@ func (s *Stage) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts,
 	// A floating-point draw is released rounded by the mechanism itself
 	// (mechanism.Unrounded); say on which grid.
 	var grid int64
-	if _, ok := s.plan.Mechanism.(mechanism.Unrounded); ok {
+	if _, ok := cp.Mechanism.(mechanism.Unrounded); ok {
 		grid = mechanism.ReleaseGrid(len(hist.Bins))
 	}
 	// laplace-posterior: the posterior parameters α̃ and their mean, from one
