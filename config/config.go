@@ -42,15 +42,32 @@ type Kafka struct {
 	// a demo: `stage run` prints the address either way. Default 0: a free
 	// port chosen at start. Ignored with external brokers.
 	EmbeddedPort int `yaml:"embedded_port"`
-	// SessionTimeout of the consumer group: how long the broker waits for a
-	// silent member (a crashed stage) before handing its partitions to a
-	// standby. Default 10s.
+	// SessionTimeout of the consumer group: how long the broker keeps a
+	// silent member (a crashed stage) in the group. Default 10s.
 	SessionTimeout Duration `yaml:"session_timeout"`
+	// RebalanceTimeout is how long a rebalance waits for the group's members
+	// to rejoin; a member that does not (a crashed stage whose session has
+	// not expired yet) is dropped when it runs out. Takeover after a crash
+	// costs at most the state.dir lock poll (1s) + start-up + 2 ×
+	// RebalanceTimeout (see [Kafka.Rebalance]). Default 0: half the session
+	// timeout, so takeover stays within one session timeout (+1s).
+	RebalanceTimeout Duration `yaml:"rebalance_timeout"`
 	// TLS secures the connection to external brokers. Off by default.
 	TLS TLS `yaml:"tls"`
 	// SASL authenticates to external brokers. Off by default (no mechanism,
 	// no username, no password).
 	SASL SASL `yaml:"sasl"`
+}
+
+// Rebalance returns the effective rebalance timeout: RebalanceTimeout, or
+// half of SessionTimeout when it is zero. Half keeps a member that rejoins
+// within its session even on brokers (the embedded one) that keep its
+// session clock running while it waits in a rebalance.
+func (k Kafka) Rebalance() Duration {
+	if k.RebalanceTimeout > 0 {
+		return k.RebalanceTimeout
+	}
+	return k.SessionTimeout / 2
 }
 
 // TLS configures transport security towards the brokers. Every setting but

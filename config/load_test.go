@@ -26,14 +26,15 @@ func TestFullConfig(t *testing.T) {
 	}
 	want := Config{
 		Kafka: Kafka{
-			Brokers:         []string{"kafka-1.internal:9093", "kafka-2.internal:9093"},
-			GroupID:         "dp-stage-prod",
-			InputTopic:      "page-views",
-			OutputTopic:     "private-page-views",
-			DeadLetterTopic: "page-views-dlq",
-			InputPartitions: 12,
-			EmbeddedPort:    19093,
-			SessionTimeout:  Duration(15 * time.Second),
+			Brokers:          []string{"kafka-1.internal:9093", "kafka-2.internal:9093"},
+			GroupID:          "dp-stage-prod",
+			InputTopic:       "page-views",
+			OutputTopic:      "private-page-views",
+			DeadLetterTopic:  "page-views-dlq",
+			InputPartitions:  12,
+			EmbeddedPort:     19093,
+			SessionTimeout:   Duration(15 * time.Second),
+			RebalanceTimeout: Duration(6 * time.Second),
 			TLS: TLS{
 				Enabled:    true,
 				CAFile:     dir + "/ca.pem",

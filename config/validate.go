@@ -192,6 +192,11 @@ func (k *checker) kafka() {
 	if kc.SessionTimeout < Duration(500*time.Millisecond) {
 		k.add("kafka.session_timeout", "must be at least 500ms")
 	}
+	if kc.RebalanceTimeout < 0 || kc.RebalanceTimeout > 0 && kc.RebalanceTimeout < Duration(250*time.Millisecond) {
+		k.add("kafka.rebalance_timeout", "must be at least 250ms (or 0: half of kafka.session_timeout)")
+	} else if kc.RebalanceTimeout > kc.SessionTimeout {
+		k.add("kafka.rebalance_timeout", "must not exceed kafka.session_timeout")
+	}
 	k.tls()
 	k.sasl()
 }

@@ -63,6 +63,9 @@ func TestValidateRules(t *testing.T) {
 		{"input partitions", func(c *Config) { c.Kafka.InputPartitions = 0 }, "kafka.input_partitions", "at least 1"},
 		{"embedded port too large", func(c *Config) { c.Kafka.EmbeddedPort = 65536 }, "kafka.embedded_port", "from 1 to 65535"},
 		{"embedded port negative", func(c *Config) { c.Kafka.EmbeddedPort = -1 }, "kafka.embedded_port", "or 0 for a free one"},
+		{"rebalance timeout too short", func(c *Config) { c.Kafka.RebalanceTimeout = Duration(100 * time.Millisecond) }, "kafka.rebalance_timeout", "at least 250ms"},
+		{"rebalance timeout negative", func(c *Config) { c.Kafka.RebalanceTimeout = Duration(-time.Second) }, "kafka.rebalance_timeout", "at least 250ms"},
+		{"rebalance timeout over session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout + 1 }, "kafka.rebalance_timeout", "must not exceed kafka.session_timeout"},
 		// kafka.tls
 		{"tls ca file missing", func(c *Config) { c.Kafka.TLS = TLS{Enabled: true, CAFile: missing} }, "kafka.tls.ca_file", "cannot read"},
 		{"tls ca file a directory", func(c *Config) { c.Kafka.TLS = TLS{Enabled: true, CAFile: tlsDir} }, "kafka.tls.ca_file", "is a directory"},
@@ -219,6 +222,8 @@ func TestValidateAccepts(t *testing.T) {
 		{"delta just under 1/expected users", func(c *Config) { c.Privacy.ExpectedUsers = 999_999 }},
 		{"embedded port", func(c *Config) { c.Kafka.Brokers, c.Kafka.EmbeddedPort = nil, 65535 }},
 		{"http off", func(c *Config) { c.HTTP.Address = "" }},
+		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
+		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},
 		{"http localhost", func(c *Config) { c.HTTP.Address = "localhost:9000" }},
 		{"http remote allowed", func(c *Config) { c.HTTP = HTTP{Address: ":8080", AllowRemote: true} }},
@@ -299,5 +304,22 @@ privacy:
 	h := cfg.Histograms[0]
 	if !h.IsAverage() || h.Average.Eta != 0.1/12 || h.Average.Delta != 0 {
 		t.Errorf("average defaults: kind %q eta %g delta %g, want average, 0.1/12, 0", h.Kind, h.Average.Eta, h.Average.Delta)
+	}
+}
+
+// Kafka.Rebalance is rebalance_timeout when set, else half the session
+// timeout (the takeover bound in pipeline/group.go relies on it).
+func TestKafkaRebalance(t *testing.T) {
+	for _, tc := range []struct {
+		session, rebalance, want time.Duration
+	}{
+		{10 * time.Second, 0, 5 * time.Second},
+		{time.Second, 0, 500 * time.Millisecond},
+		{10 * time.Second, 3 * time.Second, 3 * time.Second},
+	} {
+		k := Kafka{SessionTimeout: Duration(tc.session), RebalanceTimeout: Duration(tc.rebalance)}
+		if got := k.Rebalance().D(); got != tc.want {
+			t.Errorf("session %v, rebalance_timeout %v: Rebalance() = %v, want %v", tc.session, tc.rebalance, got, tc.want)
+		}
 	}
 }

@@ -386,7 +386,18 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		}
 		return err
 	}
-	defer cg.Close()
+	// On a stop the group is closed (and left) within what remains of the
+	// drain timeout, counted from the stop: kafka-go's Close alone may wait
+	// out a JoinGroup in flight (group.go).
+	var stoppedAt atomic.Int64
+	context.AfterFunc(ctx, func() { stoppedAt.Store(time.Now().UnixNano()) })
+	defer func() {
+		limit := s.drain
+		if t := stoppedAt.Load(); t != 0 {
+			limit -= time.Since(time.Unix(0, t))
+		}
+		s.closeGroup(cg, limit)
+	}()
 
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
@@ -401,8 +412,9 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		}
 	}()
 
+	standbys := 0 // standby generations in a row
 	for {
-		gen, err := cg.Next(ctx)
+		gen, err := cg.cg.Next(ctx)
 		if ctx.Err() != nil {
 			s.logProgress()
 			return nil
@@ -411,40 +423,63 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 			if errors.Is(err, kafka.ErrGroupClosed) {
 				return nil
 			}
+			// kafka-go paces its retries itself: the next JoinGroup after
+			// RebalanceInProgress waits in the broker, any other error
+			// backs off JoinGroupBackoff. Waiting here as well would only
+			// leave this member out of a rebalance in progress.
 			s.log.Warn("consumer group: waiting for next generation", zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-			}
 			continue
 		}
-		s.runGeneration(ctx, gen)
+		cg.member = gen.MemberID
+		switch s.runGeneration(ctx, gen, standbyWait(standbys, s.cfg.Kafka.SessionTimeout.D())) {
+		case generationDone:
+			standbys = 0
+		case generationStandby:
+		case generationRejoin:
+			standbys++
+			s.closeGroup(cg, rejoinCloseLimit)
+			next, err := s.newConsumerGroup(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			cg = next
+		}
 	}
 }
 
+// rejoinCloseLimit bounds closing the group before a standby rejoins.
+const rejoinCloseLimit = 5 * time.Second
+
 // newConsumerGroup joins the group, retrying with backoff while the broker is
-// unreachable.
-func (s *Stage) newConsumerGroup(ctx context.Context) (*kafka.ConsumerGroup, error) {
+// unreachable. Its coordinator connections are tracked so that closeGroup
+// can cut a request in flight. The rebalance timeout is
+// kafka.rebalance_timeout (default half the session timeout): how long a
+// rebalance waits for a crashed member before dropping it, which bounds
+// takeover (group.go).
+func (s *Stage) newConsumerGroup(ctx context.Context) (*memberGroup, error) {
 	backoff := 200 * time.Millisecond
 	for {
+		conns := &groupConns{}
 		cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 			ID:                    s.cfg.Kafka.GroupID,
 			Brokers:               s.brokers,
-			Dialer:                s.dialer,
+			Dialer:                conns.dialer(s.dialer),
 			Topics:                []string{s.cfg.Kafka.InputTopic},
 			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{}},
 			StartOffset:           kafka.FirstOffset,
 			HeartbeatInterval:     max(s.cfg.Kafka.SessionTimeout.D()/5, 100*time.Millisecond),
 			SessionTimeout:        s.cfg.Kafka.SessionTimeout.D(),
-			RebalanceTimeout:      max(s.cfg.Kafka.SessionTimeout.D(), 2*time.Second),
+			RebalanceTimeout:      s.cfg.Kafka.Rebalance().D(),
 			JoinGroupBackoff:      time.Second,
 			WatchPartitionChanges: true,
 			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 		})
 		if err == nil {
 			s.ready.connected.Store(true)
-			return cg, nil
+			return &memberGroup{cg: cg, conns: conns}, nil
 		}
 		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", backoff))
 		select {
@@ -475,27 +510,19 @@ type session struct {
 	next int64
 }
 
-func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
+// runGeneration runs one generation: as the owner of the input partitions
+// until the generation or ctx ends, or, assigned nothing, as a standby
+// (group.go) that rejoins after standbyWait.
+func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standbyWait time.Duration) generationEnd {
 	topic := s.cfg.Kafka.InputTopic
 	assigns := gen.Assignments[topic]
 	if len(assigns) == 0 {
-		s.log.Info("standby: another instance owns the input partitions", zap.Int32("generation", gen.ID))
-		var wg sync.WaitGroup
-		wg.Add(1)
-		gen.Start(func(gctx context.Context) {
-			defer wg.Done()
-			select {
-			case <-gctx.Done():
-			case <-ctx.Done():
-			}
-		})
-		wg.Wait()
-		return
+		return s.standby(ctx, gen, standbyWait)
 	}
 	agg, err := aggregate.New(aggregate.SpecFromConfig(s.cfg))
 	if err != nil {
 		s.fail(fmt.Errorf("build aggregator: %w", err))
-		return
+		return generationDone
 	}
 	sess := &session{
 		gen:      gen,
@@ -506,7 +533,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	if hs := aggregate.AverageHistsFromConfig(s.cfg); len(hs) > 0 {
 		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
 			s.fail(fmt.Errorf("build averager: %w", err))
-			return
+			return generationDone
 		}
 	}
 	for _, a := range assigns {
@@ -523,14 +550,14 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	next, err := s.resumeWindow()
 	if err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
-		return
+		return generationDone
 	}
 	sess.next = next
 	if err := s.checkContinuity(ctx); err != nil {
 		// A standby with its own empty state.dir taking over after the
 		// active instance published: stop rather than release again.
 		s.fail(err)
-		return
+		return generationDone
 	}
 	s.log.Info("assigned partitions", zap.Int32("generation", gen.ID), zap.Ints("partitions", sess.parts))
 	s.ready.assigned.Store(true)
@@ -563,6 +590,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		sess.avg.Reset()
 	}
 	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
+	return generationDone
 }
 
 // resumeWindow is the first window a new session may count into: the

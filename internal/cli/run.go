@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -157,7 +158,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	logPlan(log, cfg, st.Plan())
 
 	if cfg.Generator.Enabled {
-		gen, err := newGenerator(cfg)
+		gen, err := newGenerator(cfg, generator.Config{})
 		if err != nil {
 			return err
 		}
@@ -215,12 +216,16 @@ func embeddedTopics(cfg *config.Config) map[string]int {
 	return t
 }
 
-func newGenerator(cfg *config.Config) (*generator.Generator, error) {
+// newGenerator builds the configured generator; extra supplies OnError and
+// GiveUpAfter.
+func newGenerator(cfg *config.Config, extra generator.Config) (*generator.Generator, error) {
 	return generator.New(generator.Config{
 		Users:           cfg.Generator.Users,
 		EventsPerSecond: cfg.Generator.EventsPerSecond,
 		TimeScale:       cfg.Generator.TimeScale,
 		Seed:            uint64(time.Now().UnixNano()),
+		OnError:         extra.OnError,
+		GiveUpAfter:     extra.GiveUpAfter,
 	})
 }
 
@@ -268,18 +273,33 @@ func Generate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stage generate: %v\n", err)
 		return 2
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return generate(ctx, cfg, log, stderr)
+}
+
+// generate runs `stage generate` until ctx ends; it returns the exit code.
+func generate(ctx context.Context, cfg *config.Config, log *zap.Logger, stderr io.Writer) int {
 	_, transport, err := kafkaSecurity(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "stage generate: %v\n", err)
 		return 2
 	}
-	gen, err := newGenerator(cfg)
+	gen, err := newGenerator(cfg, generator.Config{
+		OnError:     func(err error) { log.Warn("write failed; retrying", zap.Error(err)) },
+		GiveUpAfter: generateGiveUp,
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "stage generate: %v\n", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if err := checkInputTopic(ctx, cfg.Kafka.Brokers, cfg.Kafka.InputTopic, transport, generateGiveUp); err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		log.Error("cannot generate", zap.Error(err))
+		return 1
+	}
 	w := inputWriter(cfg.Kafka.Brokers, cfg.Kafka.InputTopic, transport)
 	defer w.Close()
 	log.Info("generating synthetic events", zap.Strings("brokers", cfg.Kafka.Brokers), zap.String("topic", cfg.Kafka.InputTopic))
@@ -288,6 +308,52 @@ func Generate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// generateGiveUp bounds how long `stage generate` waits for the brokers
+// and retries writes that keep failing before it exits with an error.
+const generateGiveUp = 30 * time.Second
+
+// checkInputTopic fails when topic does not exist (the writer does not
+// create topics: it would retry forever) or the brokers cannot be reached
+// within giveUp.
+func checkInputTopic(ctx context.Context, brokers []string, topic string, transport *kafka.Transport, giveUp time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, giveUp)
+	defer cancel()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	if transport != nil {
+		c.Transport = transport
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		if err == nil {
+			for _, t := range md.Topics {
+				if t.Name != topic {
+					continue
+				}
+				if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+					return fmt.Errorf("input topic %q does not exist on %v: create it (or set kafka.input_topic to one that exists)", topic, brokers)
+				}
+				if t.Error != nil {
+					return fmt.Errorf("input topic %q: %w", topic, t.Error)
+				}
+				if len(t.Partitions) == 0 {
+					return fmt.Errorf("input topic %q has no partitions", topic)
+				}
+				return nil
+			}
+			return fmt.Errorf("input topic %q does not exist on %v: create it (or set kafka.input_topic to one that exists)", topic, brokers)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("cannot reach the brokers %v within %v: %w", brokers, giveUp, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // inputWriter writes synthetic events, keyed by user (one user, one

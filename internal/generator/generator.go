@@ -97,8 +97,14 @@ type Config struct {
 	// EventsPerSecond/20 (one batch per 50 ms), at least 1, at most 1000.
 	BatchSize int
 	// OnError, if set, is told about every failed write; Run retries the
-	// same batch with backoff until it succeeds or the context ends.
+	// same batch with backoff until it succeeds, the context ends or
+	// GiveUpAfter has passed.
 	OnError func(error)
+	// GiveUpAfter, when positive, makes Run return an error once writes
+	// have failed for this long without one succeeding (a topic that does
+	// not exist or cannot be written). Default 0: retry until the context
+	// ends (the broker may come back).
+	GiveUpAfter time.Duration
 }
 
 // Writer is what Run writes to; a *kafka.Writer fits.
@@ -170,6 +176,9 @@ func New(cfg Config) (*Generator, error) {
 	}
 	if cfg.BatchSize < 0 {
 		errs = append(errs, fmt.Errorf("batch size must not be negative, got %d", cfg.BatchSize))
+	}
+	if cfg.GiveUpAfter < 0 {
+		errs = append(errs, fmt.Errorf("give-up time must not be negative, got %v", cfg.GiveUpAfter))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("generator: %w", err)
@@ -311,7 +320,8 @@ func (g *Generator) Fill(buf [][]byte, n int) [][]byte {
 // is always a prefix of the deterministic one: after Run, Truth(Written())
 // describes exactly what the writer accepted (a writer that retries
 // internally may still have stored a batch twice). Run returns nil when the
-// context ends or the limit is reached.
+// context ends or the limit is reached, and an error when writes kept
+// failing for GiveUpAfter.
 func (g *Generator) Run(ctx context.Context, w Writer) error {
 	return g.RunFrom(ctx, w, 0)
 }
@@ -353,33 +363,38 @@ func (g *Generator) RunFrom(ctx context.Context, w Writer, first int64) error {
 		for i := next; i < due && len(msgs) < g.cfg.BatchSize; i++ {
 			msgs = append(msgs, g.Message(i))
 		}
-		if !g.write(ctx, w, msgs) {
-			return nil
+		if ok, err := g.write(ctx, w, msgs); !ok {
+			return err
 		}
 		next += int64(len(msgs))
 		g.written.Store(next)
 	}
 }
 
-// write writes msgs until it succeeds (true) or ctx ends (false).
-func (g *Generator) write(ctx context.Context, w Writer, msgs []kafka.Message) bool {
+// write writes msgs until it succeeds (true), ctx ends (false, nil) or
+// writes have failed for GiveUpAfter (false, the last error).
+func (g *Generator) write(ctx context.Context, w Writer, msgs []kafka.Message) (bool, error) {
 	backoff := 50 * time.Millisecond
+	began := time.Now()
 	for {
 		err := w.WriteMessages(ctx, msgs...)
 		if err == nil {
-			return true
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return false
+			return false, nil
 		}
 		if g.cfg.OnError != nil {
 			g.cfg.OnError(err)
+		}
+		if g.cfg.GiveUpAfter > 0 && time.Since(began) >= g.cfg.GiveUpAfter {
+			return false, fmt.Errorf("generator: writes failing for %v: %w", time.Since(began).Round(time.Millisecond), err)
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return false, nil
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)

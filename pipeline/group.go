@@ -1,0 +1,282 @@
+package pipeline
+
+// Joining, leaving and standing by in the consumer group, with bounded
+// waits. kafka-go's ConsumerGroup does not take a context: Close waits for
+// whatever group request is in flight, and a JoinGroup may block for the
+// client timeout plus the rebalance timeout (longer when the broker never
+// answers it: the embedded broker drops a member whose session runs out
+// while it waits in a rebalance, without replying). So the stage
+//
+//   - dials the group's coordinator connections through a dialer that
+//     remembers them, and on close cuts the ones in flight (interrupting a
+//     JoinGroup or SyncGroup) instead of waiting them out;
+//   - waits for Close at most as long as the caller allows, and leaves the
+//     group itself (LeaveGroup for the last member ID it had), so the next
+//     instance's rebalance does not wait for this member;
+//   - treats a generation in which it is assigned nothing as a sign that the
+//     owner is dead: every live instance sharing state.dir holds the
+//     ledger's lock while it is in the group, so another member that owns
+//     the partitions is a crashed instance whose membership has not expired
+//     (or one with another state.dir, which is unsupported). It rejoins as a
+//     new member: the rebalance that follows drops every member that does
+//     not rejoin within the rebalance timeout.
+//
+// Takeover after a crash, for an instance waiting on state.dir's lock:
+//
+//	lock poll (≤ 1s) + start-up + rebalance (≤ R: the dead member does not
+//	rejoin and is dropped) [+ one standby rejoin (≤ R) when a dead member
+//	that was mid-join when it died is kept in the generation and wins it]
+//
+// so at most 1s + start-up + 2R, with R = kafka.rebalance_timeout (default
+// half of kafka.session_timeout, making it one session timeout + 1s).
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+)
+
+// groupConns tracks the open coordinator connections of one ConsumerGroup.
+type groupConns struct {
+	mu     sync.Mutex // guards conns and closed
+	conns  map[*trackedConn]struct{}
+	closed bool // no more dials: the group is being closed
+}
+
+// errGroupClosing refuses dials once the group is being closed.
+var errGroupClosing = errors.New("pipeline: consumer group closing")
+
+type trackedConn struct {
+	net.Conn
+	set  *groupConns
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.set.mu.Lock()
+		delete(c.set.conns, c)
+		c.set.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// dialer returns a copy of base (kafka.DefaultDialer when nil) whose
+// connections are tracked. TLS and SASL still apply: they wrap the tracked
+// TCP connection.
+func (g *groupConns) dialer(base *kafka.Dialer) *kafka.Dialer {
+	if base == nil {
+		base = kafka.DefaultDialer
+	}
+	d := *base
+	dial := base.DialFunc
+	if dial == nil {
+		// kafka-go's own default dial, less the DualStack flag (a no-op
+		// since Go 1.12: fast fallback is on unless FallbackDelay < 0).
+		dial = (&net.Dialer{
+			LocalAddr:     base.LocalAddr,
+			FallbackDelay: base.FallbackDelay,
+			KeepAlive:     base.KeepAlive,
+		}).DialContext
+	}
+	d.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := dial(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, set: g}
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			_ = c.Close()
+			return nil, errGroupClosing
+		}
+		if g.conns == nil {
+			g.conns = make(map[*trackedConn]struct{})
+		}
+		g.conns[tc] = struct{}{}
+		g.mu.Unlock()
+		return tc, nil
+	}
+	return &d
+}
+
+// close closes every connection and refuses new dials: a request in flight
+// fails at once, and kafka-go's run loop, which may start a new JoinGroup
+// right after a generation ends, cannot block in one. (kafka-go's own
+// LeaveGroup fails with it; closeGroup sends its own.)
+func (g *groupConns) close() {
+	g.mu.Lock()
+	g.closed = true
+	open := make([]*trackedConn, 0, len(g.conns))
+	for c := range g.conns {
+		open = append(open, c)
+	}
+	g.mu.Unlock()
+	for _, c := range open {
+		_ = c.Close()
+	}
+}
+
+// memberGroup is a ConsumerGroup with its tracked connections and the member
+// ID of its latest generation.
+type memberGroup struct {
+	cg     *kafka.ConsumerGroup
+	conns  *groupConns
+	member string
+}
+
+// closeGroup closes g within limit: it ends the current generation, cuts a
+// JoinGroup or SyncGroup in flight, and leaves the group with the member ID
+// of the last generation. Past limit it gives up and logs. A member that
+// could not leave (or whose ID changed in a join cut short) is dropped by
+// the next rebalance (≤ the rebalance timeout) or when its session expires.
+func (s *Stage) closeGroup(g *memberGroup, limit time.Duration) {
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() { // owner: closeGroup, which waits for it up to limit
+		_ = g.cg.Close()
+		close(closed)
+	}()
+	g.conns.close()
+	timer := time.NewTimer(max(limit, 0))
+	defer timer.Stop()
+	select {
+	case <-closed:
+	case <-timer.C:
+		s.log.Warn("consumer group: close did not finish in time; exiting without waiting for it", zap.Duration("limit", limit))
+		return
+	}
+	if g.member == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(limit-time.Since(start), 0))
+	defer cancel()
+	if err := s.leaveGroup(ctx, g.member); err != nil {
+		s.log.Debug("consumer group: leave", zap.String("member", g.member), zap.Error(err))
+	}
+}
+
+// leaveGroup asks the coordinator to drop member from the group. Leaving a
+// member that already left is harmless (UNKNOWN_MEMBER_ID).
+func (s *Stage) leaveGroup(ctx context.Context, member string) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	if s.transport != nil {
+		c.Transport = s.transport
+	}
+	res, err := c.LeaveGroup(ctx, &kafka.LeaveGroupRequest{
+		GroupID: s.cfg.Kafka.GroupID,
+		Members: []kafka.LeaveGroupRequestMember{{ID: member}},
+	})
+	if err != nil {
+		return err
+	}
+	if res.Error != nil {
+		return res.Error
+	}
+	for _, m := range res.Members {
+		if m.Error != nil && !errors.Is(m.Error, kafka.UnknownMemberId) {
+			return m.Error
+		}
+	}
+	return nil
+}
+
+// standbyWait is how long a standby generation (no partitions assigned)
+// waits before rejoining as a new member, for the k-th standby generation in
+// a row (k from 0): at once the first time — the owner is a dead member
+// (see the file comment) — then, if the owner came back, which only a live
+// instance with another state.dir does, one session timeout doubling up to
+// a minute, so such a misconfiguration does not rebalance the group
+// continually.
+func standbyWait(k int, session time.Duration) time.Duration {
+	if k == 0 {
+		return 0
+	}
+	w := session
+	for i := 1; i < k && w < time.Minute; i++ {
+		w *= 2
+	}
+	return min(w, time.Minute)
+}
+
+// inputPartitions returns the number of partitions of the input topic (0
+// when it does not exist).
+func (s *Stage) inputPartitions(ctx context.Context) (int, error) {
+	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
+	if s.transport != nil {
+		c.Transport = s.transport
+	}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.cfg.Kafka.InputTopic}})
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range md.Topics {
+		if t.Name == s.cfg.Kafka.InputTopic && t.Error == nil {
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, nil
+}
+
+// generationEnd says how a generation ended, for Run.
+type generationEnd int
+
+const (
+	generationDone    generationEnd = iota // this member owned the partitions
+	generationStandby                      // no partitions; the broker ended the generation (or a stop)
+	generationRejoin                       // no partitions for standbyWait: rejoin as a new member
+)
+
+// standby sits out a generation that assigned this member nothing: until
+// the generation ends, ctx ends, or wait has passed (generationRejoin). A
+// negative wait never rejoins. When the input topic has no partitions there
+// is nothing to own: it waits for the generation to end (kafka-go's
+// partition watcher ends it when partitions appear).
+func (s *Stage) standby(ctx context.Context, gen *kafka.Generation, wait time.Duration) generationEnd {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	n, err := s.inputPartitions(pctx)
+	cancel()
+	switch {
+	case err == nil && n == 0:
+		s.log.Warn("the input topic has no partitions: waiting for them", zap.String("topic", s.cfg.Kafka.InputTopic), zap.Int32("generation", gen.ID))
+		wait = -1
+	case wait == 0:
+		// The usual case: a crashed instance is still a member.
+		s.log.Info("standby: another member owns the input partitions; this instance holds state.dir, so that member is a crashed instance: rejoining to drop it",
+			zap.Int32("generation", gen.ID))
+	default:
+		s.log.Warn("standby again: another member owns the input partitions while this instance holds state.dir; an instance with another state.dir? rejoining later",
+			zap.Int32("generation", gen.ID), zap.Duration("wait", wait))
+	}
+	if wait == 0 {
+		return generationRejoin
+	}
+	var after <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		after = t.C
+	}
+	out := generationStandby
+	done := make(chan struct{})
+	gen.Start(func(gctx context.Context) {
+		defer close(done)
+		select {
+		case <-gctx.Done():
+		case <-ctx.Done():
+		case <-after:
+			out = generationRejoin
+		}
+	})
+	<-done
+	return out
+}
