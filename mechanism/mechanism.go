@@ -48,6 +48,11 @@ const (
 	// back to Concentrated where the worst-case argument does not apply
 	// (exact.go).
 	Exact Calibration = "exact"
+	// Optimal: the (r, α) on 000 Corollary 3's frontier at (λ, ε) — on the
+	// exact frontier where Exact's argument applies — that minimizes the
+	// expected ℓ2 error of one release at Spec.ExpectedEvents events over
+	// Spec.Bins bins (optimal.go).
+	Optimal Calibration = "optimal"
 )
 
 // Sensitivity bounds how much one privacy unit can change the count vector
@@ -74,11 +79,23 @@ type Spec struct {
 	// the Exact calibration uses it (exact.go). Empty: any pair within the
 	// sensitivities.
 	Neighbour Neighbour
+	// ExpectedEvents (N) and Bins (d) are the public planning figures the
+	// Optimal calibration minimizes its error model at: the events one
+	// release typically counts and the number of bins. Optimal only.
+	ExpectedEvents float64
+	Bins           int
 	// Simplex configures the simplex-dirichlet kind (nil for other kinds).
 	Simplex *SimplexSpec
 	// Posterior configures the laplace-posterior, ehd and ehds kinds (nil
 	// for other kinds).
 	Posterior *PosteriorSpec
+}
+
+// ErrorModel is implemented by mechanisms that state the error their
+// calibration expects (the Optimal calibration): the root-mean-square ℓ2
+// error of one release at Spec.ExpectedEvents (see DirichletExpectedError).
+type ErrorModel interface {
+	ExpectedError() float64
 }
 
 // Params are the calibrated noise parameters. Only the fields of the

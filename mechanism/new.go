@@ -17,7 +17,8 @@ package mechanism
 //     numbers; fractional parts are dropped).
 //   - Neighbour is empty, Replace or AddRemove (only Exact uses it).
 //   - Calibration is empty (meaning Concentrated), Concentrated, ClosedForm,
-//     Diffuse or Exact. Gaussian and Laplace ignore it (a known value is accepted so
+//     Diffuse, Exact or Optimal (which needs ExpectedEvents > 0 and Bins ≥ 2;
+//     other calibrations refuse them). Gaussian and Laplace ignore it (a known value is accepted so
 //     that a configuration-wide default does not break them) and their Spec()
 //     reports it empty.
 //   - LowerBound is finite and ≥ 0, and may be non-zero only with the Diffuse
@@ -44,9 +45,22 @@ func New(spec Spec) (Mechanism, error) {
 		return nil, paramErr("kind", string(spec.Kind), `must be one of "dirichlet", "gaussian", "laplace", "simplex-dirichlet", "laplace-posterior", "ehd", "ehds"`)
 	}
 	switch spec.Calibration {
-	case "", Concentrated, ClosedForm, Diffuse, Exact:
+	case "", Concentrated, ClosedForm, Diffuse, Exact, Optimal:
 	default:
-		return nil, paramErr("calibration", string(spec.Calibration), `must be one of "concentrated", "closed-form", "diffuse", "exact" (or empty for concentrated)`)
+		return nil, paramErr("calibration", string(spec.Calibration), `must be one of "concentrated", "closed-form", "diffuse", "exact", "optimal" (or empty for concentrated)`)
+	}
+	if spec.Kind == Dirichlet && spec.Calibration == Optimal {
+		if err := checkFinitePositive("expected_events", spec.ExpectedEvents); err != nil {
+			return nil, err
+		}
+		if spec.Bins < 2 {
+			return nil, paramErr("bins", float64(spec.Bins), "must be >= 2 for the optimal calibration (its error model is over the bins)")
+		}
+	} else if spec.ExpectedEvents != 0 || spec.Bins != 0 {
+		if spec.Kind == Dirichlet {
+			return nil, paramErr("expected_events", spec.ExpectedEvents, "and bins are used by the optimal calibration only")
+		}
+		spec.ExpectedEvents, spec.Bins = 0, 0 // a config-wide planning figure does not break Gaussian/Laplace
 	}
 	switch spec.Neighbour {
 	case AnyNeighbour, Replace, AddRemove:
@@ -84,6 +98,9 @@ func New(spec Spec) (Mechanism, error) {
 		}
 		if spec.Calibration == Exact {
 			return newExact(spec)
+		}
+		if spec.Calibration == Optimal {
+			return newOptimal(spec)
 		}
 		return asMechanism(newDirichlet(spec))
 	case Gaussian:
