@@ -232,12 +232,22 @@ func (m *optimalMech) RDP(order float64) float64 {
 // averaged over the flat prior (see DirichletExpectedError).
 func (m *optimalMech) ExpectedError() float64 { return math.Sqrt(m.mse) }
 
-// Release writes one draw of Dir(r·x + α) into out. On the exact frontier
+// Release writes one draw of Dir(r·x + α) into out, rounded to the release
+// grid (grid.go) like every floating-point release. On the exact frontier
 // the counts must be whole numbers (≤ 2^53): the worst-case argument is over
 // integer count vectors.
 func (m *optimalMech) Release(rng *Rand, counts []float64, out []float64) error {
+	if err := m.ReleaseUnrounded(rng, counts, out); err != nil {
+		return err
+	}
+	roundRelease(out)
+	return nil
+}
+
+// ReleaseUnrounded ([Unrounded]) is Release before the rounding.
+func (m *optimalMech) ReleaseUnrounded(rng *Rand, counts []float64, out []float64) error {
 	if !m.exact {
-		return m.dirichletMech.Release(rng, counts, out)
+		return m.dirichletMech.ReleaseUnrounded(rng, counts, out)
 	}
 	minC, maxC, err := checkRelease(rng, counts, out, true)
 	if err != nil {

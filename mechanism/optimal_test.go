@@ -294,3 +294,30 @@ func TestOptimalSpecErrors(t *testing.T) {
 		t.Errorf("gaussian with a config-wide optimal calibration: %v", err)
 	}
 }
+
+// Every optimal release is on the release grid (both frontiers), like every
+// floating-point release (grid.go).
+func TestOptimalReleasesOnGrid(t *testing.T) {
+	rng := NewSeededRand([32]byte{9})
+	for _, sens := range []Sensitivity{unitReplace, {L1: 4, L2Sq: 8, LInf: 2}} {
+		m, err := New(optimalSpec(0.01, 1000, 5, sens, Replace))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.(Unrounded); !ok {
+			t.Fatalf("%T does not expose its unrounded draw", m)
+		}
+		out := make([]float64, 5)
+		q := float64(ReleaseGrid(5))
+		for i := 0; i < 200; i++ {
+			if err := m.Release(rng, []float64{300, 200, 100, 0, 400}, out); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range out {
+				if n := p * q; math.Abs(n-math.Round(n)) > 1e-6 {
+					t.Fatalf("release %v is not on the grid 1/%v", out, q)
+				}
+			}
+		}
+	}
+}
