@@ -218,16 +218,13 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 // entries over all slots (cur: scratch of at least l.slots ints).
 func (a *Aggregator) countSelected(l *histLayout, r []uint64, cur []int, counts []int64) {
 	m := a.m
-	add := func(e uint64) {
-		g, b := entryCell(e, l.binBits)
-		counts[l.cellOff+g*l.nBins+b]++
-	}
 	if l.slots == 1 {
 		for _, e := range r[:m] {
 			if e == 0 {
 				return
 			}
-			add(e)
+			g, b := entryCell(e, l.binBits)
+			counts[l.cellOff+g*l.nBins+b]++
 		}
 		return
 	}
@@ -248,7 +245,8 @@ func (a *Aggregator) countSelected(l *histLayout, r []uint64, cur []int, counts 
 			return
 		}
 		cur[best]++
-		add(bx)
+		g, b := entryCell(bx, l.binBits)
+		counts[l.cellOff+g*l.nBins+b]++
 	}
 }
 
