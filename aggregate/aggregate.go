@@ -1,29 +1,105 @@
 // Package aggregate bounds each user's contribution and counts what remains
 // into per-window histograms, handed on as Arrow record batches.
 //
-// Bounding happens before counting. Per user, per window, per histogram, at
-// most Spec.MaxEventsPerUser events are counted, spread over at most
-// Spec.MaxGroupsPerUser distinct groups. Events beyond either bound are
-// dropped in arrival order — the first events of a user are kept — and
-// reported in the [Outcome] of [Aggregator.Add]. Feeding each partition in
-// offset order makes the choice deterministic for a user whose events all
-// come through one partition; across partitions it follows arrival order,
-// which bounds the user just the same. When the event-count bound is reached
-// an event is reported as dropped_user_events even if it would also have
-// opened a new group.
+// # Which events count
 //
-// The bounder's state is one compact record per active (user, window) pair;
-// Spec.MaxTrackedUsers caps the number of users tracked in each window (0: no
-// cap). Beyond the cap, events of users not yet tracked in that window are
-// dropped (dropped_capacity): an event is never counted without being
-// bounded. The cap is per window so that a user's events in one window never
-// displace another user in a different window. Within a window, first come
-// first tracked: whether user Z is tracked depends on how many users came
-// first, so one user's presence can displace one other user. Under the
-// replace relation that keeps the per-window change within one user's events
-// out and one user's events in (the replace sensitivity); under add_remove
-// the change becomes that same "one out, one in", which pipeline/plan.go
-// charges for whenever the cap is on.
+// Bounding happens before counting, per user, per window, per histogram
+// (a part of an event is its bin and group in one histogram). With
+// m = Spec.MaxEventsPerUser and G = Spec.MaxGroupsPerUser, the rule selects
+// from the user's parts in the window:
+//
+//  1. groups: of the groups the parts fall in, the G first by
+//     (GroupHash(user, histogram, group), group);
+//  2. parts: of the parts in those groups, the m first by
+//     (EventHash(user, time, group, bin), group, bin).
+//
+// Both ranks are functions of the user's keyed hash and of the part's own
+// content, so the selected multiset of (group, bin) is a function of the
+// user's multiset of parts alone: not of arrival order, of how partitions
+// interleave (which other users' load drives), nor of any other user. Ties
+// do not matter: parts of equal rank have the same group and bin (they are
+// parts of identical events — same user, time, group and bin — or of events
+// whose 32-bit EventHash collide), so whichever of them is kept adds to the
+// same cell, and the counts are a function of the multiset. Distinct groups
+// never tie. Dropped parts are reported in the [Outcome] of [Aggregator.Add].
+//
+// The rank is a hash of the event's content, not of its place in the input
+// (a hash of partition and offset, say): offsets are not a function of the
+// event. Under add_remove, removing one user's events shifts the offsets of
+// every later event in the partitions it used, so an offset-keyed rank would
+// re-rank other users' events and change which of them count — one user's
+// presence would move the counts of arbitrarily many others, outside any
+// bound on one user's contribution. An event's content does not move.
+//
+// The selection is exact with bounded state. Per user and histogram the
+// record keeps, for each of the (at most G) groups ranked first so far, that
+// group's m smallest parts so far: G·m entries of 8 bytes (m when the group
+// bound cannot bind, G ≥ the number of groups). Nothing needed later is
+// lost: a group that leaves the first G never returns (the G groups ranked
+// before it stay before it, ranks being fixed), and a part that is not among
+// its group's m smallest can never be selected (those m rank before it and
+// are selected or not with it, as a group is accepted as a whole). The
+// selection is the m smallest kept entries. A part is Counted when it is in
+// the selection on arrival; a part selected earlier that a later one pushes
+// out (a part ranked before it, or a group ranked before its group) is
+// reported as Displaced by that later Add, net of parts a displaced group
+// lets back in: per user, Counted − Displaced is the number selected.
+//
+// # Tracked users
+//
+// The bounder's state is one record per tracked (user, window).
+// Spec.MaxTrackedUsers = K caps the users tracked in each window (0: no
+// cap): the tracked users are the K users with the smallest user hash
+// (decode.Event.User, a keyed hash) among the window's users with a part to
+// count, as for the average kind (average.go). A user new to a full window
+// whose hash is smaller than the largest tracked one takes its place: that
+// user is evicted, its parts are not counted, and its later events in the
+// window are dropped (dropped_capacity), as are those of users refused on
+// arrival. The largest tracked hash only falls, so a refused or evicted user
+// never returns. An event is never counted without being bounded.
+//
+// The cap is per window, so that a user's events in one window never
+// displace another user in a different window, and it is global over the
+// window, not per shard: one max-heap of tracked hashes per window, locked
+// only when a user new to the window arrives with a hash below the largest
+// tracked one (anyone else is refused by one atomic load); 8 bytes per
+// tracked user. The evicted user's record is removed by its shard's lock
+// holder (at once, or queued if another goroutine holds it). Per-shard caps
+// would not keep the argument below under replace: removing user a would
+// let one user into a's shard, and adding a′ (another user, another shard)
+// would push one out of a′'s shard — two out and two in.
+//
+// # What one user changes (the sensitivity argument)
+//
+// Fix a window and a histogram, and let x(U) be its count vector (all groups
+// concatenated) for the set U of the window's users with a part to count:
+// x(U) = Σ_{u ∈ T(U)} v_u, where T(U) is the K smallest hashes of U (all of
+// U without a cap) and v_u ≥ 0, ‖v_u‖₁ ≤ m, is u's selected contribution, a
+// function of u's own events only (see above). Adding one element to a set
+// changes its K smallest by at most one in (the new one) and one out (the
+// largest, if the set was full); removing one, by at most one out (it) and
+// one in (the next). So:
+//
+//   - add_remove, U′ = U ∪ {w}: x′ − x is 0, v_w, or v_w − v_z for the
+//     evicted z. Without a cap only v_w (Δ1 = m); with the cap "one out, one
+//     in": the shape of a replacement.
+//   - replace, w's events replaced: if w's hash and presence in the window
+//     are unchanged, x′ − x = v′_w − v_w or 0; otherwise it is a removal and
+//     an addition, and the element the removal lets in is the one the
+//     addition pushes out when the new user is kept, so T changes by at most
+//     one out and one in: x′ − x = v_b − v_a for two users a, b (either term
+//     possibly absent).
+//
+// In every case x′ − x = q − p with p, q ≥ 0 and ‖p‖₁, ‖q‖₁ ≤ m, whence
+// Δ1 ≤ 2m, Δ2² ≤ ‖p‖₂² + ‖q‖₂² ≤ 2m² (⟨p, q⟩ ≥ 0), Δ∞ ≤ m; for add_remove
+// without a cap one of p, q is 0: Δ1 = Δ∞ = m, Δ2² = m² (pipeline/plan.go
+// derives the charge from these; TestNeighbourSensitivity checks them on
+// random neighbours, and finds each bound attained).
+//
+// The hashes are keyed with the process's random seed (package decode), so
+// the selection differs between processes; a window is always counted by
+// one process, since after a restart or takeover the events of every open
+// window are read again (offsets are committed only past released windows).
 //
 // [Aggregator.Close] returns a window's counts for every declared
 // (histogram, group, bin), zeros included, so what is released never depends
@@ -34,6 +110,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,12 +166,20 @@ func SpecFromConfig(cfg *config.Config) Spec {
 }
 
 // Outcome counts what happened to the histogram parts of one event passed to
-// Add (parts already dropped by the decoder are not counted here).
+// Add (parts already dropped by the decoder are not counted here). Each part
+// is one of Counted, DroppedUserEvents, DroppedUserGroups or DroppedCapacity,
+// as decided on its arrival; Displaced is about earlier parts of the same
+// user (see the package doc).
 type Outcome struct {
-	Counted           int // counted into the window
-	DroppedUserEvents int // over max_events_per_user for this user, window and histogram
-	DroppedUserGroups int // would exceed max_groups_per_user
-	DroppedCapacity   int // max_tracked_users reached: the user could not be tracked
+	Counted           int // in the user's selection on arrival
+	DroppedUserEvents int // not among the user's max_events_per_user first-ranked parts (window, histogram)
+	DroppedUserGroups int // its group is not among the user's max_groups_per_user first-ranked groups
+	DroppedCapacity   int // max_tracked_users: the user is not (or no longer) tracked in the window
+	// Displaced is the number of the user's parts counted earlier that this
+	// event's parts pushed out of the selection (net of parts let back in).
+	// Parts of users evicted from a full window are reported by Close
+	// ([WindowCounts.Displaced]).
+	Displaced int
 }
 
 // Add accumulates p into o.
@@ -103,33 +188,59 @@ func (o *Outcome) Add(p Outcome) {
 	o.DroppedUserEvents += p.DroppedUserEvents
 	o.DroppedUserGroups += p.DroppedUserGroups
 	o.DroppedCapacity += p.DroppedCapacity
+	o.Displaced += p.Displaced
 }
 
 // numShards is the number of user-hash shards (a power of two).
 const numShards = 64
 
+// maxRecordEntries bounds a user record (8 bytes an entry): Σ over the
+// histograms of max_events_per_user × its group slots.
+const maxRecordEntries = 1 << 12
+
 // histLayout places one histogram in a window's count vector and in a user
 // record.
 type histLayout struct {
 	nBins, nGroups int
-	cellOff        int // count of (g, b) is at cellOff + g*nBins + b
-	recOff         int // the histogram's words in a user record: [events, group slots...]
-	gslots         int // group slots (0 when the group bound cannot bind)
+	cellOff        int  // count of (g, b) is at cellOff + g*nBins + b
+	binBits        uint // an entry's cell is g<<binBits | b
+	recOff         int  // the histogram's entries in a user record
+	slots          int  // group slots of m entries each
+	grouped        bool // the group bound binds: one group per slot
 }
 
-// window is the count vector of one open window, shared by all shards.
+// window is the tracked-user state of one open window, shared by all shards.
 type window struct {
-	start   int64
-	counts  []int64      // atomic adds from any shard; read once every shard has let go of the window
-	tracked atomic.Int64 // users tracked in this window (capped by MaxTrackedUsers)
+	start int64
+	// tau is the largest tracked user key once the cap is reached
+	// (MaxUint64 before, and without a cap): users with a larger key are
+	// not tracked. It only decreases.
+	tau   atomic.Uint64
+	users atomic.Int64 // users tracked in the window
+
+	// mu guards heap and closed.
+	mu sync.Mutex
+	// heap holds the keys of the tracked users (with a cap); a max-heap
+	// once it holds the cap's number of keys, unordered before.
+	heap   trackedHeap
+	closed bool // Close has begun: no user is admitted any more
 }
 
 // shardWindow is one shard's bounding state for one window.
 type shardWindow struct {
 	w *window
-	// users holds one record of recLen words per user: per histogram, the
-	// events counted, then the group slots (group index+1, 0 = free).
+	// users holds one record of recLen words per user (see select.go).
 	users *userTable
+	// displaced counts the selected parts of users evicted from this
+	// shard's table before Close.
+	displaced int64
+}
+
+// eviction is a user evicted from a window's tracked set whose record its
+// shard has not removed yet.
+type eviction struct {
+	w   *window
+	key uint64
 }
 
 type shard struct {
@@ -139,28 +250,37 @@ type shard struct {
 	wins map[int64]*shardWindow
 	last *shardWindow   // most recently used window: the common case
 	free []*shardWindow // cleared states kept for reuse (at most maxFree)
-	_    [64]byte       // keep shards on separate cache lines
+
+	// evictMu guards evicted: users of this shard evicted by an Add on
+	// another shard (which must not wait for this shard's mu while holding
+	// its own); removed by the next holder of mu. npend is len(evicted).
+	evictMu sync.Mutex
+	evicted []eviction
+	npend   atomic.Int32
+	_       [64]byte // keep shards on separate cache lines
 }
 
 const maxFree = 2
 
 // Aggregator bounds and counts events into open windows. Add may be called
 // concurrently from several goroutines (one per partition): users are
-// sharded by hash, with one mutex per shard; count vectors are updated with
-// atomic adds.
+// sharded by hash, with one mutex per shard; a window's tracked-user heap
+// has its own mutex, taken only for users new to the window.
 type Aggregator struct {
-	spec      Spec
-	hists     []histLayout
-	nCells    int    // length of a window's count vector
-	recLen    int    // uint32 words per (user, window) record
-	maxEvents uint32 // MaxEventsPerUser, clamped
-	maxUsers  int64
-	tracked   atomic.Int64 // tracked (user, window) pairs over all shards and windows
+	spec     Spec
+	hists    []histLayout
+	nCells   int          // length of a window's count vector
+	recLen   int          // uint64 words per (user, window) record
+	m        int          // MaxEventsPerUser
+	maxSlots int          // the most group slots of a histogram
+	maxUsers int          // MaxTrackedUsers (0: no cap)
+	tracked  atomic.Int64 // tracked (user, window) pairs over all windows
 
-	// mu guards windows: the open windows and their count vectors. Lock
-	// order: a shard's mu may be held while taking mu, never the reverse.
+	// mu guards windows (the open windows) and spare. Lock order: a shard's
+	// mu may be held while taking mu or a window's mu, never the reverse.
 	mu      sync.Mutex
 	windows map[int64]*window
+	spare   trackedHeap // a closed window's heap, kept for the next window
 
 	shards [numShards]shard
 }
@@ -189,6 +309,9 @@ func New(spec Spec) (*Aggregator, error) {
 		} else if d := firstDup(h.Groups); d != "" {
 			errs = append(errs, fmt.Errorf("histograms[%d]: duplicate group %q", i, d))
 		}
+		if uint64(len(h.Groups))<<bits.Len(uint(max(len(h.Bins), 1)-1)) >= math.MaxUint32 {
+			errs = append(errs, fmt.Errorf("histograms[%d]: %d groups × %d bins is too large a domain", i, len(h.Groups), len(h.Bins)))
+		}
 	}
 	if spec.MaxEventsPerUser < 1 {
 		errs = append(errs, fmt.Errorf("max_events_per_user must be at least 1, got %d", spec.MaxEventsPerUser))
@@ -206,22 +329,29 @@ func New(spec Spec) (*Aggregator, error) {
 		return nil, fmt.Errorf("aggregate: invalid spec: %w", errors.Join(errs...))
 	}
 	a := &Aggregator{
-		spec:      spec,
-		maxEvents: uint32(min(spec.MaxEventsPerUser, math.MaxUint32)),
-		maxUsers:  int64(spec.MaxTrackedUsers),
-		windows:   map[int64]*window{},
+		spec:     spec,
+		m:        spec.MaxEventsPerUser,
+		maxUsers: spec.MaxTrackedUsers,
+		windows:  map[int64]*window{},
 	}
 	a.spec.Histograms = slices.Clone(spec.Histograms)
 	if a.spec.Mem == nil {
 		a.spec.Mem = memory.DefaultAllocator
 	}
+	entries := 0
 	for _, h := range spec.Histograms {
-		l := histLayout{nBins: len(h.Bins), nGroups: len(h.Groups), cellOff: a.nCells, recOff: a.recLen}
+		l := histLayout{nBins: len(h.Bins), nGroups: len(h.Groups), cellOff: a.nCells, recOff: a.recLen, slots: 1,
+			binBits: uint(bits.Len(uint(len(h.Bins) - 1)))}
 		if spec.MaxGroupsPerUser < l.nGroups {
-			l.gslots = spec.MaxGroupsPerUser
+			l.slots, l.grouped = spec.MaxGroupsPerUser, true
 		}
+		if n := l.slots * spec.MaxEventsPerUser; n > maxRecordEntries-entries || n < 0 {
+			return nil, fmt.Errorf("aggregate: invalid spec: a user record would hold more than %d entries (max_events_per_user × max_groups_per_user per histogram): lower them", maxRecordEntries)
+		}
+		entries += l.slots * spec.MaxEventsPerUser
 		a.nCells += l.nBins * l.nGroups
-		a.recLen += 1 + l.gslots
+		a.recLen += l.slots * spec.MaxEventsPerUser
+		a.maxSlots = max(a.maxSlots, l.slots)
 		a.hists = append(a.hists, l)
 	}
 	for i := range a.shards {
@@ -257,26 +387,32 @@ func (a *Aggregator) part(h int, ev *decode.Event) (b, g int, ok bool) {
 }
 
 // Add bounds ev's histogram parts for the user and the window starting at
-// windowStart (Unix ms) and counts those within the bounds. It never blocks
-// on other shards and does not allocate in steady state (new users and new
-// windows may grow tables, reused after Close).
+// windowStart (Unix ms) and keeps those the rule selects (see the package
+// doc). It never blocks on other shards and does not allocate in steady
+// state (new users and new windows may grow tables, reused after Close).
 //
 // Do not Add to a window while or after closing it: an Add for a window
 // after its Close starts a fresh state for that window.
 func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 	nh := len(a.hists)
-	counted := false
+	parts := 0
 	for h := range nh {
 		if _, _, ok := a.part(h, ev); ok {
-			counted = true
-			break
+			parts++
 		}
 	}
-	if !counted {
+	if parts == 0 {
 		return o // nothing to count: do not spend a tracked slot
 	}
-	s := &a.shards[ev.User&(numShards-1)]
+	key := ev.User
+	if key == 0 {
+		key = 1 // 0 marks a free slot (see userTable)
+	}
+	s := &a.shards[key&(numShards-1)]
 	s.mu.Lock()
+	if s.npend.Load() != 0 {
+		a.removeEvicted(s)
+	}
 	sw := s.last
 	if sw == nil || sw.w.start != windowStart {
 		if sw = s.wins[windowStart]; sw == nil {
@@ -284,66 +420,156 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 		}
 		s.last = sw
 	}
-	key := ev.User
-	if key == 0 {
-		key = 1 // 0 marks a free slot (see userTable)
-	}
+	w := sw.w
 	slot, found := sw.users.probe(key)
-	var rec []uint32
+	var rec []uint64
 	if found {
-		rec = sw.users.record(slot)
-	} else {
-		// The cap is per window, so a user's events in one window never
-		// take the place of another user's in a different window; within a
-		// window, first come first tracked (see the package doc for what
-		// that does to the sensitivity).
-		if a.maxUsers > 0 && sw.w.tracked.Add(1) > a.maxUsers {
-			sw.w.tracked.Add(-1)
+		if key > w.tau.Load() {
+			// Evicted by a user with a smaller hash since (the eviction's
+			// removal is still queued): remove the record now.
+			sw.displaced += int64(a.selectedParts(sw.users.record(slot)))
+			sw.users.remove(slot)
 			s.mu.Unlock()
-			for h := range nh {
-				if _, _, ok := a.part(h, ev); ok {
-					o.DroppedCapacity++
-				}
-			}
+			o.DroppedCapacity = parts
 			return o
 		}
+		rec = sw.users.record(slot)
+	} else {
+		if a.maxUsers > 0 {
+			admitted, evicted := w.admit(key, a.maxUsers)
+			if !admitted {
+				s.mu.Unlock()
+				o.DroppedCapacity = parts
+				return o
+			}
+			if evicted != 0 {
+				a.evict(s, w, evicted)
+				slot, _ = sw.users.probe(key) // the removal may have moved slots
+			} else {
+				w.users.Add(1)
+				a.tracked.Add(1)
+			}
+		} else {
+			w.users.Add(1)
+			a.tracked.Add(1)
+		}
 		rec = sw.users.insert(key, slot)
-		a.tracked.Add(1)
 	}
+	ek := eventKey(ev.User, ev.TimeMs)
 	for h := range nh {
 		b, g, ok := a.part(h, ev)
 		if !ok {
 			continue
 		}
 		l := &a.hists[h]
-		r := rec[l.recOff : l.recOff+1+l.gslots]
-		if r[0] >= a.maxEvents {
+		r := rec[l.recOff : l.recOff+l.slots*a.m]
+		x := entry(l, ek, g, b)
+		// The common case of an active user, inline: one slot, full, its
+		// group g, and x ranks after all of it.
+		if last := r[a.m-1]; l.slots == 1 && last != 0 && x >= last && (!l.grouped || entryGroup(last, l.binBits) == g) {
 			o.DroppedUserEvents++
 			continue
 		}
-		if l.gslots > 0 {
-			tag, found := uint32(g)+1, false
-			for k := 1; k < len(r); k++ {
-				if r[k] == tag {
-					found = true
-					break
-				}
-				if r[k] == 0 { // slots fill in order: a free slot means tag is new
-					r[k], found = tag, true
-					break
-				}
-			}
-			if !found {
-				o.DroppedUserGroups++
-				continue
-			}
-		}
-		r[0]++
-		atomic.AddInt64(&sw.w.counts[l.cellOff+g*l.nBins+b], 1)
-		o.Counted++
+		a.bound(h, l, r, ev.User, x, g, &o)
 	}
 	s.mu.Unlock()
 	return o
+}
+
+// admit decides whether the user with key, new to the window, is tracked
+// (limit > 0: the cap). When the window is full and key is smaller than the
+// largest tracked key, that user is evicted and its key returned.
+func (w *window) admit(key uint64, limit int) (admitted bool, evicted uint64) {
+	if key > w.tau.Load() {
+		return false, 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false, 0
+	}
+	if len(w.heap) < limit {
+		// Until the cap is reached nobody is evicted: the keys are only
+		// collected, and made a heap once, when the cap is reached.
+		w.heap = append(w.heap, key)
+		if len(w.heap) == limit {
+			w.heap.init()
+			w.tau.Store(w.heap[0])
+		}
+		return true, 0
+	}
+	top := w.heap[0]
+	if key >= top {
+		return false, 0
+	}
+	w.heap[0] = key
+	w.heap.down(0)
+	w.tau.Store(w.heap[0])
+	return true, top
+}
+
+// evict has the record of the evicted user key removed from its shard: at
+// once if that is s (held) or its lock is free, else by the next holder of
+// its lock.
+func (a *Aggregator) evict(s *shard, w *window, key uint64) {
+	z := &a.shards[key&(numShards-1)]
+	if z == s {
+		a.removeUser(s, w, key)
+		return
+	}
+	if z.mu.TryLock() {
+		a.removeUser(z, w, key)
+		z.mu.Unlock()
+		return
+	}
+	z.evictMu.Lock()
+	z.evicted = append(z.evicted, eviction{w: w, key: key})
+	z.npend.Store(int32(len(z.evicted)))
+	z.evictMu.Unlock()
+}
+
+// removeEvicted removes the records of s's users evicted by other shards
+// (s.mu held).
+func (a *Aggregator) removeEvicted(s *shard) {
+	s.evictMu.Lock()
+	for _, e := range s.evicted {
+		a.removeUser(s, e.w, e.key)
+	}
+	clear(s.evicted)
+	s.evicted = s.evicted[:0]
+	s.npend.Store(0)
+	s.evictMu.Unlock()
+}
+
+// removeUser removes the record of user key from s's state for window w, if
+// still there (s.mu held), counting its selected parts as displaced.
+func (a *Aggregator) removeUser(s *shard, w *window, key uint64) {
+	sw := s.wins[w.start]
+	if sw == nil || sw.w != w {
+		return // the window was closed (or its record never inserted)
+	}
+	slot, found := sw.users.probe(key)
+	if !found {
+		return
+	}
+	sw.displaced += int64(a.selectedParts(sw.users.record(slot)))
+	sw.users.remove(slot)
+}
+
+// selectedParts is the number of parts a record selects, over histograms:
+// per histogram, its kept entries up to m.
+func (a *Aggregator) selectedParts(rec []uint64) int {
+	n := 0
+	for h := range a.hists {
+		l := &a.hists[h]
+		r := rec[l.recOff : l.recOff+l.slots*a.m]
+		k := 0
+		for j := 0; j < l.slots && r[j*a.m] != 0; j++ {
+			k += used(r[j*a.m : (j+1)*a.m])
+		}
+		n += min(k, a.m)
+	}
+	return n
 }
 
 // openShardWindow creates shard s's state for a window (s.mu held).
@@ -351,7 +577,9 @@ func (a *Aggregator) openShardWindow(s *shard, start int64) *shardWindow {
 	a.mu.Lock()
 	w := a.windows[start]
 	if w == nil {
-		w = &window{start: start, counts: make([]int64, a.nCells)}
+		w = &window{start: start, heap: a.spare}
+		a.spare = nil
+		w.tau.Store(math.MaxUint64)
 		a.windows[start] = w
 	}
 	a.mu.Unlock()
@@ -366,32 +594,51 @@ func (a *Aggregator) openShardWindow(s *shard, start int64) *shardWindow {
 	return sw
 }
 
-// Close removes the window's state (counts and bounding records) and returns
-// its counts: every declared (histogram, group, bin), zeros included, also
-// for a window that never saw an event. The caller must Release the result.
+// Close removes the window's state and returns its counts: for every
+// declared (histogram, group, bin), zeros included, also for a window that
+// never saw an event, the parts selected from its tracked users. The caller
+// must Release the result.
 func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
 	end := windowStart + a.spec.WindowSize.Milliseconds()
 	if end < windowStart {
 		return nil, fmt.Errorf("aggregate: window start %d: end overflows int64", windowStart)
 	}
-	// Detach the count vector first, so that a (misplaced) concurrent Add on
-	// a shard already swept below starts a fresh window instead of touching
-	// this one.
+	// Detach the window first, so that a (misplaced) concurrent Add on a
+	// shard already swept below starts a fresh window instead of touching
+	// this one, and admit nobody any more.
 	a.mu.Lock()
 	w := a.windows[windowStart]
 	delete(a.windows, windowStart)
 	a.mu.Unlock()
-	var users int64
+	if w != nil {
+		w.mu.Lock()
+		w.closed = true
+		heap := w.heap[:0]
+		w.heap = nil
+		w.mu.Unlock()
+		a.tracked.Add(-w.users.Load())
+		a.mu.Lock()
+		if cap(heap) > cap(a.spare) {
+			a.spare = heap
+		}
+		a.mu.Unlock()
+	}
+	counts := make([]int64, a.nCells)
+	var displaced int64
+	cur := make([]int, a.maxSlots)
 	for i := range a.shards {
 		s := &a.shards[i]
 		s.mu.Lock()
+		if s.npend.Load() != 0 {
+			a.removeEvicted(s)
+		}
 		if sw := s.wins[windowStart]; sw != nil {
-			users += int64(sw.users.len())
+			displaced += sw.displaced + a.count(sw, counts, cur)
 			delete(s.wins, windowStart)
 			if s.last == sw {
 				s.last = nil
 			}
-			sw.w = nil
+			sw.w, sw.displaced = nil, 0
 			if len(s.free) < maxFree {
 				sw.users.reset()
 				s.free = append(s.free, sw)
@@ -399,14 +646,32 @@ func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
 		}
 		s.mu.Unlock()
 	}
-	a.tracked.Add(-users)
-	// Every Add that could reach w did so holding a shard lock taken above,
-	// so its writes happen before build reads w.counts.
-	var counts []int64
-	if w != nil {
-		counts = w.counts
+	// Every Add that could reach w's records did so holding a shard lock
+	// taken above, so its writes happen before count read them.
+	return a.build(windowStart, end, counts, displaced)
+}
+
+// count adds the selected parts of sw's tracked users to counts and returns
+// the number of selected parts of its users no longer tracked (s.mu held).
+func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int) (displaced int64) {
+	tau := sw.w.tau.Load()
+	t := sw.users
+	for i := 0; i < len(t.words); i += t.stride {
+		key := t.words[i]
+		if key == 0 {
+			continue
+		}
+		rec := t.words[i+1 : i+t.stride]
+		if key > tau {
+			displaced += int64(a.selectedParts(rec))
+			continue
+		}
+		for h := range a.hists {
+			l := &a.hists[h]
+			a.countSelected(l, rec[l.recOff:l.recOff+l.slots*a.m], cur, counts)
+		}
 	}
-	return a.build(windowStart, end, counts)
+	return displaced
 }
 
 // Reset drops every open window and all bounding state, and frees the memory
@@ -414,21 +679,23 @@ func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
 // Adds must not run concurrently with Reset.
 func (a *Aggregator) Reset() {
 	a.mu.Lock()
+	for _, w := range a.windows {
+		a.tracked.Add(-w.users.Load())
+	}
 	a.windows = map[int64]*window{}
 	a.mu.Unlock()
-	var users int64
 	for i := range a.shards {
 		s := &a.shards[i]
 		s.mu.Lock()
-		for _, sw := range s.wins {
-			users += int64(sw.users.len())
-		}
 		s.wins = map[int64]*shardWindow{}
 		s.last = nil
 		s.free = nil
+		s.evictMu.Lock()
+		s.evicted = nil
+		s.npend.Store(0)
+		s.evictMu.Unlock()
 		s.mu.Unlock()
 	}
-	a.tracked.Add(-users)
 }
 
 // OpenWindows returns the start (Unix ms) of every window holding state, in
@@ -445,5 +712,5 @@ func (a *Aggregator) OpenWindows() []int64 {
 }
 
 // TrackedUsers is the number of (user, window) pairs currently tracked, over
-// all open windows (at most Spec.MaxTrackedUsers).
+// all open windows (at most Spec.MaxTrackedUsers per window).
 func (a *Aggregator) TrackedUsers() int { return int(a.tracked.Load()) }

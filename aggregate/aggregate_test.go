@@ -116,24 +116,45 @@ func TestSpecFromConfig(t *testing.T) {
 	}
 }
 
+// feed adds evs to window 0 in order and returns the total outcome.
+func feed(a *Aggregator, evs []tev) (o Outcome) {
+	for _, e := range evs {
+		o.Add(a.Add(0, e.event()))
+	}
+	return o
+}
+
 func TestBoundingMaxEvents(t *testing.T) {
 	s := testSpec()
 	s.MaxEventsPerUser = 3
-	a := mustNew(t, s)
-	var o Outcome
+	heavy := mix64(42)
+	var evs []tev
 	for i := range 10000 {
-		o.Add(a.Add(0, event(42, int32(i%5), 1, int32(i%2))))
+		evs = append(evs, tev{user: heavy, t: int64(i), bins: []int32{int32(i % 5), int32(i % 2)}, groups: []int32{1, 0}})
 	}
 	// Another user, one event.
-	o.Add(a.Add(0, event(7, 0, 0, -1)))
-	if o != (Outcome{Counted: 3 + 3 + 1, DroppedUserEvents: 2*10000 - 6}) {
-		t.Fatalf("outcome %+v", o)
+	evs = append(evs, tev{user: mix64(7), bins: []int32{0, -1}, groups: []int32{0, -1}})
+	want := reference(s, evs)
+	for _, order := range []string{"forward", "reversed"} {
+		a := mustNew(t, s)
+		o := feed(a, evs)
+		got, displaced := countsOf(t, a)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: counts %v, want %v", order, got, want)
+		}
+		// The heavy user counts 3 parts per histogram; every part is
+		// accounted for on arrival.
+		if o.Counted-o.Displaced != 3+3+1 || displaced != 0 || o.Counted+o.DroppedUserEvents != 2*10000+1 || o.DroppedUserGroups+o.DroppedCapacity != 0 {
+			t.Fatalf("%s: outcome %+v", order, o)
+		}
+		slices.Reverse(evs)
 	}
-	got := closeCounts(t, a, 0)
-	// First come, first kept: events 0, 1, 2.
-	want := [][][]float64{{{1, 0, 0, 0, 0}, {1, 1, 1, 0, 0}, {0, 0, 0, 0, 0}}, {{2, 1}}}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("counts %v, want %v", got, want)
+	n := int64(0)
+	for _, c := range want[0][1] {
+		n += c
+	}
+	if n != 3 || fmt.Sprint(want[0][0]) != "[1 0 0 0 0]" {
+		t.Fatalf("definition %v", want)
 	}
 }
 
@@ -141,21 +162,37 @@ func TestBoundingMaxGroups(t *testing.T) {
 	s := testSpec()
 	s.MaxEventsPerUser = 100
 	s.MaxGroupsPerUser = 2
-	a := mustNew(t, s)
-	var o Outcome
-	// Groups in order DE, FR, US, DE, FR, US, ...: US is the third group.
+	u := mix64(1)
+	var evs []tev
 	for i := range 10000 {
-		o.Add(a.Add(0, event(1, 0, int32((i+1)%3), -1)))
+		evs = append(evs, tev{user: u, t: int64(i), bins: []int32{int32(i % 5), -1}, groups: []int32{int32((i + 1) % 3), -1}})
 	}
-	// The 100th DE/FR event is event 148; the US events before it (2, 5,
-	// …, 146) are dropped_user_groups, everything after it
-	// dropped_user_events (the event bound is checked first).
-	if o != (Outcome{Counted: 100, DroppedUserGroups: 49, DroppedUserEvents: 10000 - 100 - 49}) {
-		t.Fatalf("outcome %+v", o)
+	a := mustNew(t, s)
+	o := feed(a, evs)
+	got, _ := countsOf(t, a)
+	if want := reference(s, evs); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counts %v, want %v", got, want)
 	}
-	got := closeCounts(t, a, 0)
-	if fmt.Sprint(got[0]) != "[[0 0 0 0 0] [50 0 0 0 0] [50 0 0 0 0]]" {
-		t.Fatalf("counts %v", got[0])
+	// 100 parts in the two groups ranked first by GroupHash; the third
+	// group's parts are dropped_user_groups from the start or once it is
+	// displaced.
+	last := 0
+	for g := 1; g < 3; g++ {
+		if groupBefore(GroupHash(u, 0, last), last, GroupHash(u, 0, g), g) {
+			last = g
+		}
+	}
+	n := int64(0)
+	for g, gv := range got[0] {
+		for _, c := range gv {
+			n += c
+			if g == last && c != 0 {
+				t.Fatalf("group %d ranks last but counts: %v", g, got[0])
+			}
+		}
+	}
+	if n != 100 || o.Counted-o.Displaced != 100 || o.DroppedUserGroups == 0 || o.Counted+o.DroppedUserEvents+o.DroppedUserGroups != 10000 {
+		t.Fatalf("counted %d, outcome %+v", n, o)
 	}
 }
 
@@ -290,65 +327,101 @@ func TestCapacity(t *testing.T) {
 	s := testSpec()
 	s.MaxTrackedUsers = 10
 	a := mustNew(t, s)
+	users := make([]uint64, 20)
+	for i := range users {
+		users[i] = mix64(uint64(i) + 1)
+	}
 	var o Outcome
-	for u := range uint64(20) {
+	for _, u := range users {
 		o.Add(a.Add(0, event(u, 0, 0, 0)))
 	}
-	if o != (Outcome{Counted: 20, DroppedCapacity: 20}) || a.TrackedUsers() != 10 {
+	if o.Counted+o.DroppedCapacity != 40 || o.Counted < 20 || a.TrackedUsers() != 10 {
 		t.Fatalf("outcome %+v tracked %d", o, a.TrackedUsers())
 	}
-	// Tracked users are still bounded (not dropped for capacity).
-	if o := a.Add(0, event(3, 1, 0, 1)); o != (Outcome{DroppedUserEvents: 2}) {
+	// The tracked users are the 10 smallest hashes.
+	sorted := slices.Sorted(slices.Values(users))
+	// Tracked users are still bounded (an identical event adds nothing);
+	// an untracked user's events are dropped for capacity.
+	if o := a.Add(0, event(sorted[0], 0, 0, 0)); o != (Outcome{DroppedUserEvents: 2}) {
+		t.Fatalf("outcome %+v", o)
+	}
+	if o := a.Add(0, event(sorted[10], 1, 0, 1)); o != (Outcome{DroppedCapacity: 2}) {
 		t.Fatalf("outcome %+v", o)
 	}
 	// The cap is per window: a full window 0 never blocks window 1, so one
 	// user's events in one window cannot displace a user in another.
-	for u := range uint64(10) {
-		if o := a.Add(60000, event(100+u, 1, 0, 1)); o.Counted != 2 {
-			t.Fatalf("window 1, user %d: outcome %+v", u, o)
+	for _, u := range sorted[10:] {
+		if o := a.Add(60000, event(u, 1, 0, 1)); o.Counted != 2 {
+			t.Fatalf("window 1, user %x: outcome %+v", u, o)
 		}
 	}
-	if o := a.Add(60000, event(3, 1, 0, 1)); o != (Outcome{DroppedCapacity: 2}) {
-		t.Fatalf("window 1 over its own cap: outcome %+v", o)
+	if o := a.Add(60000, event(sorted[0], 1, 0, 1)); o != (Outcome{Counted: 2}) || a.TrackedUsers() != 20 {
+		t.Fatalf("window 1, a smaller hash: outcome %+v, tracked %d", o, a.TrackedUsers())
 	}
-	got := closeCounts(t, a, 0)
-	if got[0][0][0] != 10 || got[1][0][0] != 10 {
-		t.Fatalf("counts %v", got)
+	wc, err := a.Close(0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if c := wc.Counts(0, 0, nil); c[0] != 10 || int64(o.Counted)-wc.Displaced() != 20 {
+		t.Fatalf("counts %v, displaced %d, outcome %+v", c, wc.Displaced(), o)
+	}
+	wc.Release()
 	// Closing frees the window's users.
 	if a.TrackedUsers() != 10 {
 		t.Fatalf("tracked %d after closing window 0, want window 1's 10", a.TrackedUsers())
 	}
-	closeCounts(t, a, 60000)
+	wc, err = a.Close(60000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := wc.Counts(0, 0, nil); c[1] != 10 || wc.Displaced() != 2 {
+		t.Fatalf("window 1: counts %v, displaced %d", c, wc.Displaced())
+	}
+	wc.Release()
 	if a.TrackedUsers() != 0 {
 		t.Fatalf("tracked %d after closing both", a.TrackedUsers())
 	}
-	if o := a.Add(60000, event(15, 1, 0, 1)); o.Counted != 2 {
+	if o := a.Add(60000, event(users[15], 1, 0, 1)); o.Counted != 2 {
 		t.Fatalf("outcome %+v", o)
 	}
 }
 
 // TestCapDisplacement states exactly what the cap does across users: in a
-// window at its cap, adding one user (who arrives first) displaces one other
-// (the first refused) — the per-window change is one user's events out and
-// one user's in, which the plan charges for (pipeline/plan.go).
+// window at its cap, adding one user with a smaller hash than the largest
+// tracked one — whenever it arrives — displaces that user: the per-window
+// change is one user's events out and one user's in, which the plan charges
+// for (pipeline/plan.go).
 func TestCapDisplacement(t *testing.T) {
-	run := func(withA bool) [][][]float64 {
+	run := func(withA, first bool) [][][]float64 {
 		s := testSpec()
 		s.MaxTrackedUsers = 3
 		a := mustNew(t, s)
-		if withA {
-			a.Add(0, event(99, 2, 0, 2)) // user A first
+		addA := func() {
+			if withA {
+				a.Add(0, event(5, 2, 0, 2)) // user A: the smallest hash
+			}
 		}
-		for u := range uint64(5) {
+		if first {
+			addA()
+		}
+		for _, u := range []uint64{10, 20, 30, 40, 50} {
 			a.Add(0, event(u, 0, 0, 0))
+		}
+		if !first {
+			addA()
 		}
 		return closeCounts(t, a, 0)
 	}
-	with, without := run(true), run(false)
-	// Histogram 0, group 0: with A, bins {0: 2, 2: 1}; without, {0: 3}.
-	if with[0][0][0] != 2 || with[0][0][2] != 1 || without[0][0][0] != 3 || without[0][0][2] != 0 {
-		t.Fatalf("with A %v, without A %v", with, without)
+	for _, first := range []bool{true, false} {
+		with, without := run(true, first), run(false, first)
+		// Histogram 0, group 0: with A, bins {0: 2, 2: 1}; without, {0: 3}.
+		if with[0][0][0] != 2 || with[0][0][2] != 1 || without[0][0][0] != 3 || without[0][0][2] != 0 {
+			t.Fatalf("A first %v: with A %v, without A %v", first, with, without)
+		}
+		// Histogram 1: user 30 out (A's device part is out of range).
+		if with[1][0][0] != 2 || without[1][0][0] != 3 {
+			t.Fatalf("A first %v: with A %v, without A %v", first, with, without)
+		}
 	}
 }
 
@@ -546,6 +619,7 @@ func BenchmarkAdd(b *testing.B) {
 		u := uint64(r.IntN(100_000))
 		u = u * u / 100_000 // skewed
 		evs[i] = *event(u*0x9E3779B97F4A7C15, int32(r.IntN(5)), int32(u%3), int32(r.IntN(2)))
+		evs[i].TimeMs = int64(i) // distinct events (they rank by their content)
 	}
 	b.ReportAllocs()
 	var o Outcome
@@ -582,8 +656,9 @@ func TestUserTableSurvivesGrowth(t *testing.T) {
 		}
 	}
 	for i := range n {
-		// Same group: over the event bound. Records survived every resize.
-		if o := a.Add(0, event(user(i), 1, int32(i%3), 1)); o.DroppedUserEvents != 2 {
+		// The same event again: over the event bound (a tie adds nothing).
+		// Records survived every resize.
+		if o := a.Add(0, event(user(i), 0, int32(i%3), 0)); o != (Outcome{DroppedUserEvents: 2}) {
 			t.Fatalf("user %d: %+v", i, o)
 		}
 	}

@@ -29,10 +29,13 @@ type WindowCounts struct {
 	hists      []histLayout
 	rec        arrow.Record
 	counts     []int64 // the count column's values (valid until Release)
+	displaced  int64
 }
 
-// build makes the record of a window; counts nil means all zeros.
-func (a *Aggregator) build(start, end int64, counts []int64) (*WindowCounts, error) {
+// build makes the record of a window; counts nil means all zeros. displaced
+// is the number of parts of users evicted from the window that were counted
+// on arrival.
+func (a *Aggregator) build(start, end int64, counts []int64, displaced int64) (*WindowCounts, error) {
 	b := array.NewRecordBuilder(a.spec.Mem, Schema)
 	defer b.Release()
 	hb := b.Field(0).(*array.StringBuilder)
@@ -65,13 +68,21 @@ func (a *Aggregator) build(start, end int64, counts []int64) (*WindowCounts, err
 		return nil, fmt.Errorf("aggregate: built %d rows, want %d", rec.NumRows(), a.nCells)
 	}
 	return &WindowCounts{
-		start:  start,
-		end:    end,
-		hists:  a.hists,
-		rec:    rec,
-		counts: rec.Column(5).(*array.Int64).Int64Values(),
+		start:     start,
+		end:       end,
+		hists:     a.hists,
+		rec:       rec,
+		counts:    rec.Column(5).(*array.Int64).Int64Values(),
+		displaced: displaced,
 	}, nil
 }
+
+// Displaced is the number of parts that were in their user's selection
+// when they arrived (Outcome.Counted) but are not counted because the user
+// was later evicted from the window's tracked users by users with smaller
+// hashes (max_tracked_users). With the Outcomes of every Add to the window,
+// Σ Counted − Σ Displaced − Displaced() is the window's total count.
+func (w *WindowCounts) Displaced() int64 { return w.displaced }
 
 // Start is the window's start, Unix ms (inclusive).
 func (w *WindowCounts) Start() int64 { return w.start }

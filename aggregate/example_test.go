@@ -30,7 +30,7 @@ func Example() {
 	var total aggregate.Outcome
 	for _, msg := range []string{
 		`{"ts":1700000040000,"user_id":"alice","page":"home","country":"US"}`,
-		`{"ts":1700000041000,"user_id":"alice","page":"cart","country":"US"}`,  // over alice's bound
+		`{"ts":1700000040000,"user_id":"alice","page":"home","country":"US"}`,  // the same again: over alice's bound
 		`{"ts":1700000042000,"user_id":"bob","page":"pricing","country":"US"}`, // overflow bin
 		`{"ts":1700000043000,"user_id":"carol","page":"cart","country":"DE"}`,
 		`{"ts":1700000044000,"user_id":"dave","page":"cart","country":"JP"}`, // undeclared group
@@ -58,7 +58,7 @@ func Example() {
 	fmt.Println(wc.Record().NumRows(), "rows")
 	// Output:
 	// dropped part: unknown_group
-	// {Counted:3 DroppedUserEvents:1 DroppedUserGroups:0 DroppedCapacity:0}
+	// {Counted:3 DroppedUserEvents:1 DroppedUserGroups:0 DroppedCapacity:0 Displaced:0}
 	// US [1 0 1]
 	// DE [0 1 0]
 	// 6 rows

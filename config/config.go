@@ -236,16 +236,20 @@ func (h Histogram) IsAverage() bool { return h.Kind == KindAverage }
 
 // Contribution bounds each user's contribution before counting.
 type Contribution struct {
-	// MaxEventsPerUser: per window, per histogram. Default 1.
+	// MaxEventsPerUser: per window, per histogram; the user's events that
+	// rank first by a keyed hash of their content count, whatever order they
+	// arrive in (package aggregate). Default 1.
 	MaxEventsPerUser int `yaml:"max_events_per_user"`
 	// MaxGroupsPerUser: per window, per histogram, a user's events count
-	// toward at most this many groups. Default 1.
+	// toward at most this many groups (those ranked first by a keyed hash).
+	// Default 1.
 	MaxGroupsPerUser int `yaml:"max_groups_per_user"`
-	// MaxTrackedUsers caps the users the bounder tracks in each window;
-	// beyond it new users' events in that window are dropped (never
-	// miscounted). 0: no cap. With a cap, one user's presence can displace
-	// another user in a full window, so under add_remove the stage charges
-	// the replace sensitivity (pipeline/plan.go). Default 2,000,000.
+	// MaxTrackedUsers caps the users the bounder tracks in each window: the
+	// users with the smallest keyed hashes; the others' events in that
+	// window are dropped (never miscounted). 0: no cap. With a cap, one
+	// user's presence can displace another user in a full window, so under
+	// add_remove the stage charges the replace sensitivity
+	// (pipeline/plan.go). Default 2,000,000.
 	MaxTrackedUsers int `yaml:"max_tracked_users"`
 }
 

@@ -72,7 +72,9 @@ import (
 //     relation, pipeline/plan.go): p, q ≤ M = max(1, ⌊K/2⌋), p + q ≤ K. For
 //     the stage's unit contributions (Δ1 = Δ2² = 2, Δ∞ = 1) that is
 //     h₊ + h₋, attained by moving one event out of a bin with count 1 into
-//     an empty bin.
+//     an empty bin. The stage also passes replace for add_remove with its
+//     tracked-user cap on, whose changes are "one user out, one in"
+//     (pipeline.ChangeShape).
 //
 // Everything else (Δ∞ ≥ 2, i.e. max_events_per_user ≥ 2 in the stage; Δ∞ < 1
 // or Δ2² < 1, where no integer change is admissible) falls back to the proven

@@ -23,15 +23,40 @@ import (
 //     ‖w − v‖₂² = ‖w‖₂² + ‖v‖₂² − 2⟨v, w⟩ ≤ 2m², and every coordinate
 //     |w_i − v_i| ≤ max(w_i, v_i) ≤ m, so Δ2² = 2m², Δ∞ = m.
 //
-// The per-window cap contribution.max_tracked_users (first come, first
-// tracked) adds displacement: in a full window one user's presence can keep
-// one other user out (aggregate's TestCapDisplacement). Under replace the
-// change in a window is still one user's events out and one user's in (if A
-// is tracked and A′ is not, the first refused user takes the freed slot;
-// if A′ is tracked and A is not, A′ pushes the last tracked user out), so
-// the bound above stands. Under add_remove the change becomes that same "one
-// out, one in", so with the cap on add_remove is charged the replace
+// Which events count is a function of each user's own events: per window
+// and histogram, the user's max_groups_per_user groups and then m events
+// ranked first by keyed hashes of their content (aggregate's package doc),
+// never by arrival order or partition interleaving, which other users' load
+// drives (and never by offsets, which other users' events shift). So v above
+// is a function of the user's events alone.
+//
+// The per-window cap contribution.max_tracked_users = K adds displacement:
+// the tracked users are the K smallest keyed user hashes among the window's
+// users with an event to count, so one user's presence can keep one other
+// user out (aggregate's TestCapDisplacement). Adding one element to a set
+// changes its K smallest by at most one in and one out, removing one by at
+// most one out and one in, and replacing one (a removal, then an addition
+// that pushes out the very element the removal let in, if the new one is
+// kept) also by one out and one in. Under replace the change in a window is
+// therefore still x′ = x − v + w, one user's events out and one user's in,
+// and the bound above stands. Under add_remove the change becomes that same
+// "one out, one in", so with the cap on add_remove is charged the replace
 // sensitivities; only max_tracked_users: 0 (no cap) keeps Δ1 = m, Δ2² = m².
+// aggregate's TestNeighbourSensitivity checks these bounds on random
+// neighbours of both relations, with and without the cap. (The cap is one
+// set per window, not one per shard of the bounder: per-shard caps would let
+// a replacement move two users out and two in.)
+//
+// The exact calibration maximizes over the changes a relation admits, not
+// only over the sensitivities (mechanism/exact.go), so the spec also says
+// which shape the change has: with the cap on, every add_remove change is
+// of the replace shape x′ = x − v + w (v or w possibly 0), and the spec
+// carries Neighbour replace. For unit contributions that is the worst case
+// h₊ + h₋ (one bin emptied and one filled) instead of add_remove's
+// 2·max(h₊, h₋) over the same Δ1 = 2 (two bins filled at once, which one
+// user added cannot do): a smaller α for the same ε
+// (TestExactAddRemoveCappedIsReplaceShaped pins both). Without the cap
+// add_remove keeps its own one-sided shape.
 //
 // # What one window charges
 //
@@ -166,6 +191,17 @@ func DeriveSensitivity(neighbour string, maxEvents int, capped bool) (mechanism.
 	}
 }
 
+// ChangeShape is the relation whose admissible changes of a window's count
+// vector cover those of neighbour given the bounder: with the tracked-user
+// cap (capped) an add_remove neighbour moves one user out and one in, the
+// replace shape (see Plan). The exact calibration maximizes over it.
+func ChangeShape(neighbour string, capped bool) mechanism.Neighbour {
+	if neighbour == config.NeighbourAddRemove && capped {
+		return mechanism.Replace
+	}
+	return mechanism.Neighbour(neighbour)
+}
+
 // DerivePlan derives the privacy plan of a validated config.
 func DerivePlan(cfg *config.Config) (*Plan, error) {
 	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, cfg.Contribution.MaxEventsPerUser, cfg.Contribution.MaxTrackedUsers > 0)
@@ -211,7 +247,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		Sensitivity: sens,
 		// The exact calibration maximizes over the pairs this relation
 		// admits (mechanism/exact.go); the others bound every pair.
-		Neighbour: mechanism.Neighbour(cfg.Privacy.Neighbour),
+		Neighbour: ChangeShape(cfg.Privacy.Neighbour, cfg.Contribution.MaxTrackedUsers > 0),
 	}
 	if spec.Kind == mechanism.Dirichlet {
 		spec.Calibration = mechanism.Calibration(cfg.Privacy.Calibration)

@@ -2,87 +2,100 @@ package pipeline_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
-	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
 )
 
-// planConfig is a broker-less config: 1 s windows, a 1-day period (86,400
-// windows), one count histogram and one average histogram.
-func planConfig(t *testing.T, eps float64) *config.Config {
-	t.Helper()
-	y := fmt.Sprintf(`
-kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
-events: {time_field: ts, user_field: user_id}
-window: {size: 1s, start: 2026-01-01T00:00:00Z}
+// TestExactAddRemoveCappedIsReplaceShaped pins what the tracked-user cap
+// does to the exact calibration under add_remove (see Plan): the change is
+// one user out and one in, so the worst case is h₊ + h₋, not 2·max(h₊, h₋).
+// At λ = 2, ε = 1, unit contributions (h₊ = log((α+1)/α), h₋ = log(α/(α−1)),
+// mechanism/exact.go):
+//
+//   - capped add_remove, now: h₊ + h₋ = log((α+1)/(α−1)) = 1, α = (e+1)/(e−1)
+//     ≈ 2.164, the replace relation's α;
+//   - the same spec with the add_remove shape (before): 2h₋ = 1,
+//     α = √e/(√e−1) ≈ 2.541; at the α now released that shape would charge
+//     2·log((e+1)/2) ≈ 1.240 instead of 1;
+//   - without the cap add_remove keeps its shape and Δ1 = 1: max(h₊, h₋) =
+//     h₋ = 1, α = e/(e−1) ≈ 1.582.
+func TestExactAddRemoveCappedIsReplaceShaped(t *testing.T) {
+	plan := func(neighbour string, maxTracked int) *pipeline.Plan {
+		y := fmt.Sprintf(`
+kafka: {brokers: ["localhost:9092"]}
+window: {size: 1m}
 histograms:
-  - {name: pages, field: page, bins: [a, b, c]}
-  - name: interests
-    kind: average
-    field: interests
-    bins: [news, sport, music]
-    average: {users: 1000000, k: 1000, eta: 0.01}
+  - {name: pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
+contribution: {max_events_per_user: 1, max_tracked_users: %d}
 privacy:
-  mechanism: gaussian
-  neighbour: replace
-  budget: {epsilon: %v, delta: 1.0e-6, period: 24h}
-state: {dir: %q}
-`, eps, t.TempDir())
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-type noStore struct{}
-
-func (noStore) PeriodSpend(int64) (budget.Spend, bool, error) { return budget.Spend{}, false, nil }
-
-// A planned period — every count and average charge of 86,400 windows,
-// interleaved as the stage makes them — is accepted by the budget book to
-// its last charge, also when the average histograms take 99.9% of ε (where
-// a reservation computed as W·ε_r, not as the book's sequential rounded-up
-// sum, left the last count release refused). The next charge is refused.
-func TestPlannedScheduleFitsTheBook(t *testing.T) {
-	probe, err := pipeline.DerivePlan(planConfig(t, 1e6))
-	if err != nil {
-		t.Fatal(err)
-	}
-	er := probe.Averages[0].Epsilon
-	for _, share := range []float64{0.5, 0.999} {
-		cfg := planConfig(t, float64(probe.WindowsPerPeriod)*er/share)
-		plan, err := pipeline.DerivePlan(cfg)
+  mechanism: dirichlet
+  calibration: exact
+  neighbour: %s
+  order: 2
+  rdp_epsilon: 1
+  budget: {epsilon: 100, delta: 1.0e-6, period: 1h}
+`, maxTracked, neighbour)
+		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		p, err := pipeline.DerivePlan(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		book, err := budget.NewBook(plan.Orders, plan.Epsilon, plan.Delta, noStore{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		count := budget.Charge{RDP: plan.Count.Charge}
-		avg := budget.Charge{Epsilon: plan.Averages[0].Epsilon, Delta: plan.Averages[0].Delta}
-		for w := 0; w < plan.WindowsPerPeriod; w++ {
-			for _, c := range []budget.Charge{count, avg} {
-				if _, err := book.Check(0, c); err != nil {
-					t.Fatalf("share %v: window %d of %d: a planned charge was refused: %v", share, w, plan.WindowsPerPeriod, err)
-				}
-				if _, err := book.Commit(0, c); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		st, _ := book.Status(0)
-		if !(st.Epsilon <= plan.Epsilon) {
-			t.Errorf("share %v: planned total ε=%v over the budget %v", share, st.Epsilon, plan.Epsilon)
-		}
-		for _, c := range []budget.Charge{count, avg} {
-			if _, err := book.Check(0, c); err == nil {
-				t.Errorf("share %v: a charge beyond the plan was accepted", share)
-			}
-		}
-		t.Logf("share %v: ε=%v of %v after %d windows", share, st.Epsilon, plan.Epsilon, plan.WindowsPerPeriod)
+		return p
+	}
+	e := math.E
+	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-9*want }
+
+	capped := plan("add_remove", 1000)
+	if got := capped.Count.Mechanism.Spec().Neighbour; got != mechanism.Replace {
+		t.Errorf("capped add_remove: spec neighbour %q, want replace", got)
+	}
+	if capped.Neighbour != "add_remove" {
+		t.Errorf("plan neighbour %q, want the configured add_remove", capped.Neighbour)
+	}
+	alpha := capped.Count.Mechanism.Params().Alpha
+	if want := (e + 1) / (e - 1); !near(alpha, want) {
+		t.Errorf("capped add_remove: α %v, want (e+1)/(e−1) = %v", alpha, want)
+	}
+	if r := plan("replace", 1000).Count.Mechanism.Params().Alpha; r != alpha {
+		t.Errorf("capped add_remove α %v ≠ replace α %v", alpha, r)
+	}
+	if got, ok := capped.Count.Charge.At(2); !ok || !near(got, 1) {
+		t.Errorf("capped add_remove: charge at λ=2 %v (%v), want 1", got, ok)
+	}
+
+	// Before: the add_remove shape over the same (capped) sensitivities.
+	old := capped.Count.Mechanism.Spec()
+	old.Neighbour = mechanism.AddRemove
+	m, err := mechanism.New(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Params().Alpha, math.Sqrt(e)/(math.Sqrt(e)-1); !near(got, want) {
+		t.Errorf("add_remove shape: α %v, want √e/(√e−1) = %v", got, want)
+	}
+	at := old
+	at.RDPEpsilon = 2 * math.Log((e+1)/2) * (1 + 1e-12) // what that shape charges at the α now released
+	m2, err := mechanism.New(at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(m2.Params().Alpha, alpha) {
+		t.Errorf("the add_remove shape reaches α = %v only at ε = 2·log((e+1)/2); got α %v", alpha, m2.Params().Alpha)
+	}
+
+	// Without the cap add_remove keeps its one-sided shape.
+	free := plan("add_remove", 0)
+	if got := free.Count.Mechanism.Spec().Neighbour; got != mechanism.AddRemove {
+		t.Errorf("uncapped add_remove: spec neighbour %q", got)
+	}
+	if got, want := free.Count.Mechanism.Params().Alpha, e/(e-1); !near(got, want) {
+		t.Errorf("uncapped add_remove: α %v, want e/(e−1) = %v", got, want)
 	}
 }

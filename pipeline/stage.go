@@ -116,6 +116,11 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Now is the wall clock (tests). Default time.Now.
 	Now func() time.Time
+	// HashSeed, when set, keys the user hash (and so which users and events
+	// the bounder selects) instead of a random per-process seed: for tests
+	// that compute the expected bounded counts. Never set it in production:
+	// a known seed lets producers predict which events count.
+	HashSeed *maphash.Seed
 }
 
 // Stage is a running privatization stage.
@@ -236,6 +241,9 @@ func New(opts Options) (*Stage, error) {
 		rng:         rng,
 		lag:         make(map[int]int64),
 		transport:   opts.Transport,
+	}
+	if opts.HashSeed != nil {
+		s.userSeed = *opts.HashSeed
 	}
 	if s.drain <= 0 {
 		s.drain = 30 * time.Second
@@ -758,7 +766,7 @@ type partitionLocal struct {
 
 	// Counters not yet added to Stats.
 	decoded, counted, boundEvents, boundGroups, boundCapacity int64
-	flushedConsumed                                           int64
+	boundDisplaced, flushedConsumed                           int64
 }
 
 // observe records a counted event's time; sizeMs is the window size.
@@ -819,7 +827,10 @@ func (l *partitionLocal) flushStats(st *Stats) {
 	if l.boundCapacity > 0 {
 		st.counter("bound_capacity").Add(l.boundCapacity)
 	}
-	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity = 0, 0, 0, 0, 0
+	if l.boundDisplaced > 0 {
+		st.counter("bound_displaced").Add(l.boundDisplaced)
+	}
+	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity, l.boundDisplaced = 0, 0, 0, 0, 0, 0
 }
 
 // handle bounds and counts a decoded event whose record (arrival) time is
@@ -893,6 +904,7 @@ func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *parti
 	loc.boundEvents += int64(out.DroppedUserEvents)
 	loc.boundGroups += int64(out.DroppedUserGroups)
 	loc.boundCapacity += int64(out.DroppedCapacity)
+	loc.boundDisplaced += int64(out.Displaced)
 }
 
 // releaseLoop closes windows as the watermark passes them, releases them and
@@ -1022,6 +1034,9 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 		return nil, fmt.Errorf("close window %s: %w", rfc3339(w), err)
 	}
 	defer counts.Release()
+	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
+		s.stats.counter("bound_displaced").Add(d)
+	}
 	// A window is recorded whole, in one ledger transaction (all its
 	// histograms' units and their charges) or not at all; if any unit of
 	// it is recorded, the window is complete: publish what is unpublished.

@@ -9,9 +9,13 @@ import (
 // Stats counts what the stage did. Every drop is counted by reason: nothing
 // is lost silently. Safe for concurrent use.
 type Stats struct {
-	Consumed  atomic.Int64 // messages read from the input topic
-	Decoded   atomic.Int64 // messages that decoded into a usable event
-	Counted   atomic.Int64 // (event, histogram) contributions counted
+	Consumed atomic.Int64 // messages read from the input topic
+	Decoded  atomic.Int64 // messages that decoded into a usable event
+	// Counted: (event, histogram) contributions counted on arrival; a
+	// contribution the bounder displaces later (see aggregate) is counted
+	// under the drop reason bound_displaced too, so Counted −
+	// bound_displaced is what the closed windows counted.
+	Counted   atomic.Int64
 	Late      atomic.Int64 // events for windows already closed
 	Releases  atomic.Int64 // release messages published
 	Exhausted atomic.Int64 // units refused by the budget

@@ -61,7 +61,9 @@ func (e cEvent) msg() kafka.Message {
 }
 
 // crashStream: window w has users u0..u(n-1) (rotating ids), some of them
-// sending a second, bounded-away event; FR never appears.
+// sending a second, bounded-away event with the same page, country and
+// device (which of the two the bounder keeps depends on the process's hash
+// seed, new at every restart; the counts do not); FR never appears.
 func crashStream(window, n int) []cEvent {
 	var evs []cEvent
 	for u := 0; u < n; u++ {
@@ -69,13 +71,16 @@ func crashStream(window, n int) []cEvent {
 		at := crashBase.Add(time.Duration(window)*time.Minute + time.Duration(u)*50*time.Millisecond)
 		evs = append(evs, cEvent{user, at, cPages[(u*u+window)%5], cGroups[(u+window)%2], cDevices[(u/3)%2]})
 		if u%4 == 0 {
-			evs = append(evs, cEvent{user, at.Add(time.Millisecond), "cart", "US", "mobile"})
+			e := evs[len(evs)-1]
+			e.at = at.Add(time.Millisecond)
+			evs = append(evs, e)
 		}
 	}
 	return evs
 }
 
-// crashTruth: per user, window and histogram, the first event counts.
+// crashTruth: per user, window and histogram, one event counts (the first
+// here: a user's events in a window count the same, see crashStream).
 func crashTruth(evs []cEvent) map[string][]float64 {
 	tr := map[string][]float64{}
 	seen := map[string]bool{}

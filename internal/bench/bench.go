@@ -211,6 +211,7 @@ type Results struct {
 	CapUsersOffered         int     `json:"cap_users_offered,omitempty"`
 	CapTrackedUsers         int     `json:"cap_tracked_users,omitempty"`
 	CapDroppedCapacity      int     `json:"cap_dropped_capacity,omitempty"`
+	CapEvicted              int     `json:"cap_evicted,omitempty"` // admitted beyond the cap, each in place of the largest tracked hash
 	CapHeapGrowthBeyondCapB int64   `json:"cap_heap_growth_beyond_cap_bytes"`
 	CapHeapAtCapBytes       int64   `json:"cap_heap_at_cap_bytes,omitempty"`
 }

@@ -146,8 +146,9 @@ func releases(cfg Config, res *Results) error {
 // an aggregator with the stage phase's histograms is filled with MemoryUsers
 // distinct users in one window, and the heap (after a GC) compared with the
 // empty aggregator's. Then the cap: with max_tracked_users = MemoryUsers, a
-// further MemoryUsers/2 new users are offered; the heap must not grow and
-// those events must be dropped with the capacity reason.
+// further MemoryUsers/2 new users are offered; the heap must not grow, and
+// each of them is either dropped with the capacity reason or admitted in
+// place of the tracked user with the largest hash (evicted).
 func memory(cfg Config, w *workload, res *Results) error {
 	lc, err := localConfig()
 	if err != nil {
@@ -209,6 +210,7 @@ func memory(cfg Config, w *workload, res *Results) error {
 	res.CapUsersOffered = n + n/2
 	res.CapTrackedUsers = c.TrackedUsers()
 	res.CapDroppedCapacity = dropped
+	res.CapEvicted = n/2 - dropped // admitted beyond the cap: each evicted one user
 	res.CapHeapAtCapBytes = int64(c1 - c0)
 	res.CapHeapGrowthBeyondCapB = int64(c2) - int64(c1)
 	return nil

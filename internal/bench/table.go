@@ -78,8 +78,8 @@ func WriteTable(out io.Writer, r *Results) error {
 		row("bytes_per_active_user", fmt.Sprintf("%.1f", r.BytesPerActiveUser),
 			check(r.BytesPerActiveUser <= TargetBytesPerActiveUser, "≤ 100")+fmt.Sprintf("; live heap at %d users in one window", r.MemoryUsers))
 		row("cap (max_tracked_users)", fmt.Sprint(r.CapMaxTrackedUsers),
-			fmt.Sprintf("offered %d users: %d tracked, %d dropped (capacity); heap %.1f MB at the cap, %+.1f KB beyond it",
-				r.CapUsersOffered, r.CapTrackedUsers, r.CapDroppedCapacity, float64(r.CapHeapAtCapBytes)/1e6, float64(r.CapHeapGrowthBeyondCapB)/1e3))
+			fmt.Sprintf("offered %d users: %d tracked (the smallest hashes), %d dropped (capacity), %d evicted by smaller hashes; heap %.1f MB at the cap, %+.1f KB beyond it",
+				r.CapUsersOffered, r.CapTrackedUsers, r.CapDroppedCapacity, r.CapEvicted, float64(r.CapHeapAtCapBytes)/1e6, float64(r.CapHeapGrowthBeyondCapB)/1e3))
 	}
 	return tw.Flush()
 }

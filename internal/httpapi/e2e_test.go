@@ -39,14 +39,16 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	//   u1 home US mobile: pages/US home, devices mobile
 	//   u2 search DE desktop: pages/DE search, devices desktop
 	//   u3 cart US tablet: pages/US other (overflow bin); devices out_of_domain
-	//   u1 again: bounded in both histograms (max_events_per_user 1)
+	//   u1 again, the same event: bounded in both histograms
+	//   (max_events_per_user 1; an identical event ranks equal, so it adds
+	//   nothing whatever the hash seed)
 	//   u4 home FR mobile: pages unknown_group; devices mobile
 	//   one malformed message (bad_json), one without a user (missing_user)
 	e.produce(
 		event("u1", 1*time.Second, "home", "US", "mobile"),
 		event("u2", 2*time.Second, "search", "DE", "desktop"),
 		event("u3", 3*time.Second, "cart", "US", "tablet"),
-		event("u1", 4*time.Second, "home", "US", "mobile"),
+		event("u1", 1*time.Second, "home", "US", "mobile"),
 		event("u4", 5*time.Second, "home", "FR", "mobile"),
 		kafka.Message{Key: []byte("x"), Value: []byte(`{not json`)},
 		kafka.Message{Key: []byte("y"), Value: []byte(fmt.Sprintf(`{"ts":%d,"page":"home"}`, base.UnixMilli()))},
@@ -68,7 +70,7 @@ dpstage_events_consumed_total 9
 # HELP dpstage_events_decoded_total Messages that decoded into a usable event.
 # TYPE dpstage_events_decoded_total counter
 dpstage_events_decoded_total 7
-# HELP dpstage_contributions_counted_total (event, histogram) contributions counted (or, for an average histogram, averaged) into a window.
+# HELP dpstage_contributions_counted_total (event, histogram) contributions counted (or, for an average histogram, averaged) into a window on arrival; those later displaced are also counted in dpstage_contributions_dropped_by_bounding_total{bound="displaced"}.
 # TYPE dpstage_contributions_counted_total counter
 dpstage_contributions_counted_total 8
 # HELP dpstage_late_events_total Events for windows already closed (also counted in dpstage_events_dropped_total{reason="late"}).
@@ -80,10 +82,11 @@ dpstage_releases_published_total 3
 # HELP dpstage_budget_exhausted_total (histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead).
 # TYPE dpstage_budget_exhausted_total counter
 dpstage_budget_exhausted_total 0
-# HELP dpstage_contributions_dropped_by_bounding_total Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival).
+# HELP dpstage_contributions_dropped_by_bounding_total Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in).
 # TYPE dpstage_contributions_dropped_by_bounding_total counter
 dpstage_contributions_dropped_by_bounding_total{bound="average_users"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="capacity"} 0
+dpstage_contributions_dropped_by_bounding_total{bound="displaced"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="user_events"} 2
 dpstage_contributions_dropped_by_bounding_total{bound="user_groups"} 0
 # HELP dpstage_events_dropped_total Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.

@@ -63,7 +63,7 @@ func eventReasons() []string {
 
 // boundReasons are the bounding outcomes (Stats' bound_* labels, without
 // the prefix).
-var boundReasons = []string{"user_events", "user_groups", "capacity"}
+var boundReasons = []string{"user_events", "user_groups", "capacity", "displaced"}
 
 // newRegistry returns the server's own registry (never the global one): the
 // stage's collector, the latency histogram, and the Go and process
@@ -101,8 +101,8 @@ func newStageCollector(src func() Source) *stageCollector {
 		consumed:  d(MetricEventsConsumed, "Messages read from the input topic."),
 		decoded:   d(MetricEventsDecoded, "Messages that decoded into a usable event."),
 		dropped:   d(MetricEventsDropped, "Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.", "reason"),
-		counted:   d(MetricContribCounted, "(event, histogram) contributions counted (or, for an average histogram, averaged) into a window."),
-		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival).", "bound"),
+		counted:   d(MetricContribCounted, "(event, histogram) contributions counted (or, for an average histogram, averaged) into a window on arrival; those later displaced are also counted in "+MetricContribBounded+"{bound=\"displaced\"}."),
+		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in).", "bound"),
 		late:      d(MetricLateEvents, "Events for windows already closed (also counted in "+MetricEventsDropped+"{reason=\"late\"})."),
 		releases:  d(MetricReleases, "Release messages published to the output topic (one per histogram, group and window)."),
 		exhausted: d(MetricBudgetExhausted, "(histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead)."),
