@@ -262,9 +262,17 @@ type Privacy struct {
 	// max(x̃_i, 0): each release carries posterior_alpha and its mean
 	// α̃/Σα̃ as probabilities.
 	Mechanism string `yaml:"mechanism"`
-	// Calibration (dirichlet only): concentrated (default) | diffuse |
-	// closed-form | exact.
+	// Calibration (dirichlet only): concentrated | diffuse | closed-form |
+	// exact | optimal. Default: optimal when ExpectedEventsPerRelease is
+	// given, concentrated otherwise.
 	Calibration string `yaml:"calibration"`
+	// ExpectedEventsPerRelease is a public planning figure: the events one
+	// release (one histogram, one group, one window) typically counts. The
+	// optimal calibration chooses the Dirichlet mechanism's (r, α) on 000
+	// Corollary 3's privacy frontier to minimize the expected ℓ2 error of a
+	// release at this many events (mechanism/optimal.go). It is public
+	// configuration, never measured from the data. Default 0: not given.
+	ExpectedEventsPerRelease float64 `yaml:"expected_events_per_release"`
 	// PriorAlpha (laplace-posterior only) is the public Dirichlet prior α₀
 	// given to every bin: finite, > 0 and at most 1e12. Default 1 (the
 	// uniform prior). It must be left out (or 0) for the other mechanisms.

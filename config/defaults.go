@@ -100,7 +100,11 @@ func (c *Config) ApplyDefaults() {
 
 	str(&c.Privacy.Mechanism, "privacy.mechanism", DefaultMechanism)
 	if c.Privacy.Mechanism == MechanismDirichlet {
-		str(&c.Privacy.Calibration, "privacy.calibration", DefaultCalibration)
+		def := DefaultCalibration
+		if c.Privacy.ExpectedEventsPerRelease > 0 {
+			def = CalibrationOptimal // the utility-optimal (r, α) at the planning figure
+		}
+		str(&c.Privacy.Calibration, "privacy.calibration", def)
 	}
 	if c.Privacy.Mechanism == MechanismLaplacePosterior {
 		flt(&c.Privacy.PriorAlpha, "privacy.prior_alpha", DefaultPriorAlpha)

@@ -61,8 +61,9 @@ func TestFullConfig(t *testing.T) {
 		Contribution: Contribution{MaxEventsPerUser: 3, MaxGroupsPerUser: 2, MaxTrackedUsers: 500000},
 		Privacy: Privacy{
 			Mechanism: "dirichlet", Calibration: "diffuse", Neighbour: "add_remove", Order: 4.5, RDPEpsilon: 0.05,
-			Budget:        Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
-			ExpectedUsers: 500000,
+			Budget:                   Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
+			ExpectedUsers:            500000,
+			ExpectedEventsPerRelease: 20000,
 		},
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour)},
 		Log:       Log{Format: "console", Level: "debug"},
@@ -129,6 +130,22 @@ func collectKeys(n *yaml.Node, prefix string, out map[string]bool) {
 	case yaml.SequenceNode:
 		for _, c := range n.Content {
 			collectKeys(c, prefix+"[]", out)
+		}
+	}
+}
+
+// With privacy.expected_events_per_release the Dirichlet mechanism's
+// default calibration is optimal; an explicit one is kept.
+func TestDefaultCalibrationOptimal(t *testing.T) {
+	for _, tc := range []struct{ extra, want string }{
+		{"", "concentrated"},
+		{"\n  expected_events_per_release: 10000", "optimal"},
+		{"\n  expected_events_per_release: 10000\n  calibration: exact", "exact"},
+	} {
+		y := strings.Replace(minimal, "privacy:", "privacy:"+tc.extra, 1)
+		cfg := mustParse(t, y, nil)
+		if cfg.Privacy.Calibration != tc.want {
+			t.Errorf("%q: calibration %q, want %q", tc.extra, cfg.Privacy.Calibration, tc.want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ const (
 	CalibrationDiffuse      = "diffuse"
 	CalibrationClosedForm   = "closed-form"
 	CalibrationExact        = "exact"
+	CalibrationOptimal      = "optimal"
 
 	WatermarkArrival = "arrival" // window.watermark
 	WatermarkEvent   = "event"
@@ -47,7 +48,7 @@ const RedactedValue = "[redacted]"
 
 var (
 	mechanisms   = []string{MechanismDirichlet, MechanismGaussian, MechanismLaplace, MechanismLaplacePosterior}
-	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm, CalibrationExact}
+	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm, CalibrationExact, CalibrationOptimal}
 	neighbours   = []string{NeighbourReplace, NeighbourAddRemove}
 	watermarks   = []string{WatermarkArrival, WatermarkEvent}
 	saslMechs    = []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}

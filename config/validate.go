@@ -448,6 +448,9 @@ func (k *checker) privacy() {
 	switch p.Mechanism {
 	case MechanismDirichlet:
 		k.oneOf("privacy.calibration", p.Calibration, calibrations)
+		if p.Calibration == CalibrationOptimal && !(p.ExpectedEventsPerRelease > 0) {
+			k.add("privacy.calibration", "optimal needs privacy.expected_events_per_release: the events one release typically counts (a public planning figure)")
+		}
 	case MechanismGaussian, MechanismLaplace, MechanismLaplacePosterior:
 		if p.Calibration != "" && p.Calibration != DefaultCalibration {
 			k.add("privacy.calibration", "only applies to mechanism dirichlet; leave it out")
@@ -483,6 +486,9 @@ func (k *checker) privacy() {
 		k.add("privacy.budget.delta", "%g is above %g: δ is the chance the guarantee fails outright (publishing every user's events in the clear with probability δ meets it), so it must be far below 1/users; use 1e-6 or smaller", b.Delta, MaxDelta)
 	case p.ExpectedUsers > 0 && b.Delta*float64(p.ExpectedUsers) >= 1:
 		k.add("privacy.budget.delta", "%g is at least 1/privacy.expected_users (δ·users = %.3g): a mechanism that publishes one user's events in the clear meets such a guarantee; use δ ≤ %.3g", b.Delta, b.Delta*float64(p.ExpectedUsers), DeltaUsersWarn/float64(p.ExpectedUsers))
+	}
+	if !finite(p.ExpectedEventsPerRelease) || p.ExpectedEventsPerRelease < 0 || p.ExpectedEventsPerRelease > 1e15 {
+		k.add("privacy.expected_events_per_release", "must be a finite number ≥ 0 and at most 1e15 (0: not given)")
 	}
 	if p.ExpectedUsers < 0 {
 		k.add("privacy.expected_users", "must be ≥ 0 (0: not given)")

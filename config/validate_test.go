@@ -148,6 +148,9 @@ func TestValidateRules(t *testing.T) {
 			c.Privacy.Calibration = "diffuse"
 		}, "privacy.calibration", "only applies to mechanism dirichlet"},
 		{"calibration", func(c *Config) { c.Privacy.Calibration = "tight" }, "privacy.calibration", "must be one of concentrated, diffuse, closed-form"},
+		{"optimal without its planning figure", func(c *Config) { c.Privacy.Calibration = "optimal" }, "privacy.calibration", "optimal needs privacy.expected_events_per_release"},
+		{"expected events negative", func(c *Config) { c.Privacy.ExpectedEventsPerRelease = -1 }, "privacy.expected_events_per_release", "finite number ≥ 0"},
+		{"expected events NaN", func(c *Config) { c.Privacy.ExpectedEventsPerRelease = math.NaN() }, "privacy.expected_events_per_release", "finite number ≥ 0"},
 		{"calibration with gaussian", func(c *Config) { c.Privacy.Mechanism = "gaussian"; c.Privacy.Calibration = "diffuse" }, "privacy.calibration", "only applies to mechanism dirichlet"},
 		{"calibration with laplace", func(c *Config) { c.Privacy.Mechanism = "laplace"; c.Privacy.Calibration = "closed-form" }, "privacy.calibration", "only applies to mechanism dirichlet"},
 		{"neighbour", func(c *Config) { c.Privacy.Neighbour = "bounded" }, "privacy.neighbour", "must be one of replace, add_remove"},

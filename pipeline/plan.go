@@ -251,6 +251,16 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	}
 	if spec.Kind == mechanism.Dirichlet {
 		spec.Calibration = mechanism.Calibration(cfg.Privacy.Calibration)
+		if spec.Calibration == mechanism.Optimal {
+			// One calibration serves every count histogram (one curve per
+			// unit); its error model uses the largest bin count among them.
+			spec.ExpectedEvents = cfg.Privacy.ExpectedEventsPerRelease
+			for _, h := range cfg.Histograms {
+				if !h.IsAverage() {
+					spec.Bins = max(spec.Bins, len(h.Bins))
+				}
+			}
+		}
 	}
 	if cfg.Privacy.Mechanism == config.MechanismLaplacePosterior {
 		spec.Kind = mechanism.Laplace // the noise; the posterior is post-processing (see Plan)

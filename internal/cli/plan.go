@@ -179,6 +179,10 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	switch spec.Kind {
 	case mechanism.Dirichlet:
 		fmt.Fprintf(tw, "parameters\tα=%.6g r=%.6g (release Dir(r·x + α))\n", params.Alpha, params.R)
+		if em, ok := m.(mechanism.ErrorModel); ok {
+			fmt.Fprintf(tw, "expected error\tℓ2 ≈ %.4g at %g events per release (the optimal calibration's model: root mean square over a flat prior on the histogram)\n",
+				em.ExpectedError(), spec.ExpectedEvents)
+		}
 		if spec.Calibration == mechanism.Exact {
 			if ok, why := mechanism.ExactCovers(spec); !ok {
 				fmt.Fprintf(tw, "note\t%s\n", why)

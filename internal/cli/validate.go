@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -126,6 +127,9 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	switch {
 	case params.Alpha > 0:
 		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
+		if em, ok := cp.Mechanism.(mechanism.ErrorModel); ok {
+			fmt.Fprintf(tw, "  expected error\tℓ2 ≈ %.4g at %g events per release (optimal calibration's model)\n", em.ExpectedError(), spec.ExpectedEvents)
+		}
 	case params.Sigma > 0:
 		fmt.Fprintf(tw, "  parameters\tσ=%.6g\n", params.Sigma)
 	case params.Scale > 0:
