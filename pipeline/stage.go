@@ -592,16 +592,32 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	loc.wall = s.now().UnixMilli()
 	loc.futureLimit = loc.wall + maxFuture
 	r.onCaughtUp = func(sent time.Time) {
-		// An empty fetch at the high watermark: fetching works again, and
-		// with watermark arrival the partition's frontier advances by the
-		// wall clock (see watermarks).
+		// A fetch read to the high watermark: fetching works again, the
+		// partition is read to its end, and with watermark arrival its
+		// frontier advances by the wall clock (see watermarks).
 		if loc.failing {
 			loc.failing = false
 			sess.wm.setFailing(p, false)
 		}
-		if s.arrival {
-			sess.wm.caughtUpAt(p, sent.UnixMilli())
+		s.setLag(p, 0)
+		sess.wm.caughtUpAt(p, sent.UnixMilli())
+	}
+	r.onBehind = func(left int64) {
+		// A fetch read to its end below the high watermark: records are
+		// left, or held back by an open transaction (the last stable
+		// offset). The partition is not caught up, and not idle.
+		if loc.failing {
+			loc.failing = false
+			sess.wm.setFailing(p, false)
 		}
+		s.setLag(p, left)
+		sess.wm.setUnread(p)
+	}
+	r.onSkipped = func(next int64) {
+		// Offsets the fetcher passed over — commit and abort markers,
+		// records of aborted transactions — need nothing more: offsets
+		// may be committed past them.
+		tracker.processed(next - 1)
 	}
 	defer loc.flushStats(s.stats)
 	for {
@@ -619,7 +635,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(500 * time.Millisecond):
+			case <-time.After(fetchRetryBackoff):
 			}
 			continue
 		}
