@@ -92,7 +92,7 @@ type connFetcher struct {
 	// checkRange: look the partition's offset range up before the next
 	// fetch (after a dial or OffsetOutOfRange); rangeOK: it was looked up
 	// and no fetch was answered since.
-	checkRange, rangeOK     bool
+	checkRange, rangeOK       bool
 	fetchVersion, listVersion int16
 
 	resp fetchResponse
