@@ -591,6 +591,16 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	maxFuture := s.cfg.Events.MaxFuture.D().Milliseconds()
 	loc.wall = s.now().UnixMilli()
 	loc.futureLimit = loc.wall + maxFuture
+	// publishRead publishes what was read since the last publication: at
+	// the end of a response the last records may not have looked like the
+	// partition's end (a commit marker followed them).
+	publishRead := func() {
+		if loc.consumed > loc.published || loc.urgent {
+			loc.publish(sess.wm, p, s.stats, s.sizeMs)
+			loc.wall = s.now().UnixMilli()
+			loc.futureLimit = loc.wall + s.cfg.Events.MaxFuture.D().Milliseconds()
+		}
+	}
 	r.onCaughtUp = func(sent time.Time) {
 		// A fetch read to the high watermark: fetching works again, the
 		// partition is read to its end, and with watermark arrival its
@@ -599,6 +609,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			loc.failing = false
 			sess.wm.setFailing(p, false)
 		}
+		publishRead()
 		s.setLag(p, 0)
 		sess.wm.caughtUpAt(p, sent.UnixMilli())
 	}
@@ -610,6 +621,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			loc.failing = false
 			sess.wm.setFailing(p, false)
 		}
+		publishRead()
 		s.setLag(p, left)
 		sess.wm.setUnread(p)
 	}
