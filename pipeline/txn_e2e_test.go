@@ -79,7 +79,7 @@ func users(prefix string, n, w int, page func(int) string, country func(int) str
 }
 
 func cycle(vs []string) func(int) string { return func(i int) string { return vs[i%len(vs)] } }
-func fixed(v string) func(int) string   { return func(int) string { return v } }
+func fixed(v string) func(int) string    { return func(int) string { return v } }
 
 // checkReleases reads the releases of windows 0 and 1 (pages for US, DE,
 // FR, and devices) and checks each against the true bounded shares of evs.
