@@ -708,37 +708,17 @@ func (f *connFetcher) dial(ctx context.Context) error {
 
 // leader asks c for the address of the partition's leader.
 func (f *connFetcher) leader(c *brokerConn) (string, error) {
-	v, err := c.version(3, metaMinVersion, metaMaxVersion)
+	t, brokers, err := topicMetadata(c, f.topic, f.dialTimeout())
 	if err != nil {
 		return "", err
 	}
-	req := kmsg.NewPtrMetadataRequest()
-	req.Version = v
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(f.topic)
-	req.Topics = append(req.Topics, rt)
-	if err := c.setDeadline(time.Now().Add(f.dialTimeout())); err != nil {
-		return "", err
-	}
-	resp := kmsg.NewPtrMetadataResponse()
-	if err := c.request(req, resp); err != nil {
-		return "", fmt.Errorf("metadata: %w", err)
-	}
 	leader := int32(-1)
 	found := false
-	for _, t := range resp.Topics {
-		if t.Topic == nil || *t.Topic != f.topic {
-			continue
-		}
-		if t.ErrorCode != 0 {
-			return "", fmt.Errorf("metadata of %s: %w", f.topic, kafka.Error(t.ErrorCode))
-		}
-		for _, p := range t.Partitions {
-			if p.Partition == int32(f.partition) {
-				found, leader = true, p.Leader
-				if leader < 0 && p.ErrorCode != 0 {
-					return "", fmt.Errorf("metadata of %s/%d: %w", f.topic, f.partition, kafka.Error(p.ErrorCode))
-				}
+	for _, p := range t.Partitions {
+		if p.Partition == int32(f.partition) {
+			found, leader = true, p.Leader
+			if leader < 0 && p.ErrorCode != 0 {
+				return "", fmt.Errorf("metadata of %s/%d: %w", f.topic, f.partition, kafka.Error(p.ErrorCode))
 			}
 		}
 	}
@@ -748,12 +728,44 @@ func (f *connFetcher) leader(c *brokerConn) (string, error) {
 	if leader < 0 {
 		return "", fmt.Errorf("metadata of %s/%d: %w", f.topic, f.partition, kafka.LeaderNotAvailable)
 	}
-	for _, b := range resp.Brokers {
+	for _, b := range brokers {
 		if b.NodeID == leader {
 			return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), nil
 		}
 	}
 	return "", fmt.Errorf("metadata of %s/%d: leader %d is not among the brokers: %w", f.topic, f.partition, leader, kafka.LeaderNotAvailable)
+}
+
+// topicMetadata asks c for topic's metadata (fresh from the broker: no
+// client cache in between).
+func topicMetadata(c *brokerConn, topic string, timeout time.Duration) (*kmsg.MetadataResponseTopic, []kmsg.MetadataResponseBroker, error) {
+	v, err := c.version(3, metaMinVersion, metaMaxVersion)
+	if err != nil {
+		return nil, nil, err
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	req.Version = v
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	if err := c.setDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, nil, err
+	}
+	resp := kmsg.NewPtrMetadataResponse()
+	if err := c.request(req, resp); err != nil {
+		return nil, nil, fmt.Errorf("metadata: %w", err)
+	}
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if t.ErrorCode != 0 {
+			return nil, nil, fmt.Errorf("metadata of %s: %w", topic, kafka.Error(t.ErrorCode))
+		}
+		return t, resp.Brokers, nil
+	}
+	return nil, nil, fmt.Errorf("metadata of %s: %w", topic, kafka.UnknownTopicOrPartition)
 }
 
 // checkOffsets resolves a negative next offset to the first retained one,

@@ -81,6 +81,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -353,15 +354,6 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	defer s.ready.draining.Store(true)
 	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })
 
-	cg, err := s.newConsumerGroup(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	defer cg.Close()
-
 	progress := time.NewTicker(10 * time.Second)
 	defer progress.Stop()
 	go func() { // owner: Run; ends with ctx
@@ -376,24 +368,51 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	}()
 
 	for {
+		cg, err := s.newConsumerGroup(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if !s.runGroup(ctx, cg) {
+			return nil
+		}
+		s.log.Info("rejoining the consumer group: the input topic has partitions the group has not assigned")
+	}
+}
+
+// runGroup runs the generations of cg until ctx ends or the group is
+// closed. It returns true when a session closed the group to rejoin it
+// (regroup): the input topic has more partitions than were assigned, and
+// kafka-go's partition watch did not start a new generation.
+func (s *Stage) runGroup(ctx context.Context, cg *kafka.ConsumerGroup) (rejoin bool) {
+	var requested atomic.Bool
+	regroup := func() {
+		if !requested.Swap(true) {
+			go cg.Close() // owner: runGroup; Close waits for the generation, which this caller belongs to
+		}
+	}
+	defer cg.Close()
+	for {
 		gen, err := cg.Next(ctx)
 		if ctx.Err() != nil {
 			s.logProgress()
-			return nil
+			return false
 		}
 		if err != nil {
 			if errors.Is(err, kafka.ErrGroupClosed) {
-				return nil
+				return requested.Load()
 			}
 			s.log.Warn("consumer group: waiting for next generation", zap.Error(err))
 			select {
 			case <-ctx.Done():
-				return nil
+				return false
 			case <-time.After(time.Second):
 			}
 			continue
 		}
-		s.runGeneration(ctx, gen)
+		s.runGeneration(ctx, gen, regroup)
 	}
 }
 
@@ -414,6 +433,10 @@ func (s *Stage) newConsumerGroup(ctx context.Context) (*kafka.ConsumerGroup, err
 			RebalanceTimeout:      max(s.cfg.Kafka.SessionTimeout.D(), 2*time.Second),
 			JoinGroupBackoff:      time.Second,
 			WatchPartitionChanges: true,
+			// Partitions added to the input topic start a new generation
+			// (reading them) within this long; until then the releaser
+			// holds every window (allAssigned).
+			PartitionWatchInterval: time.Second,
 			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 		})
 		if err == nil {
@@ -447,9 +470,14 @@ type session struct {
 	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
 	// next is the start of the first window not yet closed.
 	next int64
+
+	// Used by the releaser only (allAssigned): when to count the input
+	// topic's partitions again, and since when windows are held for
+	// partitions this generation was not assigned.
+	recheckAt, heldSince time.Time
 }
 
-func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
+func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, regroup func()) {
 	topic := s.cfg.Kafka.InputTopic
 	assigns := gen.Assignments[topic]
 	if len(assigns) == 0 {
@@ -529,7 +557,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation) {
 	wg.Add(1)
 	gen.Start(func(gctx context.Context) {
 		defer wg.Done()
-		s.releaseLoop(ctx, gctx, sess)
+		s.releaseLoop(ctx, gctx, sess, regroup)
 	})
 	wg.Wait()
 	agg.Reset()
@@ -879,7 +907,7 @@ func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *parti
 
 // releaseLoop closes windows as the watermark passes them, releases them and
 // commits offsets. It is the only goroutine that releases in a session.
-func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
+func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup func()) {
 	// A rebalance may have cut a batch publish short in the previous
 	// generation: its units are recorded but not acknowledged. Publish them
 	// (same values) first; offsets are only ever committed below, after
@@ -893,6 +921,10 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	pc := newPartitionCounter(s.dialer, s.brokers, sess.topic)
+	defer pc.Close()
+	either, cancelEither := joinContexts(soft, gctx)
+	defer cancelEither()
 	// Publishing of a release in flight survives a soft stop, up to the
 	// drain timeout; a rebalance (gctx) abandons it (its record is durable
 	// and is republished by whoever owns the partitions next).
@@ -915,6 +947,9 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		sess.closeMu.Lock()
 		next := sess.next
 		sess.closeMu.Unlock()
+		if next+s.sizeMs > wm || !s.allAssigned(either, sess, pc, regroup) {
+			continue
+		}
 		// Every window the watermark passed is closed and its units
 		// recorded (values and charge, durably) first; then all of them go
 		// out in one publish and are marked published in one transaction;
@@ -963,6 +998,50 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		}
 	}
 }
+
+// allAssigned reports whether this generation was assigned every partition
+// the input topic has now, as the releaser checks before closing windows.
+// Partitions added to the topic are read only from the next generation on
+// (kafka-go's partition watch, or a rejoin: regroup), so until then a
+// window closed could miss their events, which the next generation would
+// then drop as late. The check comes after the watermark passed the window:
+// a partition created before an event of the window was written to it
+// exists by then (under the arrival watermark's assumption that writes are
+// visible within the lateness). While the topic has more partitions, or the
+// count cannot be had, windows are held; after a grace for kafka-go's own
+// watch the group is rejoined.
+func (s *Stage) allAssigned(ctx context.Context, sess *session, pc *partitionCounter, regroup func()) bool {
+	now := s.now()
+	if now.Before(sess.recheckAt) {
+		return false
+	}
+	n, err := pc.count(ctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("cannot count the input topic's partitions; windows held", zap.Error(err))
+		}
+		sess.recheckAt = now.Add(time.Second)
+		return false
+	case n > len(sess.parts):
+		if sess.heldSince.IsZero() {
+			sess.heldSince = now
+			s.log.Warn("the input topic has partitions this generation was not assigned; windows held until the group rebalances",
+				zap.Int("partitions", n), zap.Int("assigned", len(sess.parts)))
+		} else if now.Sub(sess.heldSince) > regroupAfter {
+			regroup()
+		}
+		sess.recheckAt = now.Add(200 * time.Millisecond)
+		return false
+	}
+	return true
+}
+
+// regroupAfter is how long windows are held for unassigned partitions
+// before the stage rejoins its group itself (kafka-go's partition watch
+// polls every second; it can miss partitions added while a generation
+// starts).
+const regroupAfter = 3 * time.Second
 
 // maxPublishBatch bounds the units published together.
 const maxPublishBatch = 256
