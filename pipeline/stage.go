@@ -437,7 +437,7 @@ func (s *Stage) newConsumerGroup(ctx context.Context) (*kafka.ConsumerGroup, err
 			// (reading them) within this long; until then the releaser
 			// holds every window (allAssigned).
 			PartitionWatchInterval: time.Second,
-			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
+			ErrorLogger:            kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 		})
 		if err == nil {
 			s.ready.connected.Store(true)
