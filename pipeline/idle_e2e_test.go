@@ -1,0 +1,52 @@
+package pipeline_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dpstage/stage/config"
+)
+
+// TestFailingPartitionHoldsWindows (issue 16, 1c): with watermark event and
+// an idle timeout (300ms) shorter than the fetch retry back-off (500ms), one
+// partition's fetches fail (NOT_LEADER_FOR_PARTITION, as during a leader
+// move) for 3 s while events for window 1 are written to it (it had
+// delivered window 0's) and an event that would close windows 0 and 1
+// reaches another partition. The failing partition is not idle — it has
+// unread events — so no window closes until they are read, and the
+// releases are exact with nothing late.
+func TestFailingPartitionHoldsWindows(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	cfg.Window.IdlePartitionTimeout = config.Duration(300 * time.Millisecond)
+	run := h.start(cfg)
+	st := run.stage.Stats()
+	before := users("before", 400, 0, cycle(pages), cycle([]string{"US", "DE"}), cycle(devices))
+	h.produceEvents(before)
+	waitFor(t, 20*time.Second, func() bool { return st.Decoded.Load() >= int64(len(before)) })
+
+	flushPart := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte("flush")}, 0, 1, 2, 3)
+	failPart := int32((flushPart + 1) % 4)
+	fault := h.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "events-" + h.name,
+		Partitions: []int32{failPart}, Err: kerr.NotLeaderForPartition, Count: -1})
+	// The stage has seen the failure (a fetch at the end is outstanding for
+	// up to the max wait first).
+	waitFor(t, 10*time.Second, func() bool { return fault.Hits() >= 2 })
+	held := users("held", 600, 1, fixed("search"), fixed("FR"), fixed("desktop"))
+	h.produceTo(held, failPart)
+	h.produce(flush(base.Add(3*time.Minute + time.Second)))
+	time.Sleep(3 * time.Second)
+	if r := st.Releases.Load(); r != 0 {
+		t.Errorf("%d release messages while a partition with unread events was failing", r)
+	}
+	fault.Remove()
+	h.checkReleases(append(before, held...))
+	if l := st.Late.Load(); l != 0 {
+		t.Errorf("%d events late: the failing partition counted as idle", l)
+	}
+}
