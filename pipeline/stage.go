@@ -57,9 +57,14 @@
 // window when partitions move. ConsumerGroup/Generation gives exactly that: a
 // generation lists its assignments, its Start goroutines are cancelled when
 // the generation ends, and CommitOffsets commits what we choose. Each
-// assigned partition is then read by a fetch loop on a kafka.Conn to its
+// assigned partition is then read by a fetch loop on a connection to its
 // leader (fetch.go), which `stage bench` measured as much cheaper per message
-// than a partition-bound kafka.Reader.
+// than a partition-bound kafka.Reader, with read_committed isolation:
+// records of aborted transactions and commit/abort markers are skipped, and
+// nothing at or past the last stable offset (an open transaction) is read;
+// such a partition is behind, not caught up (see watermarks). Before closing
+// a window the releaser checks that the generation was assigned every
+// partition the input topic has (allAssigned).
 //
 // # One active instance
 //
