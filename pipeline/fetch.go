@@ -130,7 +130,7 @@ func newConnFetcher(dialer *kafka.Dialer, brokers []string, topic string, partit
 		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
 	}
 	return &connFetcher{dialer: dialer, brokers: brokers, topic: topic, partition: partition,
-		maxWait: fetchMaxWait, maxBytes: 16 << 20, next: next, now: time.Now}
+		maxWait: fetchMaxWait, maxBytes: fetchMaxBytes, next: next, now: time.Now}
 }
 
 const (
@@ -139,6 +139,12 @@ const (
 	fetchMaxWait = 500 * time.Millisecond
 	// fetchRetryBackoff is how long consume waits after a failed fetch.
 	fetchRetryBackoff = 500 * time.Millisecond
+	// fetchMaxBytes bounds a fetch response (the Java consumer's
+	// max.partition.fetch.bytes default): the response is read whole into
+	// one buffer per partition. A larger first batch still comes whole
+	// (brokers answer fetch v3+ so). Measured on the embedded broker, 1 MiB
+	// reads faster than 16 MiB (less memory traffic per response).
+	fetchMaxBytes = 1 << 20
 )
 
 // Fetch protocol versions used: v4 is the first with the isolation level,
