@@ -547,8 +547,16 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, regrou
 	s.lagMu.Unlock()
 
 	// ctx ends on a soft stop; each goroutine also watches its
-	// generation's context (rebalance or group close).
+	// generation's context (rebalance or group close). kafka-go ends the
+	// generation as soon as one of its goroutines returns, and that cancels
+	// a release being published: on a soft stop the partition consumers
+	// therefore stay (idle) until the releaser has drained — published
+	// what it recorded and committed — or the generation ends otherwise.
+	// Without that, a stop during a release left the window recorded but
+	// its offsets uncommitted, and the next start re-read its events as
+	// late.
 	var wg sync.WaitGroup
+	drained := make(chan struct{})
 	for _, a := range assigns {
 		p, off := a.ID, a.Offset
 		wg.Add(1)
@@ -557,11 +565,16 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, regrou
 			c, cancel := joinContexts(ctx, gctx)
 			defer cancel()
 			s.consume(c, sess, p, off)
+			select {
+			case <-drained:
+			case <-gctx.Done():
+			}
 		})
 	}
 	wg.Add(1)
 	gen.Start(func(gctx context.Context) {
 		defer wg.Done()
+		defer close(drained)
 		s.releaseLoop(ctx, gctx, sess, regroup)
 	})
 	wg.Wait()
