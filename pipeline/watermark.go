@@ -24,7 +24,10 @@ import (
 //   - after a fetch sent at wall time T came back at the partition's high
 //     watermark: F_p ≥ T − lateness (a record appended before T − lateness
 //     is committed by T: replication and producer delays are assumed below
-//     the lateness).
+//     the lateness). Reading is read_committed, so this needs the high
+//     watermark itself, not the last stable offset: a partition held by an
+//     open transaction has unread records and its frontier stays at the
+//     last record time read until the transaction ends.
 //
 // A record time ahead of the wall clock advances F_p only up to the wall
 // clock. The stage's watermark is min_p F_p − lateness: the window [s, e)
