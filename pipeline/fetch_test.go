@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,5 +284,63 @@ func TestFetchReadCommitted(t *testing.T) {
 	defer cancel2()
 	if _, err := f.fetch(ctx2); !errors.Is(err, context.DeadlineExceeded) || caughtUp.Load() == 0 {
 		t.Fatalf("at the end: %v, caught up %d times", err, caughtUp.Load())
+	}
+}
+
+// TestFetchFollowsLeaderMove: the partition's leadership moves to another
+// broker mid-read (kfake: a second node, then MoveTopicPartition). The
+// fetch that reaches the old leader fails (NOT_LEADER_FOR_PARTITION); the
+// caller retries, as consume does, and the fetcher re-dials the new leader
+// found in fresh metadata and goes on at the next offset: every record
+// once, in order.
+func TestFetchFollowsLeaderMove(t *testing.T) {
+	b := fetchBroker(t)
+	f := newConnFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []byte
+	read := func(n int) (errs int) {
+		for len(got) < n {
+			m, err := f.fetch(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					t.Fatalf("after %v: %v", got, err)
+				}
+				errs++
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if m.Offset != int64(len(got)) {
+				t.Fatalf("offset %d after %d records", m.Offset, len(got))
+			}
+			got = append(got, m.Value[0])
+		}
+		return errs
+	}
+	read(10) // one response: the next records need a new fetch
+	c := b.Cluster()
+	node, port, err := c.AddNode(-1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MoveTopicPartition("t", 0, node); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	for i := 10; i < 15; i++ {
+		if err := w.WriteMessages(ctx, kafka.Message{Value: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if errs := read(15); errs == 0 {
+		t.Log("no fetch failed: the move happened between fetches")
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
+		t.Fatalf("read %v", got)
+	}
+	if _, p, _ := net.SplitHostPort(f.conn.addr); p != fmt.Sprint(port) {
+		t.Fatalf("reading from %s, the new leader listens on port %d", f.conn.addr, port)
 	}
 }
