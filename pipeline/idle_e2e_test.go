@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,5 +49,63 @@ func TestFailingPartitionHoldsWindows(t *testing.T) {
 	h.checkReleases(append(before, held...))
 	if l := st.Late.Load(); l != 0 {
 		t.Errorf("%d events late: the failing partition counted as idle", l)
+	}
+}
+
+// TestLeaderMovesLoseNothing (issue 16, 1c, as measured there): with an
+// idle timeout (500ms) equal to the fetch retry back-off, partition 1's
+// leadership moves to the other broker right after a quiet second, events
+// for the open window are written to it at once, and an event of a later
+// window reaches partition 2 — four times. Partition 1's next fetch fails
+// (NOT_LEADER_FOR_PARTITION) and it waits out the back-off: it has unread
+// events, so it is not idle, and the windows wait for it. Every release is
+// exact and no event is late.
+func TestLeaderMovesLoseNothing(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config("gaussian", 1e7)
+	c := h.broker.Cluster()
+	node, _, err := c.AddNode(-1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topic := "events-" + h.name
+	for p := int32(0); p < 4; p++ {
+		if err := c.MoveTopicPartition(topic, p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := h.start(cfg)
+	st := run.stage.Stats()
+	all := users("first", 400, 0, cycle(pages), cycle([]string{"US", "DE"}), cycle(devices))
+	h.produceEvents(all)
+	waitFor(t, 20*time.Second, func() bool { return st.Decoded.Load() >= int64(len(all)) })
+	for r := range 4 {
+		time.Sleep(time.Second) // every partition silent for twice the idle timeout
+		to := node
+		if r%2 == 1 {
+			to = 0
+		}
+		if err := c.MoveTopicPartition(topic, 1, to); err != nil {
+			t.Fatal(err)
+		}
+		moved := users(fmt.Sprintf("moved%d", r), 150, r+1, fixed("search"), fixed("FR"), fixed("desktop"))
+		h.produceTo(moved, 1)
+		all = append(all, moved...)
+		tick := users(fmt.Sprintf("tick%d", r), 1, r+2, fixed("home"), fixed("US"), fixed("mobile"))
+		h.produceTo(tick, 2)
+		all = append(all, tick...)
+	}
+	h.produce(flush(base.Add(7*time.Minute + time.Second)))
+	out := h.readOutput(5*(len(groups)+1), 60*time.Second, time.Second)
+	tr := computeTruth(all)
+	for _, r := range out.Releases {
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		if ws.Before(base.Add(5 * time.Minute)) {
+			k := key(r.Histogram, r.Group, ws)
+			checkExact(t, k, r, tr[k])
+		}
+	}
+	if l := st.Late.Load(); l != 0 {
+		t.Errorf("%d events late after leader moves", l)
 	}
 }
