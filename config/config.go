@@ -151,9 +151,11 @@ type Window struct {
 	// watermark event, how far the watermark trails the largest event time.
 	// Default 5s.
 	AllowedLateness Duration `yaml:"allowed_lateness"`
-	// IdlePartitionTimeout (watermark event only): a partition with no
-	// message for this long (wall clock) stops holding back the watermark.
-	// Default 10s. With watermark arrival a partition read to its end
+	// IdlePartitionTimeout (watermark event only): a partition read to its
+	// end that delivers no message for this long (wall clock) stops holding
+	// back the watermark — never one whose fetches fail or that has unread
+	// records (lag, or records held back by an open transaction), so the
+	// fetch retry back-off does not count toward it. Default 10s. With watermark arrival a partition read to its end
 	// advances by the wall clock instead, and one that has unread records or
 	// cannot be fetched holds the windows open.
 	IdlePartitionTimeout Duration `yaml:"idle_partition_timeout"`

@@ -3,6 +3,9 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +137,210 @@ func TestPermanentPublishErrors(t *testing.T) {
 		if got := permanent(c.err); got != c.want {
 			t.Errorf("permanent(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// txnProducer is a kgo client with a transactional id (an exactly-once
+// producer such as Flink's or Kafka Streams').
+func txnProducer(t *testing.T, addr, id string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID(id), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// produceTxn writes values in one transaction, then commits it, aborts it,
+// or (end == nil) leaves it open.
+func produceTxn(t *testing.T, cl *kgo.Client, values []string, end *kgo.TransactionEndTry) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range values {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if end != nil {
+		if err := cl.EndTransaction(ctx, *end); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func vals(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// TestFetchReadCommitted: committed, aborted and open transactions of two
+// transactional producers interleaved with plain records. The fetcher
+// returns exactly the plain and committed records, in offset order, never a
+// commit/abort marker, and nothing at or past the last stable offset until
+// the open transaction ends; skipped offsets are reported, and a partition
+// held at the LSO is behind, not caught up.
+func TestFetchReadCommitted(t *testing.T) {
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"t": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	plain := func(vs []string) {
+		w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+		defer w.Close()
+		for _, v := range vs {
+			if err := w.WriteMessages(context.Background(), kafka.Message{Value: []byte(v)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	commit, abort := kgo.TryCommit, kgo.TryAbort
+	p1, p2 := txnProducer(t, b.Addr(), "p1"), txnProducer(t, b.Addr(), "p2")
+	var want []string
+	plain(vals("a", 3))
+	want = append(want, vals("a", 3)...)
+	produceTxn(t, p1, vals("c", 4), &commit)
+	want = append(want, vals("c", 4)...)
+	produceTxn(t, p2, vals("x", 5), &abort)
+	plain(vals("b", 2))
+	want = append(want, vals("b", 2)...)
+	produceTxn(t, p1, vals("y", 3), &abort)
+	produceTxn(t, p2, vals("d", 2), &commit)
+	want = append(want, vals("d", 2)...)
+	produceTxn(t, p1, vals("o", 3), nil) // open
+	plain(vals("e", 2))                  // after the LSO: held back too
+
+	f := newConnFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
+	defer f.Close()
+	var caughtUp, behind, skippedTo atomic.Int64
+	skippedTo.Store(-1)
+	f.onCaughtUp = func(time.Time) { caughtUp.Add(1) }
+	f.onBehind = func(int64) { behind.Add(1) }
+	f.onSkipped = func(next int64) { skippedTo.Store(next) }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func(n int) ([]string, error) {
+		var got []string
+		last := int64(-1)
+		for len(got) < n {
+			m, err := f.fetch(ctx)
+			if err != nil {
+				return got, err
+			}
+			if m.Offset <= last {
+				return got, fmt.Errorf("offset %d after %d", m.Offset, last)
+			}
+			last = m.Offset
+			got = append(got, string(m.Value))
+		}
+		return got, nil
+	}
+	if got, err := read(len(want)); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("read %v (%v)\nwant %v", got, err, want)
+	}
+	// Nothing more while the transaction is open: the fetcher polls at the
+	// LSO and says the partition is behind, never caught up.
+	type result struct {
+		got []string
+		err error
+	}
+	rest := append(vals("o", 3), vals("e", 2)...)
+	done := make(chan result, 1)
+	go func() {
+		got, err := read(len(rest))
+		done <- result{got, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("read %v (%v) past the last stable offset", r.got, r.err)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if behind.Load() == 0 || caughtUp.Load() != 0 {
+		t.Fatalf("at the LSO with an open transaction: behind %d, caught up %d times; want behind, never caught up", behind.Load(), caughtUp.Load())
+	}
+	// The markers and aborted records before the LSO were skipped and
+	// reported: the next offset is the LSO, the open transaction's first.
+	lso := int64(len(want) + 4 + 5 + 3) // 4 markers, 8 aborted records
+	if skippedTo.Load() != lso {
+		t.Fatalf("skipped to %d, want the LSO %d", skippedTo.Load(), lso)
+	}
+	if err := p1.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || fmt.Sprint(r.got) != fmt.Sprint(rest) {
+		t.Fatalf("after the commit read %v (%v), want %v", r.got, r.err, rest)
+	}
+	// Read to the end (the commit marker is skipped): caught up.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	if _, err := f.fetch(ctx2); !errors.Is(err, context.DeadlineExceeded) || caughtUp.Load() == 0 {
+		t.Fatalf("at the end: %v, caught up %d times", err, caughtUp.Load())
+	}
+}
+
+// TestFetchFollowsLeaderMove: the partition's leadership moves to another
+// broker mid-read (kfake: a second node, then MoveTopicPartition). The
+// fetch that reaches the old leader fails (NOT_LEADER_FOR_PARTITION); the
+// caller retries, as consume does, and the fetcher re-dials the new leader
+// found in fresh metadata and goes on at the next offset: every record
+// once, in order.
+func TestFetchFollowsLeaderMove(t *testing.T) {
+	b := fetchBroker(t)
+	f := newConnFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []byte
+	read := func(n int) (errs int) {
+		for len(got) < n {
+			m, err := f.fetch(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					t.Fatalf("after %v: %v", got, err)
+				}
+				errs++
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if m.Offset != int64(len(got)) {
+				t.Fatalf("offset %d after %d records", m.Offset, len(got))
+			}
+			got = append(got, m.Value[0])
+		}
+		return errs
+	}
+	read(10) // one response: the next records need a new fetch
+	c := b.Cluster()
+	node, port, err := c.AddNode(-1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MoveTopicPartition("t", 0, node); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	for i := 10; i < 15; i++ {
+		if err := w.WriteMessages(ctx, kafka.Message{Value: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	if errs := read(15); errs == 0 {
+		t.Log("no fetch failed: the move happened between fetches")
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
+		t.Fatalf("read %v", got)
+	}
+	if _, p, _ := net.SplitHostPort(f.conn.addr); p != fmt.Sprint(port) {
+		t.Fatalf("reading from %s, the new leader listens on port %d", f.conn.addr, port)
 	}
 }

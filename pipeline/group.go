@@ -35,6 +35,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -129,7 +130,36 @@ type memberGroup struct {
 	cg     *kafka.ConsumerGroup
 	conns  *groupConns
 	member string
+
+	// regroup: a session asked to close the group and rejoin
+	// (regroupFunc); closedCh (made with the group) is closed when that
+	// close has finished.
+	regroup  atomic.Bool
+	closedCh chan struct{}
 }
+
+// regroupFunc returns the function a session calls to close g so that Run
+// rejoins the group: kafka-go's partition watch missed partitions the
+// generation was not assigned. The close runs on its own goroutine (owner:
+// g; it ends when kafka-go's Close returns, which waits for the
+// generation the caller belongs to).
+func (g *memberGroup) regroupFunc(s *Stage) func() {
+	return func() {
+		if g.regroup.Swap(true) {
+			return
+		}
+		go func() {
+			defer close(g.closedCh)
+			s.closeGroup(g, rejoinCloseLimit)
+		}()
+	}
+}
+
+// regrouping reports whether a session closed g to rejoin.
+func (g *memberGroup) regrouping() bool { return g.regroup.Load() }
+
+// waitClosed waits for the close a session started (regroupFunc).
+func (g *memberGroup) waitClosed() { <-g.closedCh }
 
 // closeGroup closes g within limit: it ends the current generation, cuts a
 // JoinGroup or SyncGroup in flight, and leaves the group with the member ID

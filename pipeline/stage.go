@@ -57,9 +57,14 @@
 // window when partitions move. ConsumerGroup/Generation gives exactly that: a
 // generation lists its assignments, its Start goroutines are cancelled when
 // the generation ends, and CommitOffsets commits what we choose. Each
-// assigned partition is then read by a fetch loop on a kafka.Conn to its
+// assigned partition is then read by a fetch loop on a connection to its
 // leader (fetch.go), which `stage bench` measured as much cheaper per message
-// than a partition-bound kafka.Reader.
+// than a partition-bound kafka.Reader, with read_committed isolation:
+// records of aborted transactions and commit/abort markers are skipped, and
+// nothing at or past the last stable offset (an open transaction) is read;
+// such a partition is behind, not caught up (see watermarks). Before closing
+// a window the releaser checks that the generation was assigned every
+// partition the input topic has (allAssigned).
 //
 // # One active instance
 //
@@ -429,7 +434,23 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		}
 		if err != nil {
 			if errors.Is(err, kafka.ErrGroupClosed) {
-				return nil
+				if !cg.regrouping() {
+					return nil
+				}
+				// A session closed the group to rejoin it: the input topic
+				// has partitions this group has not assigned, and kafka-go's
+				// partition watch did not start a new generation.
+				cg.waitClosed()
+				s.log.Info("rejoining the consumer group: the input topic has partitions the group has not assigned")
+				next, err := s.newConsumerGroup(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				cg = next
+				continue
 			}
 			// kafka-go paces its retries itself: the next JoinGroup after
 			// RebalanceInProgress waits in the broker, any other error
@@ -439,7 +460,7 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 			continue
 		}
 		cg.member = gen.MemberID
-		switch s.runGeneration(ctx, gen, standbyWait(standbys, s.cfg.Kafka.SessionTimeout.D())) {
+		switch s.runGeneration(ctx, gen, standbyWait(standbys, s.cfg.Kafka.SessionTimeout.D()), cg.regroupFunc(s)) {
 		case generationDone:
 			standbys = 0
 		case generationStandby:
@@ -483,11 +504,15 @@ func (s *Stage) newConsumerGroup(ctx context.Context) (*memberGroup, error) {
 			RebalanceTimeout:      s.cfg.Kafka.Rebalance().D(),
 			JoinGroupBackoff:      time.Second,
 			WatchPartitionChanges: true,
-			ErrorLogger:           kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
+			// Partitions added to the input topic start a new generation
+			// (reading them) within this long; until then the releaser
+			// holds every window (allAssigned).
+			PartitionWatchInterval: time.Second,
+			ErrorLogger:            kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
 		})
 		if err == nil {
 			s.ready.connected.Store(true)
-			return &memberGroup{cg: cg, conns: conns}, nil
+			return &memberGroup{cg: cg, conns: conns, closedCh: make(chan struct{})}, nil
 		}
 		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", backoff))
 		select {
@@ -516,12 +541,18 @@ type session struct {
 	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
 	// next is the start of the first window not yet closed.
 	next int64
+
+	// Used by the releaser only (allAssigned): when to count the input
+	// topic's partitions again, and since when windows are held for
+	// partitions this generation was not assigned.
+	recheckAt, heldSince time.Time
 }
 
 // runGeneration runs one generation: as the owner of the input partitions
 // until the generation or ctx ends, or, assigned nothing, as a standby
-// (group.go) that rejoins after standbyWait.
-func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standbyWait time.Duration) generationEnd {
+// (group.go) that rejoins after standbyWait. regroup closes the group so
+// that Run rejoins it (partitions the generation was not assigned).
+func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standbyWait time.Duration, regroup func()) generationEnd {
 	topic := s.cfg.Kafka.InputTopic
 	assigns := gen.Assignments[topic]
 	if len(assigns) == 0 {
@@ -575,8 +606,16 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	s.lagMu.Unlock()
 
 	// ctx ends on a soft stop; each goroutine also watches its
-	// generation's context (rebalance or group close).
+	// generation's context (rebalance or group close). kafka-go ends the
+	// generation as soon as one of its goroutines returns, and that cancels
+	// a release being published: on a soft stop the partition consumers
+	// therefore stay (idle) until the releaser has drained — published
+	// what it recorded and committed — or the generation ends otherwise.
+	// Without that, a stop during a release left the window recorded but
+	// its offsets uncommitted, and the next start re-read its events as
+	// late.
 	var wg sync.WaitGroup
+	drained := make(chan struct{})
 	for _, a := range assigns {
 		p, off := a.ID, a.Offset
 		wg.Add(1)
@@ -585,12 +624,17 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 			c, cancel := joinContexts(ctx, gctx)
 			defer cancel()
 			s.consume(c, sess, p, off)
+			select {
+			case <-drained:
+			case <-gctx.Done():
+			}
 		})
 	}
 	wg.Add(1)
 	gen.Start(func(gctx context.Context) {
 		defer wg.Done()
-		s.releaseLoop(ctx, gctx, sess)
+		defer close(drained)
+		s.releaseLoop(ctx, gctx, sess, regroup)
 	})
 	wg.Wait()
 	agg.Reset()
@@ -645,17 +689,45 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	maxFuture := s.cfg.Events.MaxFuture.D().Milliseconds()
 	loc.wall = s.now().UnixMilli()
 	loc.futureLimit = loc.wall + maxFuture
+	// publishRead publishes what was read since the last publication: at
+	// the end of a response the last records may not have looked like the
+	// partition's end (a commit marker followed them).
+	publishRead := func() {
+		if loc.consumed > loc.published || loc.urgent {
+			loc.publish(sess.wm, p, s.stats, s.sizeMs)
+			loc.wall = s.now().UnixMilli()
+			loc.futureLimit = loc.wall + s.cfg.Events.MaxFuture.D().Milliseconds()
+		}
+	}
 	r.onCaughtUp = func(sent time.Time) {
-		// An empty fetch at the high watermark: fetching works again, and
-		// with watermark arrival the partition's frontier advances by the
-		// wall clock (see watermarks).
+		// A fetch read to the high watermark: fetching works again, the
+		// partition is read to its end, and with watermark arrival its
+		// frontier advances by the wall clock (see watermarks).
 		if loc.failing {
 			loc.failing = false
 			sess.wm.setFailing(p, false)
 		}
-		if s.arrival {
-			sess.wm.caughtUpAt(p, sent.UnixMilli())
+		publishRead()
+		s.setLag(p, 0)
+		sess.wm.caughtUpAt(p, sent.UnixMilli())
+	}
+	r.onBehind = func(left int64) {
+		// A fetch read to its end below the high watermark: records are
+		// left, or held back by an open transaction (the last stable
+		// offset). The partition is not caught up, and not idle.
+		if loc.failing {
+			loc.failing = false
+			sess.wm.setFailing(p, false)
 		}
+		publishRead()
+		s.setLag(p, left)
+		sess.wm.setUnread(p)
+	}
+	r.onSkipped = func(next int64) {
+		// Offsets the fetcher passed over — commit and abort markers,
+		// records of aborted transactions — need nothing more: offsets
+		// may be committed past them.
+		tracker.processed(next - 1)
 	}
 	defer loc.flushStats(s.stats)
 	for {
@@ -673,7 +745,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(500 * time.Millisecond):
+			case <-time.After(fetchRetryBackoff):
 			}
 			continue
 		}
@@ -909,7 +981,7 @@ func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *parti
 
 // releaseLoop closes windows as the watermark passes them, releases them and
 // commits offsets. It is the only goroutine that releases in a session.
-func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
+func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup func()) {
 	// A rebalance may have cut a batch publish short in the previous
 	// generation: its units are recorded but not acknowledged. Publish them
 	// (same values) first; offsets are only ever committed below, after
@@ -923,6 +995,10 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	pc := newPartitionCounter(s.dialer, s.brokers, sess.topic)
+	defer pc.Close()
+	either, cancelEither := joinContexts(soft, gctx)
+	defer cancelEither()
 	// Publishing of a release in flight survives a soft stop, up to the
 	// drain timeout; a rebalance (gctx) abandons it (its record is durable
 	// and is republished by whoever owns the partitions next).
@@ -945,6 +1021,9 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		sess.closeMu.Lock()
 		next := sess.next
 		sess.closeMu.Unlock()
+		if next+s.sizeMs > wm || !s.allAssigned(either, sess, pc, regroup) {
+			continue
+		}
 		// Every window the watermark passed is closed and its units
 		// recorded (values and charge, durably) first; then all of them go
 		// out in one publish and are marked published in one transaction;
@@ -993,6 +1072,50 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session) {
 		}
 	}
 }
+
+// allAssigned reports whether this generation was assigned every partition
+// the input topic has now, as the releaser checks before closing windows.
+// Partitions added to the topic are read only from the next generation on
+// (kafka-go's partition watch, or a rejoin: regroup), so until then a
+// window closed could miss their events, which the next generation would
+// then drop as late. The check comes after the watermark passed the window:
+// a partition created before an event of the window was written to it
+// exists by then (under the arrival watermark's assumption that writes are
+// visible within the lateness). While the topic has more partitions, or the
+// count cannot be had, windows are held; after a grace for kafka-go's own
+// watch the group is rejoined.
+func (s *Stage) allAssigned(ctx context.Context, sess *session, pc *partitionCounter, regroup func()) bool {
+	now := s.now()
+	if now.Before(sess.recheckAt) {
+		return false
+	}
+	n, err := pc.count(ctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			s.log.Warn("cannot count the input topic's partitions; windows held", zap.Error(err))
+		}
+		sess.recheckAt = now.Add(time.Second)
+		return false
+	case n > len(sess.parts):
+		if sess.heldSince.IsZero() {
+			sess.heldSince = now
+			s.log.Warn("the input topic has partitions this generation was not assigned; windows held until the group rebalances",
+				zap.Int("partitions", n), zap.Int("assigned", len(sess.parts)))
+		} else if now.Sub(sess.heldSince) > regroupAfter {
+			regroup()
+		}
+		sess.recheckAt = now.Add(200 * time.Millisecond)
+		return false
+	}
+	return true
+}
+
+// regroupAfter is how long windows are held for unassigned partitions
+// before the stage rejoins its group itself (kafka-go's partition watch
+// polls every second; it can miss partitions added while a generation
+// starts).
+const regroupAfter = 3 * time.Second
 
 // maxPublishBatch bounds the units published together.
 const maxPublishBatch = 256

@@ -24,7 +24,10 @@ import (
 //   - after a fetch sent at wall time T came back at the partition's high
 //     watermark: F_p ≥ T − lateness (a record appended before T − lateness
 //     is committed by T: replication and producer delays are assumed below
-//     the lateness).
+//     the lateness). Reading is read_committed, so this needs the high
+//     watermark itself, not the last stable offset: a partition held by an
+//     open transaction has unread records and its frontier stays at the
+//     last record time read until the transaction ends.
 //
 // A record time ahead of the wall clock advances F_p only up to the wall
 // clock. The stage's watermark is min_p F_p − lateness: the window [s, e)
@@ -42,17 +45,29 @@ import (
 // A partition's watermark is the largest event time it has delivered minus
 // the allowed lateness. The stage's watermark is the minimum over the
 // assigned partitions that are not idle, so that a window closes only when
-// every live partition has moved past it. A partition that delivered nothing
-// for idleTimeout (wall clock) stops holding the watermark back, unless its
-// fetches are failing (it may hold unread events); when every
-// partition is idle the watermark is the largest partition watermark. Event
-// times come from the events, so one event stamped ahead moves the watermark
-// (the trust assumption `stage validate` flags).
+// every live partition has moved past it. A partition is idle — it stops
+// holding the watermark back — only when it is known to be read to its end
+// and has delivered nothing for idleTimeout (wall clock): its last fetch
+// came back at the high watermark (not merely at the last stable offset of
+// an open transaction) no longer than endFresh ago, and no fetch has failed
+// or shown unread records since. A partition whose fetches fail (a leader
+// move: it may hold unread events), that has unread records (lag, or
+// records held back by an open transaction), that has not been read to its
+// end yet, or whose fetch loop stopped answering is never idle, however
+// long it is silent; the fetch retry back-off therefore never counts toward
+// the idle timeout. When every partition is idle the watermark is the
+// largest partition watermark. Event times come from the events, so one
+// event stamped ahead moves the watermark (the trust assumption `stage
+// validate` flags).
 type watermarks struct {
 	arrival     bool
 	lateness    int64 // ms
 	idleTimeout time.Duration
-	now         func() time.Time
+	// endFresh (event mode) is how long after its last fetch at the high
+	// watermark a partition still counts as read to its end: a healthy
+	// fetch loop at the end polls every fetch max wait.
+	endFresh time.Duration
+	now      func() time.Time
 
 	mu sync.Mutex // guards parts and every partitionTime in it
 	// parts maps partition → state.
@@ -71,6 +86,14 @@ type partitionTime struct {
 	// failing: the partition's last fetch failed (a leader move, a broker
 	// down). A failing partition is never idle: it may hold unread events.
 	failing bool
+	// unread: the partition may hold records not read yet — true until a
+	// fetch comes back at the high watermark, and again whenever a fetch
+	// response ends below it (lag, or an open transaction holding the last
+	// stable offset). Such a partition is never idle.
+	unread bool
+	// endSeen is the wall time of the last fetch response at the high
+	// watermark.
+	endSeen time.Time
 }
 
 func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Duration, now func() time.Time) *watermarks {
@@ -78,15 +101,20 @@ func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Du
 		arrival:     arrival,
 		lateness:    lateness.Milliseconds(),
 		idleTimeout: idleTimeout,
+		endFresh:    defaultEndFresh,
 		now:         now,
 		parts:       make(map[int]*partitionTime, len(partitions)),
 	}
 	t := now()
 	for _, p := range partitions {
-		w.parts[p] = &partitionTime{maxEvent: math.MinInt64, minEvent: math.MaxInt64, caughtUp: math.MinInt64, lastSeen: t}
+		w.parts[p] = &partitionTime{maxEvent: math.MinInt64, minEvent: math.MaxInt64, caughtUp: math.MinInt64, lastSeen: t, unread: true}
 	}
 	return w
 }
+
+// defaultEndFresh allows a partition at its end one missed poll and one
+// retry back-off before it stops counting as read to its end.
+const defaultEndFresh = 2*fetchMaxWait + fetchRetryBackoff
 
 // observe records a time (record time or event time, by mode) from
 // partition p.
@@ -106,11 +134,26 @@ func (w *watermarks) observe(p int, ms int64) {
 }
 
 // caughtUpAt records that a fetch of p sent at wall time atMs (Unix ms)
-// reached the partition's high watermark (arrival mode).
+// came back read to the partition's high watermark: the arrival frontier
+// advances (arrival mode) and the partition is read to its end.
 func (w *watermarks) caughtUpAt(p int, atMs int64) {
 	w.mu.Lock()
-	if pt := w.parts[p]; pt != nil && atMs > pt.caughtUp {
-		pt.caughtUp = atMs
+	if pt := w.parts[p]; pt != nil {
+		if atMs > pt.caughtUp {
+			pt.caughtUp = atMs
+		}
+		pt.unread = false
+		pt.endSeen = w.now()
+	}
+	w.mu.Unlock()
+}
+
+// setUnread records that a fetch response of p ended below the high
+// watermark: p holds records not read yet.
+func (w *watermarks) setUnread(p int) {
+	w.mu.Lock()
+	if pt := w.parts[p]; pt != nil {
+		pt.unread = true
 	}
 	w.mu.Unlock()
 }
@@ -120,6 +163,9 @@ func (w *watermarks) setFailing(p int, failing bool) {
 	w.mu.Lock()
 	if pt := w.parts[p]; pt != nil {
 		pt.failing = failing
+		if failing {
+			pt.unread = true // until a fetch comes back at the end again
+		}
 	}
 	w.mu.Unlock()
 }
@@ -155,8 +201,8 @@ func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 		if pt.maxEvent > maxAll {
 			maxAll = pt.maxEvent
 		}
-		if now.Sub(pt.lastSeen) >= w.idleTimeout && !pt.failing {
-			continue // idle: does not hold the watermark back
+		if w.idle(pt, now) {
+			continue // does not hold the watermark back
 		}
 		anyLive = true
 		if pt.maxEvent == math.MinInt64 {
@@ -173,6 +219,11 @@ func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 		wm = maxAll
 	}
 	return wm - w.lateness, minSeen, true
+}
+
+// idle reports whether pt is idle (event mode; see watermarks).
+func (w *watermarks) idle(pt *partitionTime, now time.Time) bool {
+	return now.Sub(pt.lastSeen) >= w.idleTimeout && !pt.failing && !pt.unread && now.Sub(pt.endSeen) <= w.endFresh
 }
 
 // arrivalLocked is current for arrival mode (w.mu held): min over the

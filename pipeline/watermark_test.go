@@ -67,29 +67,81 @@ func TestArrivalWatermark(t *testing.T) {
 	}
 }
 
-// TestEventWatermarkFailingPartitionIsNotIdle: with watermark event a
-// partition silent for the idle timeout stops holding the watermark — but
-// not while its fetches fail (a leader move), since it may hold unread
-// events (issue 16, 1c).
-func TestEventWatermarkFailingPartitionIsNotIdle(t *testing.T) {
-	now := time.UnixMilli(100_000)
-	clock := func() time.Time { return now }
-	w := newWatermarks([]int{0, 1}, false, 0, time.Second, clock)
-	w.observe(0, 90_000)
-	w.observe(1, 50_000)
-	now = now.Add(500 * time.Millisecond)
-	w.observe(0, 95_000)
-	if wm, _, _ := w.current(); wm != 50_000 {
-		t.Fatalf("both live: watermark %d, want 50000", wm)
+// TestEventWatermarkIdle: with watermark event a partition silent for the
+// idle timeout stops holding the watermark only when it is known to be read
+// to its end: never while its fetches fail (a leader move), while it has
+// unread records or records held back by an open transaction, before a
+// fetch first came back at its end, or once its fetch loop stopped
+// answering (issue 16, 1c). The idle timeout here (300ms) is shorter than
+// the fetch retry back-off (500ms): the back-off never counts toward it.
+func TestEventWatermarkIdle(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	if idle >= fetchRetryBackoff {
+		t.Fatal("the test needs an idle timeout below the retry back-off")
 	}
-	w.setFailing(1, true)
-	now = now.Add(2 * time.Second)
-	w.observe(0, 96_000)
-	if wm, _, _ := w.current(); wm != 50_000 {
-		t.Errorf("partition 1 silent but failing: watermark %d, want 50000 (held)", wm)
+	type step struct {
+		advance  time.Duration
+		caughtUp bool // partition 1's fetch came back at the high watermark
+		behind   bool // … ended below it (lag or an open transaction)
+		failing  *bool
+		wantIdle bool
 	}
-	w.setFailing(1, false)
-	if wm, _, _ := w.current(); wm != 96_000 {
-		t.Errorf("partition 1 silent and fetching: watermark %d, want 96000 (idle)", wm)
+	yes, no := true, false
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"read to its end and silent: idle", []step{
+			{caughtUp: true, wantIdle: false},
+			{advance: idle, caughtUp: true, wantIdle: true},
+		}},
+		{"never read to its end: not idle", []step{
+			{advance: 10 * idle, wantIdle: false},
+		}},
+		{"failing through the back-off: not idle", []step{
+			{caughtUp: true},
+			{advance: idle, caughtUp: true, wantIdle: true},
+			{failing: &yes, wantIdle: false},
+			{advance: fetchRetryBackoff, wantIdle: false},
+			{advance: fetchRetryBackoff, wantIdle: false},
+			{failing: &no, wantIdle: false}, // fetching again, not yet at the end
+			{caughtUp: true, wantIdle: true},
+		}},
+		{"held at an open transaction's LSO: not idle", []step{
+			{caughtUp: true},
+			{advance: idle, behind: true, wantIdle: false},
+			{advance: 10 * idle, behind: true, wantIdle: false},
+			{caughtUp: true, wantIdle: true}, // the transaction ended, read to the end
+		}},
+		{"fetch loop stopped answering: not idle", []step{
+			{caughtUp: true},
+			{advance: idle, wantIdle: true},
+			{advance: defaultEndFresh, wantIdle: false},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.UnixMilli(100_000)
+			w := newWatermarks([]int{0, 1}, false, 0, idle, func() time.Time { return now })
+			w.observe(1, 50_000)
+			w.observe(0, 90_000)
+			for i, s := range tc.steps {
+				now = now.Add(s.advance)
+				w.observe(0, 90_000+now.UnixMilli()-100_000) // partition 0 stays live
+				if s.failing != nil {
+					w.setFailing(1, *s.failing)
+				}
+				if s.caughtUp {
+					w.caughtUpAt(1, now.UnixMilli())
+				}
+				if s.behind {
+					w.setUnread(1)
+				}
+				wm, _, ok := w.current()
+				if gotIdle := ok && wm != 50_000; gotIdle != s.wantIdle {
+					t.Errorf("step %d: watermark %d (ok %v): partition 1 idle %v, want %v", i, wm, ok, gotIdle, s.wantIdle)
+				}
+			}
+		})
 	}
 }

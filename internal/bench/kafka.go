@@ -27,12 +27,13 @@ const (
 	outputTopic = "bench-releases"
 )
 
-// The stage's per-partition reader settings (pipeline/stage.go, consume):
+// The stage's per-partition reader settings (pipeline/fetch.go, fetchMaxBytes
+// and fetchMaxWait):
 // the ceiling's readers use the same, so the comparison is reader for
 // reader. QueueCapacity is left at kafka-go's default (100) in both.
 const (
 	readerMinBytes = 1
-	readerMaxBytes = 16 << 20
+	readerMaxBytes = 1 << 20
 	readerMaxWait  = 500 * time.Millisecond
 )
 
