@@ -115,10 +115,9 @@ type Events struct {
 	UserField string `yaml:"user_field"`
 	// MaxMessageBytes: larger messages are dropped as oversized. Default 65536.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// MaxFuture: an event whose time is more than this ahead of the wall
-	// clock is dropped as time_too_far_ahead (a forged or broken timestamp
-	// would otherwise drag the watermark forward and close open windows
-	// early). Default 1h.
+	// MaxFuture: an event whose time is more than this ahead of its record
+	// time (watermark arrival, the default) or of the wall clock (watermark
+	// event) is dropped as time_too_far_ahead. Default 1h.
 	MaxFuture Duration `yaml:"max_future"`
 }
 
@@ -166,10 +165,10 @@ type Window struct {
 	// Ignored once the ledger has recorded its first window.
 	Start string `yaml:"start"`
 	// CloseAfter, when set (> 0), is the allowed lateness of watermark
-	// arrival under its older name: the window [s, e) is released once the
-	// wall clock has passed e + close_after and every partition has been
-	// read up to that record time; events whose record time is later are
-	// late. It cannot be combined with watermark event. Default 0 (use
+	// arrival under its older name: the window [s, e) is released once
+	// every partition has been read up to record time e + close_after
+	// (for a partition read to its end, a fetch sent at e + 2·close_after
+	// or later); events whose record time is later are late. It cannot be combined with watermark event. Default 0 (use
 	// allowed_lateness).
 	CloseAfter Duration `yaml:"close_after"`
 }

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -88,7 +89,11 @@ func (h *harness) produceBulk(prefix string, n int) []event {
 	msgs := make([]kafka.Message, n)
 	for i := range evs {
 		evs[i] = event{User: fmt.Sprintf("%s-%d", prefix, i), At: at, Page: "home", Country: "US", Device: devices[i%3%2]}
-		msgs[i] = kafka.Message{Key: []byte(evs[i].User), Value: evs[i].json()}
+		// The record time is the event time: kafka-go would otherwise stamp
+		// each batch when it encodes it, up to ~0.6 s later on a loaded
+		// machine — past the tests' 300 ms lateness, so the events would
+		// be late by their own rule and the tests flaky.
+		msgs[i] = kafka.Message{Key: []byte(evs[i].User), Value: evs[i].json(), Time: at}
 	}
 	h.produce(msgs...)
 	return evs
@@ -237,4 +242,47 @@ func TestArrivalCutoffIsTheEventsOwn(t *testing.T) {
 	waitPast(at.Truncate(2 * time.Second).Add(2*time.Second + 600*time.Millisecond + 2*time.Second))
 	out := h.readOutput(0, 10*time.Second, time.Second)
 	checkDevices(t, out, map[int64][]float64{at.Truncate(2 * time.Second).UnixMilli(): {1, 0}})
+}
+
+// TestCreateTimeAheadCannotCloseWindows (from the review of issue #15): a
+// few records whose producer-set record time (CreateTime) runs an hour
+// ahead, written into a backlog between ordinary events, must not close the
+// backlog's windows before the ordinary events behind them are read: record
+// times set by producers never move the arrival frontier (only broker times
+// do, and reading a partition to its end). Before, the forged records moved
+// their partition's frontier to the wall clock and 50,000 events were late.
+func TestCreateTimeAheadCannotCloseWindows(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.arrivalConfig(time.Second, 300*time.Millisecond)
+	run := h.start(cfg)
+	first := h.produceLive("before", 5, 500*time.Millisecond)
+	waitPast(first[len(first)-1].At.Truncate(time.Second).Add(time.Second + 600*time.Millisecond + time.Second))
+	run.stop(t)
+
+	a := h.produceBulk("a", 1000)
+	// Not even valid events: the frontier used to move before decoding.
+	w := &kafka.Writer{Addr: kafka.TCP(h.broker.Addr()), Topic: "events-" + h.name, Balancer: &kafka.RoundRobin{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	var msgs []kafka.Message
+	for i := 0; i < 8; i++ {
+		msgs = append(msgs, kafka.Message{Value: []byte("x"), Time: time.Now().Add(time.Hour)})
+	}
+	if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b := h.produceBulk("b", 50000)
+	waitPast(time.Now().Add(2 * time.Second)) // down a while: the backlog's windows have ended
+	run = h.start(cfg)
+	want := int64(len(a) + len(msgs) + len(b))
+	deadline := time.Now().Add(60 * time.Second)
+	for run.stage.Stats().Consumed.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("consumed %d of the %d backlog messages within 60s", run.stage.Stats().Consumed.Load(), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if late := run.stage.Stats().Late.Load(); late != 0 {
+		t.Errorf("%d backlog events dropped as late behind records with a producer time ahead", late)
+	}
 }

@@ -96,6 +96,13 @@ type connFetcher struct {
 	fetchVersion, listVersion int16
 
 	resp fetchResponse
+
+	// brokerTime: the timestamp of the record fetch returned last was set by
+	// the broker when it appended the record (a v2 batch with the
+	// LogAppendTime attribute: the topic's message.timestamp.type), not by
+	// the producer. Only such times are non-decreasing along a partition's
+	// offsets, so only they may advance the arrival frontier (watermarks).
+	brokerTime bool
 }
 
 // fetchResponse is the state of reading one fetch response.
@@ -317,6 +324,9 @@ func (f *connFetcher) nextRecord() (kafka.Message, bool, error) {
 				r.stop()
 				continue
 			}
+			// A pre-0.11 message: its timestamp (if any) is not taken as
+			// the broker's, whatever its attribute (brokerTime).
+			f.brokerTime = false
 			return f.deliver(m), true, nil
 		}
 		if r.inBatch {
@@ -530,6 +540,7 @@ func (f *connFetcher) record(rec []byte) (kafka.Message, error) {
 		}
 	}
 	ts := r.firstTs + tsDelta
+	f.brokerTime = r.logAppend
 	if r.logAppend {
 		ts = r.maxTs // LogAppendTime: the broker's time is the batch's max timestamp
 	}

@@ -26,25 +26,36 @@
 // So by default (window.watermark: arrival) an event's fate is decided by
 // two of its own times: its event time t (the time field: which window w
 // it belongs to) and its record time b (the Kafka record timestamp, set by
-// the producer or, with message.timestamp.type=LogAppendTime, by the
-// broker). It counts if and only if t ≤ b + events.max_future and
+// the broker with message.timestamp.type=LogAppendTime, else by the
+// producer). It counts if and only if t ≤ b + events.max_future and
 // b < end(w) + lateness (Stage.handle). Windows close only once every
 // partition has been read up to record time end(w) + lateness (see
-// watermarks: a partition read to its end advances with the wall clock; one
-// with unread records or failing fetches holds every window open), so every
-// event that satisfies the rule has been counted when its window is
-// released, however far behind the consumer is and across restarts (the
-// uncommitted offsets are re-read and the same rule gives the same answer).
-// One user's timestamps move only their own events; consumer lag delays
-// releases but changes nothing in them.
+// watermarks). A partition's frontier moves by broker-set record times
+// (LogAppendTime: they never run backwards along the log) and, whatever the
+// timestamp type, by reading the partition to its end (a fetch sent at T
+// that came back at the high watermark: everything appended before T has
+// been read); a producer-set record time never moves it, since producers'
+// clocks and retries make such times run backwards and one record ahead
+// would close windows before the records behind it are read. A partition
+// with unread records or failing fetches holds every window open. So every
+// event that satisfies the rule and was appended within the lateness of
+// its own record time has been counted when its window is released,
+// however far behind the consumer is and across restarts (the uncommitted
+// offsets are re-read and the same rule gives the same answer). One user's
+// timestamps move only their own events; consumer lag delays releases but
+// changes nothing in them.
 //
-// The trust assumption: record timestamps are not user data. They must come
-// from the broker (LogAppendTime, recommended) or from a producer whose clock
-// users cannot set — never copied from an event's own time field. Records
-// whose record time runs backwards by more than the lateness, or that reach
-// the high watermark more than the lateness after their record time, can be
-// read after their window closed: they are dropped as late and counted in
-// the late metric, a property of that record alone. window.watermark: event
+// The trust assumption: record timestamps are not user data, and every
+// writer of the input topic is trusted with them. They must come from the
+// broker (LogAppendTime, recommended: the record time is then the append
+// time, and the rule above depends on the record alone) or from producers
+// whose clocks users cannot set — never copied from an event's own time
+// field. With producer-set times one case remains where timing matters: a
+// record appended more than the lateness after its own record time (a
+// stalled producer, a retry) may be read before or after its window closes
+// depending on when the stage next reads the partition to its end; it is
+// then counted or dropped as late (counted in the late metric). Only that
+// record's own delay puts it in this case. window.watermark: event
 // keeps the event-time watermark as an explicit opt-in for replaying trusted
 // historical data (`stage validate` flags it).
 //
@@ -763,9 +774,20 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		}
 		recMs := m.Time.UnixMilli()
 		if s.arrival {
-			// Every record, counted or not, moves the partition's frontier
-			// (watermarks): by its record time, never past the wall clock.
-			loc.observe(min(recMs, loc.wall), s.sizeMs)
+			// A record time set by the broker (LogAppendTime) moves the
+			// partition's frontier (watermarks), never past the wall clock;
+			// a producer-set one (CreateTime) does not: producers' clocks
+			// and retries make it run backwards, and one record ahead would
+			// close windows before the records behind it are read. Without
+			// broker times a partition advances only when it is read to its
+			// end.
+			if r.brokerTime {
+				loc.observe(min(recMs, loc.wall), s.sizeMs)
+			} else if !loc.warnedCreateTime {
+				loc.warnedCreateTime = true
+				s.log.Warn("input partition has producer-set record times (CreateTime): windows close only when the partition is read to its end, so a backlog holds releases back; set message.timestamp.type=LogAppendTime on the input topic",
+					zap.String("topic", sess.topic), zap.Int("partition", p))
+			}
 			if caughtUp {
 				loc.caughtUp = r.sent.UnixMilli()
 			}
@@ -832,6 +854,9 @@ type partitionLocal struct {
 	// failing: the last fetch failed (published at once, see
 	// watermarks.setFailing).
 	failing bool
+	// warnedCreateTime: the partition's producer-set record times were
+	// logged once (arrival mode).
+	warnedCreateTime bool
 	// caughtUp (watermark arrival): the send time (Unix ms) of the last
 	// fetch that reached the high watermark; pubCaughtUp the one published.
 	caughtUp, pubCaughtUp int64

@@ -18,9 +18,13 @@ import (
 // frontier F_p is a time such that every record of p with a record time
 // before F_p has been read (and handled):
 //
-//   - after reading a record with record time b: F_p ≥ b (record times are
-//     non-decreasing in a partition with LogAppendTime and, up to the
-//     producer's batching delay, with CreateTime);
+//   - after reading a record whose record time b the broker set
+//     (LogAppendTime): F_p ≥ b, since broker times do not run backwards
+//     along the log. A producer-set time (CreateTime) never moves F_p:
+//     producers' clocks, batching and retries make such times run
+//     backwards, and one record ahead would close windows before the
+//     records behind it are read (the stage's caller decides, from the
+//     record batch's timestamp type: connFetcher.brokerTime);
 //   - after a fetch sent at wall time T came back at the partition's high
 //     watermark: F_p ≥ T − lateness (a record appended before T − lateness
 //     is committed by T: replication and producer delays are assumed below
