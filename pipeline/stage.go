@@ -684,7 +684,10 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	r := newConnFetcher(s.dialer, s.brokers, sess.topic, p, offset)
 	r.now = s.now
 	r.onReset = func(from, to int64) {
-		s.log.Warn("committed offset no longer retained by the broker; reading from the first retained offset",
+		if to > from {
+			s.stats.RetentionSkipped.Add(to - from)
+		}
+		s.log.Warn("committed offset no longer retained by the broker; reading from the first retained offset (the records between were deleted unread and are not counted)",
 			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
 	}
 	defer r.Close()

@@ -17,6 +17,10 @@ type Stats struct {
 	// bound_displaced is what the closed windows counted.
 	Counted   atomic.Int64
 	Late      atomic.Int64 // events for windows already closed
+	// RetentionSkipped counts input records deleted by the broker's
+	// retention before the stage read them (offsets skipped when the next
+	// offset was no longer retained): never counted, whatever their window.
+	RetentionSkipped atomic.Int64
 	Releases  atomic.Int64 // release messages published
 	Exhausted atomic.Int64 // units refused by the budget
 	// Averaged counts vectors averaged into an average histogram's window

@@ -28,6 +28,7 @@ const (
 	MetricContribCounted      = "dpstage_contributions_counted_total"
 	MetricContribBounded      = "dpstage_contributions_dropped_by_bounding_total"
 	MetricLateEvents          = "dpstage_late_events_total"
+	MetricRetentionSkipped    = "dpstage_input_retention_skipped_total"
 	MetricReleases            = "dpstage_releases_published_total"
 	MetricBudgetExhausted     = "dpstage_budget_exhausted_total"
 	MetricPublishRetries      = "dpstage_publish_retries_total"
@@ -84,11 +85,11 @@ func newRegistry(src func() Source) (*prometheus.Registry, prometheus.Histogram)
 type stageCollector struct {
 	src func() Source // nil Source until the stage is attached
 
-	consumed, decoded, dropped, counted, bounded, late *prometheus.Desc
-	releases, exhausted, retries, commits              *prometheus.Desc
-	spent, remaining, total, delta, charges, lag       *prometheus.Desc
-	ready, condition                                   *prometheus.Desc
-	info, alpha, r, sigma, scale, rdp                  *prometheus.Desc
+	consumed, decoded, dropped, counted, bounded, late, retention *prometheus.Desc
+	releases, exhausted, retries, commits                         *prometheus.Desc
+	spent, remaining, total, delta, charges, lag                  *prometheus.Desc
+	ready, condition                                              *prometheus.Desc
+	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 }
 
 func newStageCollector(src func() Source) *stageCollector {
@@ -104,6 +105,7 @@ func newStageCollector(src func() Source) *stageCollector {
 		counted:   d(MetricContribCounted, "(event, histogram) contributions counted (or, for an average histogram, averaged) into a window on arrival; those later displaced are also counted in "+MetricContribBounded+"{bound=\"displaced\"}."),
 		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in).", "bound"),
 		late:      d(MetricLateEvents, "Events for windows already closed (also counted in "+MetricEventsDropped+"{reason=\"late\"})."),
+		retention: d(MetricRetentionSkipped, "Input records deleted by the broker's retention before the stage read them (never counted; the stage was too far behind)."),
 		releases:  d(MetricReleases, "Release messages published to the output topic (one per histogram, group and window)."),
 		exhausted: d(MetricBudgetExhausted, "(histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead)."),
 		retries:   d(MetricPublishRetries, "Failed publish attempts that were retried."),
@@ -126,7 +128,7 @@ func newStageCollector(src func() Source) *stageCollector {
 }
 
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late,
+	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
 		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp} {
 		ch <- d
@@ -159,6 +161,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.decoded, st.Decoded.Load())
 	counter(c.counted, st.Counted.Load()+st.Averaged.Load())
 	counter(c.late, st.Late.Load())
+	counter(c.retention, st.RetentionSkipped.Load())
 	counter(c.releases, st.Releases.Load())
 	counter(c.exhausted, st.Exhausted.Load())
 	counter(c.retries, st.PublishRetries.Load())
