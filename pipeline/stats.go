@@ -15,14 +15,14 @@ type Stats struct {
 	// contribution the bounder displaces later (see aggregate) is counted
 	// under the drop reason bound_displaced too, so Counted −
 	// bound_displaced is what the closed windows counted.
-	Counted   atomic.Int64
-	Late      atomic.Int64 // events for windows already closed
+	Counted atomic.Int64
+	Late    atomic.Int64 // events for windows already closed
 	// RetentionSkipped counts input records deleted by the broker's
 	// retention before the stage read them (offsets skipped when the next
 	// offset was no longer retained): never counted, whatever their window.
 	RetentionSkipped atomic.Int64
-	Releases  atomic.Int64 // release messages published
-	Exhausted atomic.Int64 // units refused by the budget
+	Releases         atomic.Int64 // release messages published
+	Exhausted        atomic.Int64 // units refused by the budget
 	// Averaged counts vectors averaged into an average histogram's window
 	// when they arrived; AverageNotSelected, vectors of users who at arrival
 	// were not among the window's kept users (the average.users smallest
