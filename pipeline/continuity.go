@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
 )
 
@@ -36,10 +37,8 @@ func (s *Stage) openLedger(ctx context.Context) (*ledger.Ledger, error) {
 			s.log.Info("another stage process holds state.dir: waiting as a standby", zap.String("state_dir", s.cfg.State.Dir))
 			logged = true
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
+		if err := retry.Sleep(ctx, time.Second); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -60,7 +59,7 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 	} else if ok {
 		return nil
 	}
-	backoff := 200 * time.Millisecond
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		n, err := s.outputMessages(ctx)
 		if err == nil {
@@ -70,14 +69,10 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 			}
 			return nil
 		}
-		s.log.Warn("cannot read the output topic's offsets; retrying", zap.Error(err), zap.Duration("wait", backoff))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		if backoff *= 2; backoff > 5*time.Second {
-			backoff = 5 * time.Second
+		wait := backoff.Next()
+		s.log.Warn("cannot read the output topic's offsets; retrying", zap.Error(err), zap.Duration("wait", wait))
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return err
 		}
 	}
 }

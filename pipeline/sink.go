@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/internal/retry"
 )
 
 // sink publishes recorded units to the output topic. A publish is retried with
@@ -47,7 +48,7 @@ func newWriter(brokers []string, topic string, transport *kafka.Transport) *kafk
 
 // publish writes msgs, retrying until acknowledged or ctx ends.
 func (s *sink) publish(ctx context.Context, msgs []kafka.Message) error {
-	backoff := 100 * time.Millisecond
+	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: s.maxBackoff, Jitter: true}
 	for attempt := 1; ; attempt++ {
 		err := s.w.WriteMessages(ctx, msgs...)
 		if err == nil {
@@ -64,15 +65,10 @@ func (s *sink) publish(ctx context.Context, msgs []kafka.Message) error {
 		if s.onRetry != nil {
 			s.onRetry()
 		}
-		wait := backoff/2 + rand.N(backoff/2+1) // jitter in [backoff/2, backoff]
+		wait := backoff.Next() // jitter in [step/2, step]
 		s.log.Warn("publish failed; retrying", zap.Int("attempt", attempt), zap.Duration("wait", wait), zap.Error(err))
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, wait) != nil {
 			return fmt.Errorf("publish abandoned after %d attempts: %w", attempt, errors.Join(ctx.Err(), err))
-		case <-time.After(wait):
-		}
-		if backoff *= 2; backoff > s.maxBackoff {
-			backoff = s.maxBackoff
 		}
 	}
 }

@@ -107,6 +107,7 @@ import (
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/allone"
+	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline/decode"
@@ -500,7 +501,7 @@ const rejoinCloseLimit = 5 * time.Second
 // rebalance waits for a crashed member before dropping it, which bounds
 // takeover (group.go).
 func (s *Stage) newConsumerGroup(ctx context.Context) (*memberGroup, error) {
-	backoff := 200 * time.Millisecond
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		conns := &groupConns{}
 		cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
@@ -525,14 +526,10 @@ func (s *Stage) newConsumerGroup(ctx context.Context) (*memberGroup, error) {
 			s.ready.connected.Store(true)
 			return &memberGroup{cg: cg, conns: conns, closedCh: make(chan struct{})}, nil
 		}
-		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", backoff))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		if backoff *= 2; backoff > 5*time.Second {
-			backoff = 5 * time.Second
+		wait := backoff.Next()
+		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", wait))
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -756,10 +753,8 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 				sess.wm.setFailing(p, true)
 			}
 			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, fetchRetryBackoff) != nil {
 				return
-			case <-time.After(fetchRetryBackoff):
 			}
 			continue
 		}

@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/dpstage/stage/internal/retry"
 )
 
 // Pages, Countries and Devices are the values the generator emits, in the
@@ -374,7 +376,7 @@ func (g *Generator) RunFrom(ctx context.Context, w Writer, first int64) error {
 // write writes msgs until it succeeds (true), ctx ends (false, nil) or
 // writes have failed for GiveUpAfter (false, the last error).
 func (g *Generator) write(ctx context.Context, w Writer, msgs []kafka.Message) (bool, error) {
-	backoff := 50 * time.Millisecond
+	backoff := retry.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
 	began := time.Now()
 	for {
 		err := w.WriteMessages(ctx, msgs...)
@@ -390,14 +392,9 @@ func (g *Generator) write(ctx context.Context, w Writer, msgs []kafka.Message) (
 		if g.cfg.GiveUpAfter > 0 && time.Since(began) >= g.cfg.GiveUpAfter {
 			return false, fmt.Errorf("generator: writes failing for %v: %w", time.Since(began).Round(time.Millisecond), err)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if backoff.Wait(ctx) != nil {
 			return false, nil
-		case <-t.C:
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
