@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/ipc"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -17,13 +18,13 @@ import (
 // window) is also an Arrow IPC file whose rows are exactly the published
 // probabilities, (group, bin) by (group, bin) — and nothing else (no count).
 func TestArrowOutput(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("concentrated", 10)
+	h := e2e.New(t)
+	cfg := h.Config("concentrated", 10)
 	cfg.Output.ArrowDir = filepath.Join(t.TempDir(), "arrow")
-	h.produceEvents(stream(1, 30))
-	h.start(cfg)
-	h.produce(flush(base.Add(time.Minute + time.Second)))
-	out := h.readOutput(len(groups)+1, 60*time.Second, 0)
+	h.ProduceEvents(e2e.Stream(1, 30))
+	h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(time.Minute + time.Second)))
+	out := h.ReadOutput(len(e2e.Groups)+1, 60*time.Second, 0)
 	want := map[string]float64{} // release_id/bin → probability
 	for _, r := range out.Releases {
 		for i, b := range r.Bins {
@@ -33,7 +34,7 @@ func TestArrowOutput(t *testing.T) {
 	got := map[string]float64{}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, hist := range []string{"pages", "devices"} {
-		path := filepath.Join(cfg.Output.ArrowDir, hist, base.Format("20060102T150405.000Z")+".arrow")
+		path := filepath.Join(cfg.Output.ArrowDir, hist, e2e.Base.Format("20060102T150405.000Z")+".arrow")
 		var f *os.File
 		var err error
 		for f, err = os.Open(path); err != nil && time.Now().Before(deadline); f, err = os.Open(path) {

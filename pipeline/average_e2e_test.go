@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/segmentio/kafka-go"
@@ -47,8 +48,8 @@ func vectorEvent(user string, at time.Time, vec any) kafka.Message {
 // coordinate (false-failure rate below 9 × 2·10⁻⁹), plus 1/Q for the
 // rounding of the release to its grid (params.grid).
 func TestEndToEndAverage(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.configExtra("mechanism: gaussian", 1e9, averageHist)
+	h := e2e.New(t)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, averageHist)
 	const users, eta, k = 50.0, 0.001, 1e6
 
 	var msgs []kafka.Message
@@ -58,27 +59,27 @@ func TestEndToEndAverage(t *testing.T) {
 		v[u%3] = 1
 		if u == 0 {
 			// Two vectors in the window: the user counts as their mean.
-			msgs = append(msgs, vectorEvent("u0", base.Add(time.Second), []float64{0, 1, 0}))
+			msgs = append(msgs, vectorEvent("u0", e2e.Base.Add(time.Second), []float64{0, 1, 0}))
 			v = []float64{0.5, 0.5, 0}
 		}
 		vec := v
 		if u == 0 {
 			vec = []float64{1, 0, 0}
 		}
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("u%d", u), base.Add(time.Duration(u+2)*time.Second), vec))
+		msgs = append(msgs, vectorEvent(fmt.Sprintf("u%d", u), e2e.Base.Add(time.Duration(u+2)*time.Second), vec))
 		for i := range sum {
 			sum[i] += v[i]
 		}
 	}
 	// Malformed vectors of users with nothing else: never averaged.
 	msgs = append(msgs,
-		vectorEvent("bad1", base.Add(40*time.Second), []float64{0.5, 0.6, 0}), // sums to 1.1
-		vectorEvent("bad2", base.Add(41*time.Second), []float64{1, 0}),        // wrong length
-		vectorEvent("bad3", base.Add(42*time.Second), []float64{-0.5, 1, 0.5}),
-		vectorEvent("bad4", base.Add(43*time.Second), "news"))
+		vectorEvent("bad1", e2e.Base.Add(40*time.Second), []float64{0.5, 0.6, 0}), // sums to 1.1
+		vectorEvent("bad2", e2e.Base.Add(41*time.Second), []float64{1, 0}),        // wrong length
+		vectorEvent("bad3", e2e.Base.Add(42*time.Second), []float64{-0.5, 1, 0.5}),
+		vectorEvent("bad4", e2e.Base.Add(43*time.Second), "news"))
 	v1 := []float64{0.7, 0.2, 0.1}
 	for u := 0; u < 120; u++ {
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("w%d", u), base.Add(time.Minute+time.Duration(u)*100*time.Millisecond), v1))
+		msgs = append(msgs, vectorEvent(fmt.Sprintf("w%d", u), e2e.Base.Add(time.Minute+time.Duration(u)*100*time.Millisecond), v1))
 	}
 	want0 := make([]float64, 3)
 	for i := range want0 {
@@ -87,14 +88,14 @@ func TestEndToEndAverage(t *testing.T) {
 	wantMean := map[int][]float64{0: want0, 1: v1, 2: {1.0 / 3, 1.0 / 3, 1.0 / 3}}
 
 	// Count histograms' events too: the two kinds share the stage.
-	evs := stream(3, 50)
-	tr := computeTruth(evs)
-	h.produceEvents(evs)
-	h.produce(msgs...)
-	run := h.start(cfg)
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
+	evs := e2e.Stream(3, 50)
+	tr := e2e.ComputeTruth(evs)
+	h.ProduceEvents(evs)
+	h.Produce(msgs...)
+	run := h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
 
-	plan := run.stage.Plan()
+	plan := run.Stage.Plan()
 	if len(plan.Averages) != 1 || plan.Count.UnitsPerWindow != 2 {
 		t.Fatalf("plan: %d averages, %d count units per window", len(plan.Averages), plan.Count.UnitsPerWindow)
 	}
@@ -106,19 +107,19 @@ func TestEndToEndAverage(t *testing.T) {
 		t.Errorf("budget split: approx ε %g (60 × %g), RDP ε %g", plan.ApproxEpsilon, ap.Epsilon, plan.Count.RDPEpsilon)
 	}
 
-	want := 3 * (len(groups) + 1 + 1)
-	out := h.readOutput(want, 60*time.Second, 2*time.Second)
+	want := 3 * (len(e2e.Groups) + 1 + 1)
+	out := h.ReadOutput(want, 60*time.Second, 2*time.Second)
 	if len(out.Releases) != want || len(out.Statuses) != 0 {
 		t.Fatalf("got %d releases and %d statuses, want %d releases", len(out.Releases), len(out.Statuses), want)
 	}
 	seen := map[int]bool{}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		w := int(ws.Sub(base) / time.Minute)
+		w := int(ws.Sub(e2e.Base) / time.Minute)
 		if r.Histogram != "interests" {
 			if r.Histogram == "devices" || r.Histogram == "pages" {
-				kk := key(r.Histogram, r.Group, ws)
-				checkExact(t, kk, r, tr[kk])
+				kk := e2e.Key(r.Histogram, r.Group, ws)
+				e2e.CheckExact(t, kk, r, tr[kk])
 			}
 			continue
 		}
@@ -126,7 +127,7 @@ func TestEndToEndAverage(t *testing.T) {
 			t.Errorf("window %d released twice", w)
 		}
 		seen[w] = true
-		checkSimplex(t, r, interests)
+		e2e.CheckSimplex(t, r, interests)
 		if r.Mechanism != pipeline.MechanismSimplexAverage || r.Group != "*" {
 			t.Errorf("window %d: mechanism %q group %q", w, r.Mechanism, r.Group)
 		}
@@ -150,27 +151,27 @@ func TestEndToEndAverage(t *testing.T) {
 			t.Errorf("no average release for window %d", w)
 		}
 	}
-	d := run.stage.Stats().Dropped()
+	d := run.Stage.Stats().Dropped()
 	if d["bad_vector"] != 3 || d["wrong_type"] < 1 {
 		t.Errorf("drops %v: want 3 bad_vector (sum, length, negative) and a wrong_type", d)
 	}
 	// Window 1's 120 users: 50 kept; a user refused at arrival counts as not
 	// selected, one evicted later (a smaller hash arrived) was averaged
 	// first, so the split depends on the order but the total does not.
-	av, ns := run.stage.Stats().Averaged.Load(), run.stage.Stats().AverageNotSelected.Load()
+	av, ns := run.Stage.Stats().Averaged.Load(), run.Stage.Stats().AverageNotSelected.Load()
 	if av+ns != 31+120 || ns > 70 || av < 31+50 {
 		t.Errorf("averaged %d + not selected %d vectors, want 151 in all, at most 70 not selected", av, ns)
 	}
-	run.stop(t)
+	run.Stop(t)
 
 	// The ledger holds the (ε, δ) charges of the 3 average units, apart
 	// from the RDP spend.
-	l, err := ledger.Open(h.dir)
+	l, err := ledger.Open(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	period := base.Truncate(time.Hour).UnixMilli()
+	period := e2e.Base.Truncate(time.Hour).UnixMilli()
 	a, ok, err := l.ApproxSpent(period)
 	if err != nil || !ok || a.Releases != 3 || math.Abs(a.Epsilon-3*ap.Epsilon) > 1e-9*a.Epsilon || math.Abs(a.Delta-3*ap.Delta) > 1e-9*a.Delta {
 		t.Errorf("approx spend %+v (ok %v, err %v), want 3 releases of (%g, %g)", a, ok, err, ap.Epsilon, ap.Delta)
@@ -183,8 +184,8 @@ func TestEndToEndAverage(t *testing.T) {
 // TestAveragePlanErrors: a configuration whose average releases cannot fit
 // the budget is refused with what to change.
 func TestAveragePlanErrors(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.configExtra("mechanism: gaussian", 1, averageHist)
+	h := e2e.New(t)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1, averageHist)
 	_, err := pipeline.DerivePlan(cfg)
 	if err == nil || !strings.Contains(err.Error(), "raise average.users") {
 		t.Fatalf("DerivePlan with ε = 1: %v, want an error saying what to change", err)

@@ -1,31 +1,12 @@
 package pipeline_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/dpstage/stage/internal/e2e"
 )
-
-// produceTo writes evs to one input partition, in order.
-func (h *harness) produceTo(partition int, evs []event) {
-	h.t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(h.broker.Addr()), Topic: "events-" + h.name,
-		Balancer:     kafka.BalancerFunc(func(kafka.Message, ...int) int { return partition }),
-		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000}
-	defer w.Close()
-	msgs := make([]kafka.Message, len(evs))
-	for i, e := range evs {
-		msgs[i] = kafka.Message{Key: []byte(e.User), Value: e.json()}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		h.t.Fatalf("produce to partition %d: %v", partition, err)
-	}
-}
 
 // TestEndToEndSelectionIndependentOfInterleaving: which users and which of
 // their events count does not depend on how the input partitions interleave.
@@ -42,46 +23,46 @@ func (h *harness) produceTo(partition int, evs []event) {
 // the other.
 func TestEndToEndSelectionIndependentOfInterleaving(t *testing.T) {
 	const users, capUsers = 60, 40
-	var side [2][]event
+	var side [2][]e2e.Event
 	for u := range users {
 		user := fmt.Sprintf("u%d", u)
-		at := base.Add(time.Duration(u) * 500 * time.Millisecond)
+		at := e2e.Base.Add(time.Duration(u) * 500 * time.Millisecond)
 		for k, page := range []string{"home", "search", "cart"} {
-			side[0] = append(side[0], event{User: user, At: at.Add(time.Duration(k) * time.Millisecond), Page: page, Country: "US", Device: "mobile"})
+			side[0] = append(side[0], e2e.Event{User: user, At: at.Add(time.Duration(k) * time.Millisecond), Page: page, Country: "US", Device: "mobile"})
 		}
 		for k, page := range []string{"cart", "checkout", "pricing"} { // pricing: the overflow bin
-			side[1] = append(side[1], event{User: user, At: at.Add(time.Duration(10+k) * time.Millisecond), Page: page, Country: "DE", Device: "desktop"})
+			side[1] = append(side[1], e2e.Event{User: user, At: at.Add(time.Duration(10+k) * time.Millisecond), Page: page, Country: "DE", Device: "desktop"})
 		}
 	}
-	tr := computeTruthWith(append(append([]event{}, side[0]...), side[1]...), 2, 1, capUsers)
+	tr := e2e.ComputeTruthWith(append(append([]e2e.Event{}, side[0]...), side[1]...), 2, 1, capUsers)
 	// The truth takes both sides (else the test could not tell the orders
 	// apart).
-	if tr[key("pages", "US", base)] == nil || tr[key("pages", "DE", base)] == nil {
+	if tr[e2e.Key("pages", "US", e2e.Base)] == nil || tr[e2e.Key("pages", "DE", e2e.Base)] == nil {
 		t.Fatalf("the truth selects one side only: %v", tr)
 	}
 	for _, first := range []int{0, 1} {
 		t.Run(fmt.Sprintf("partition %d first", first), func(t *testing.T) {
-			h := newHarness(t)
-			cfg := h.config("gaussian", 1e7)
+			h := e2e.New(t)
+			cfg := h.Config("gaussian", 1e7)
 			cfg.Contribution.MaxEventsPerUser = 2
 			cfg.Contribution.MaxGroupsPerUser = 1
 			cfg.Contribution.MaxTrackedUsers = capUsers
-			run := h.start(cfg)
-			st := run.stage.Stats()
-			h.produceTo(first, side[first])
-			waitFor(t, 30*time.Second, func() bool { return st.Consumed.Load() >= int64(len(side[first])) })
-			h.produceTo(1-first, side[1-first])
-			waitFor(t, 30*time.Second, func() bool { return st.Consumed.Load() >= int64(users*6) })
-			h.produceTo(0, []event{{User: "flush", At: base.Add(time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}})
-			h.produceTo(1, []event{{User: "flush", At: base.Add(time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}})
-			out := h.readOutput(len(groups)+1, 60*time.Second, time.Second)
-			if len(out.Releases) != len(groups)+1 {
-				t.Fatalf("got %d releases, want %d", len(out.Releases), len(groups)+1)
+			run := h.Start(cfg)
+			st := run.Stage.Stats()
+			h.ProduceTo(first, side[first])
+			e2e.WaitFor(t, "the condition", 30*time.Second, func() bool { return st.Consumed.Load() >= int64(len(side[first])) })
+			h.ProduceTo(1-first, side[1-first])
+			e2e.WaitFor(t, "the condition", 30*time.Second, func() bool { return st.Consumed.Load() >= int64(users*6) })
+			h.ProduceTo(0, []e2e.Event{{User: "flush", At: e2e.Base.Add(time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}})
+			h.ProduceTo(1, []e2e.Event{{User: "flush", At: e2e.Base.Add(time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}})
+			out := h.ReadOutput(len(e2e.Groups)+1, 60*time.Second, time.Second)
+			if len(out.Releases) != len(e2e.Groups)+1 {
+				t.Fatalf("got %d releases, want %d", len(out.Releases), len(e2e.Groups)+1)
 			}
 			for _, r := range out.Releases {
 				ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-				k := key(r.Histogram, r.Group, ws)
-				checkExact(t, k, r, tr[k])
+				k := e2e.Key(r.Histogram, r.Group, ws)
+				e2e.CheckExact(t, k, r, tr[k])
 			}
 			// Every part counted on arrival and later displaced is said so:
 			// what remains is 2 parts per histogram for each tracked user,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -27,18 +28,18 @@ func TestMidPeriodConfigChange(t *testing.T) {
 	// value whose plan fits all 10 count units of windows 0–4 in the
 	// period, so that the first config spends its count share almost
 	// entirely before the change).
-	type mk func(h *harness, rdp float64) *config.Config
+	type mk func(h *e2e.Harness, rdp float64) *config.Config
 	counts := func(eps float64) mk {
-		return func(h *harness, rdp float64) *config.Config {
-			cfg := h.configWith(fmt.Sprintf("mechanism: gaussian\n  rdp_epsilon: %g", rdp), eps)
+		return func(h *e2e.Harness, rdp float64) *config.Config {
+			cfg := h.ConfigWith(fmt.Sprintf("mechanism: gaussian\n  rdp_epsilon: %g", rdp), eps)
 			cfg.Privacy.Budget.Period = cfg.Window.Size * 10
 			return cfg
 		}
 	}
 	// The same with an average histogram (users as given, k = 1000).
 	withAverage := func(eps float64, users int) mk {
-		return func(h *harness, rdp float64) *config.Config {
-			cfg := h.configExtra(fmt.Sprintf("mechanism: gaussian\n  rdp_epsilon: %g", rdp), eps, fmt.Sprintf(`  - name: interests
+		return func(h *e2e.Harness, rdp float64) *config.Config {
+			cfg := h.ConfigExtra(fmt.Sprintf("mechanism: gaussian\n  rdp_epsilon: %g", rdp), eps, fmt.Sprintf(`  - name: interests
     kind: average
     field: interests
     bins: [news, sport, music]
@@ -52,7 +53,7 @@ func TestMidPeriodConfigChange(t *testing.T) {
 	}
 	// fill returns the largest rdp_epsilon at which the plan of mk fits 10
 	// count units per period: 5 windows × 2 count histograms.
-	fill := func(h *harness, m mk) float64 {
+	fill := func(h *e2e.Harness, m mk) float64 {
 		lo, hi := 1e-4, 100.0
 		for i := 0; i < 60; i++ {
 			mid := math.Sqrt(lo * hi)
@@ -86,28 +87,28 @@ func TestMidPeriodConfigChange(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
+			h := e2e.New(t)
 			// Phase 1: windows 0–4 under the first config.
 			rdp := fill(h, tc.before)
 			cfgA := tc.before(h, rdp)
-			h.produceEvents(stream(5, 20))
-			runA := h.start(cfgA)
-			h.produce(flush(base.Add(5*time.Minute + time.Second)))
+			h.ProduceEvents(e2e.Stream(5, 20))
+			runA := h.Start(cfgA)
+			h.Produce(e2e.Flush(e2e.Base.Add(5*time.Minute + time.Second)))
 			want := unitsOf(cfgA, 5)
 			waitRecorded(t, runA, want)
-			runA.stop(t)
+			runA.Stop(t)
 			cfgB := tc.after(h, rdp)
-			totalA, releasesA := periodTotal(t, h.dir, cfgB)
+			totalA, releasesA := periodTotal(t, h.Dir, cfgB)
 
 			// Phase 2: windows 5–9 of the same period under the second.
-			evs := stream(10, 20)
-			h.produceEvents(evs[len(stream(5, 20)):])
-			runB := h.start(cfgB)
-			h.produce(flush(base.Add(10*time.Minute + time.Second)))
+			evs := e2e.Stream(10, 20)
+			h.ProduceEvents(evs[len(e2e.Stream(5, 20)):])
+			runB := h.Start(cfgB)
+			h.Produce(e2e.Flush(e2e.Base.Add(10*time.Minute + time.Second)))
 			waitRecorded(t, runB, want+unitsOf(cfgB, 5))
-			runB.stop(t)
+			runB.Stop(t)
 
-			total, releases := periodTotal(t, h.dir, cfgB)
+			total, releases := periodTotal(t, h.Dir, cfgB)
 			// The period's budget is the lower of the two configs' (a raise
 			// waits for the next period).
 			limit := math.Min(cfgA.Privacy.Budget.Epsilon, cfgB.Privacy.Budget.Epsilon)
@@ -126,7 +127,7 @@ func TestMidPeriodConfigChange(t *testing.T) {
 			if releasesA == 0 {
 				t.Errorf("nothing was released under the first config: the test checks nothing")
 			}
-			out := h.readOutput(0, 5*time.Second, time.Second)
+			out := h.ReadOutput(0, 5*time.Second, time.Second)
 			for id, vs := range out.Raw {
 				for _, v := range vs[1:] {
 					if v != vs[0] {
@@ -153,7 +154,7 @@ func unitsOf(cfg *config.Config, n int) int { return n * len(cfg.Histograms) }
 
 // waitRecorded waits until the stage has published n units (releases or
 // budget_exhausted statuses).
-func waitRecorded(t *testing.T, r *running, n int) {
+func waitRecorded(t *testing.T, r *e2e.Running, n int) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -168,7 +169,7 @@ func waitRecorded(t *testing.T, r *running, n int) {
 }
 
 // published counts the units the running stage reported as published.
-func published(r *running) int { return int(r.units.Load()) }
+func published(r *e2e.Running) int { return int(r.Units.Load()) }
 
 // periodTotal recomposes, from the ledger alone, the total of the first
 // budget period under cfg's budget: every released unit's charge — its RDP
@@ -187,7 +188,7 @@ func periodTotal(t *testing.T, dir string, cfg *config.Config) (budget.Total, in
 	var charges []budget.Charge
 	releases := 0
 	err = led.Units(func(u *ledger.Unit) bool {
-		if u.Status != ledger.StatusReleased || u.Period != base.UnixMilli() {
+		if u.Status != ledger.StatusReleased || u.Period != e2e.Base.UnixMilli() {
 			return true
 		}
 		releases++
@@ -228,26 +229,26 @@ func (emptyStore) PeriodSpend(int64) (budget.Spend, bool, error) { return budget
 // before any window closes, the stage reports the period's spend the ledger
 // holds (status, /api/budget and /metrics read it), not "nothing spent".
 func TestBudgetStatusAfterRestart(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("concentrated", 20)
-	h.produceEvents(stream(3, 20))
-	run := h.start(cfg)
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
+	h := e2e.New(t)
+	cfg := h.Config("concentrated", 20)
+	h.ProduceEvents(e2e.Stream(3, 20))
+	run := h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
 	waitRecorded(t, run, unitsOf(cfg, 3))
 	var before []pipeline.BudgetStatus
-	for _, b := range run.stage.Budget() {
+	for _, b := range run.Stage.Budget() {
 		if b.SpentEpsilon > 0 {
 			before = append(before, b)
 		}
 	}
-	run.stop(t)
+	run.Stop(t)
 	if len(before) != 1 {
-		t.Fatalf("before the restart: %d periods with a spend, want 1: %+v", len(before), run.stage.Budget())
+		t.Fatalf("before the restart: %d periods with a spend, want 1: %+v", len(before), run.Stage.Budget())
 	}
 
-	again := h.start(cfg)
+	again := h.Start(cfg)
 	deadline := time.Now().Add(20 * time.Second)
-	for !again.stage.Readiness().StateLoaded {
+	for !again.Stage.Readiness().StateLoaded {
 		if time.Now().After(deadline) {
 			t.Fatal("state not loaded within 20s")
 		}
@@ -255,7 +256,7 @@ func TestBudgetStatusAfterRestart(t *testing.T) {
 	}
 	// No new window can close (no event after the flush), so whatever the
 	// stage reports now comes from the ledger, not from a new release.
-	got := again.stage.Budget()
+	got := again.Stage.Budget()
 	if len(got) != 1 || got[0].PeriodStart != before[0].PeriodStart || got[0].SpentEpsilon != before[0].SpentEpsilon {
 		t.Errorf("after the restart the stage reports %+v, want the ledger's %+v", got, before)
 	}
@@ -268,36 +269,36 @@ func TestBudgetStatusAfterRestart(t *testing.T) {
 // still uncommitted (which depends on where other users' later events sit
 // in the partitions). Its later releases are exact.
 func TestAddedHistogramStartsAfterTheLastWindow(t *testing.T) {
-	h := newHarness(t)
-	cfgA := h.config("gaussian", 1e7)
-	evs := stream(4, 20)
-	h.produceEvents(evs[:len(stream(2, 20))])
-	run := h.start(cfgA)
-	h.produce(flush(base.Add(2*time.Minute + time.Second)))
+	h := e2e.New(t)
+	cfgA := h.Config("gaussian", 1e7)
+	evs := e2e.Stream(4, 20)
+	h.ProduceEvents(evs[:len(e2e.Stream(2, 20))])
+	run := h.Start(cfgA)
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
 	waitRecorded(t, run, unitsOf(cfgA, 2))
-	run.stop(t)
+	run.Stop(t)
 
-	cfgB := h.configExtra("mechanism: gaussian", 1e7, "  - name: devices2\n    field: device\n    bins: [mobile, desktop]")
-	h.produceEvents(evs[len(stream(2, 20)):])
-	run = h.start(cfgB)
-	h.produce(flush(base.Add(4*time.Minute + time.Second)))
+	cfgB := h.ConfigExtra("mechanism: gaussian", 1e7, "  - name: devices2\n    field: device\n    bins: [mobile, desktop]")
+	h.ProduceEvents(evs[len(e2e.Stream(2, 20)):])
+	run = h.Start(cfgB)
+	h.Produce(e2e.Flush(e2e.Base.Add(4*time.Minute + time.Second)))
 	waitRecorded(t, run, unitsOf(cfgB, 2))
-	out := h.readOutput(0, 5*time.Second, time.Second)
+	out := h.ReadOutput(0, 5*time.Second, time.Second)
 	// The first flush event (window 2) counts too.
-	tr := computeTruth(append(evs, event{User: "flush", At: base.Add(2*time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}))
+	tr := e2e.ComputeTruth(append(evs, e2e.Event{User: "flush", At: e2e.Base.Add(2*time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}))
 	got := map[int]bool{}
 	for _, r := range out.Releases {
 		if r.Histogram != "devices2" {
 			continue
 		}
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		w := int(ws.Sub(base) / time.Minute)
+		w := int(ws.Sub(e2e.Base) / time.Minute)
 		got[w] = true
 		if w < 2 {
 			t.Errorf("devices2 released for window %d, recorded before it was configured: %v", w, r.Probabilities)
 			continue
 		}
-		want := tr[key("devices", "*", ws)]
+		want := tr[e2e.Key("devices", "*", ws)]
 		n := want[0] + want[1]
 		for i, p := range r.Probabilities {
 			if math.Abs(p-want[i]/n) > 1e-6 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -17,8 +18,8 @@ import (
 // units. The rest get budget_exhausted status messages instead of releases,
 // the spend never exceeds the budget, and the next period releases again.
 func TestEndToEndBudgetExhaustion(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("concentrated", 20)
+	h := e2e.New(t)
+	cfg := h.Config("concentrated", 20)
 	cfg.Privacy.Budget.Period = cfg.Window.Size * 5 // 5 windows × 2 histograms = 10 units per period
 	// Find a per-release ε that lets exactly 3 units fit in a period: the
 	// number that fits decreases with ε; bisect on a log scale.
@@ -44,14 +45,14 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 	if fit != 3 {
 		t.Fatalf("no candidate per-release ε gives 3 units per period (last fit %d)", fit)
 	}
-	evs := stream(10, 50) // windows 0..9: two periods
-	h.produceEvents(evs)
-	run := h.start(cfg)
-	h.produce(flush(base.Add(10*time.Minute + time.Second)))
+	evs := e2e.Stream(10, 50) // windows 0..9: two periods
+	h.ProduceEvents(evs)
+	run := h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(10*time.Minute + time.Second)))
 
 	// Per period: window 0 → pages (4 releases: 3 groups... ) is unit 1,
 	// devices unit 2, window 1 pages unit 3; everything after is refused.
-	out := h.readOutput(2*(len(groups)+len(groups)+1), 60*time.Second, 2*time.Second)
+	out := h.ReadOutput(2*(len(e2e.Groups)+len(e2e.Groups)+1), 60*time.Second, 2*time.Second)
 	type uw struct {
 		hist string
 		w    int
@@ -59,7 +60,7 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 	released := map[uw]int{}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		released[uw{r.Histogram, int(ws.Sub(base) / time.Minute)}]++
+		released[uw{r.Histogram, int(ws.Sub(e2e.Base) / time.Minute)}]++
 		if r.Privacy.SpentEpsilon > r.Privacy.BudgetEpsilon*(1+1e-9) {
 			t.Errorf("release %s reports spent ε=%v over the budget %v", r.ReleaseID, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon)
 		}
@@ -70,13 +71,13 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 			t.Errorf("unexpected status %q", s.Status)
 		}
 		ws, _ := time.Parse(time.RFC3339Nano, s.WindowStart)
-		exhausted[uw{s.Histogram, int(ws.Sub(base) / time.Minute)}] = true
+		exhausted[uw{s.Histogram, int(ws.Sub(e2e.Base) / time.Minute)}] = true
 	}
 	for period := 0; period < 2; period++ {
 		w0 := 5 * period
 		wantReleased := []uw{{"pages", w0}, {"devices", w0}, {"pages", w0 + 1}}
 		for _, u := range wantReleased {
-			want := len(groups)
+			want := len(e2e.Groups)
 			if u.hist == "devices" {
 				want = 1
 			}
@@ -94,10 +95,10 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 			}
 		}
 	}
-	if got := run.stage.Stats().Exhausted.Load(); got != 14 {
+	if got := run.Stage.Stats().Exhausted.Load(); got != 14 {
 		t.Errorf("exhausted counter = %d, want 14", got)
 	}
-	for _, b := range run.stage.Budget() {
+	for _, b := range run.Stage.Budget() {
 		if b.SpentEpsilon > b.BudgetEpsilon*(1+1e-9) {
 			t.Errorf("period %s spent %v > budget %v", b.PeriodStart, b.SpentEpsilon, b.BudgetEpsilon)
 		}
@@ -107,9 +108,9 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 // TestEndToEndDeadLetter: with kafka.dead_letter_topic set, every malformed
 // message is forwarded with its reason in a header.
 func TestEndToEndDeadLetter(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
-	cfg.Kafka.DeadLetterTopic = "dlq-" + h.name
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
+	cfg.Kafka.DeadLetterTopic = "dlq-" + h.Name
 	bad := map[string]string{
 		"not json":                                         "bad_json",
 		`{"ts":"soon","user_id":"a"}`:                      "bad_time",
@@ -122,10 +123,10 @@ func TestEndToEndDeadLetter(t *testing.T) {
 	for v := range bad {
 		msgs = append(msgs, kafka.Message{Key: []byte("k"), Value: []byte(v)})
 	}
-	h.produce(msgs...)
-	h.start(cfg)
+	h.Produce(msgs...)
+	h.Start(cfg)
 
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{h.broker.Addr()}, Topic: "dlq-" + h.name, Partition: 0,
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{h.Broker.Addr()}, Topic: "dlq-" + h.Name, Partition: 0,
 		MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond})
 	defer r.Close()
 	got := map[string]string{}
@@ -152,13 +153,13 @@ func TestEndToEndDeadLetter(t *testing.T) {
 // TestLedgerMatchesOutput: after a run, the ledger's recorded spend equals
 // the sum of the unique released units' charges.
 func TestLedgerMatchesOutput(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("concentrated", 5)
-	h.produceEvents(stream(3, 50))
-	run := h.start(cfg)
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
-	h.readOutput(3*(len(groups)+1), 60*time.Second, 0)
-	run.stop(t)
+	h := e2e.New(t)
+	cfg := h.Config("concentrated", 5)
+	h.ProduceEvents(e2e.Stream(3, 50))
+	run := h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
+	h.ReadOutput(3*(len(e2e.Groups)+1), 60*time.Second, 0)
+	run.Stop(t)
 	checkLedger(t, cfg.State.Dir, 3*2)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
@@ -45,7 +46,7 @@ func checkOnGrid(t *testing.T, r pipeline.Release) {
 // release is the rounded one too. Fails on the code before the rounding
 // (raw float64 draws, no params.grid). Deterministic.
 func TestEndToEndReleasesOnGrid(t *testing.T) {
-	h := newHarness(t)
+	h := e2e.New(t)
 	const interestsHist = `  - name: interests
     kind: average
     field: interests
@@ -54,32 +55,32 @@ func TestEndToEndReleasesOnGrid(t *testing.T) {
       users: 1000
       k: 1000
       eta: 0.01`
-	cfg := h.configExtra("mechanism: dirichlet\n  calibration: exact", 1e4, interestsHist)
-	h.produceEvents(stream(2, 200))
+	cfg := h.ConfigExtra("mechanism: dirichlet\n  calibration: exact", 1e4, interestsHist)
+	h.ProduceEvents(e2e.Stream(2, 200))
 	var msgs []kafka.Message
 	for u := 0; u < 40; u++ {
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("v%d", u), base.Add(time.Duration(u)*time.Second), []float64{0.6, 0.3, 0.1}))
+		msgs = append(msgs, vectorEvent(fmt.Sprintf("v%d", u), e2e.Base.Add(time.Duration(u)*time.Second), []float64{0.6, 0.3, 0.1}))
 	}
-	h.produce(msgs...)
-	run := h.start(cfg)
-	h.produce(flush(base.Add(2*time.Minute + time.Second)))
-	want := 2 * (len(groups) + 1 + 1)
-	out := h.readOutput(want, 60*time.Second, time.Second)
+	h.Produce(msgs...)
+	run := h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	want := 2 * (len(e2e.Groups) + 1 + 1)
+	out := h.ReadOutput(want, 60*time.Second, time.Second)
 	if len(out.Releases) != want || len(out.Statuses) != 0 {
 		t.Fatalf("got %d releases, %d statuses; want %d releases", len(out.Releases), len(out.Statuses), want)
 	}
 	kinds := map[string]int{}
 	for _, r := range out.Releases {
 		kinds[r.Mechanism]++
-		checkSimplex(t, r, r.Bins)
+		e2e.CheckSimplex(t, r, r.Bins)
 		checkOnGrid(t, r)
 	}
-	if kinds["dirichlet"] != 2*(len(groups)+1) || kinds[pipeline.MechanismSimplexAverage] != 2 {
+	if kinds["dirichlet"] != 2*(len(e2e.Groups)+1) || kinds[pipeline.MechanismSimplexAverage] != 2 {
 		t.Errorf("releases by mechanism %v", kinds)
 	}
-	run.stop(t)
+	run.Stop(t)
 
-	l, err := ledger.Open(h.dir)
+	l, err := ledger.Open(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/allone"
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -89,8 +90,8 @@ func groupOwners(ctx context.Context, addr, group string) (state string, owners 
 // rejoins as a new member: the rebalance drops the dead member and the stage
 // owns the partitions again within 2 × the rebalance timeout.
 func TestDeadOwnerInGenerationIsDropped(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
 	cfg.Kafka.SessionTimeout = config.Duration(time.Second) // rebalance timeout: its default, 500ms
 	rebalance := cfg.Kafka.Rebalance().D()
 	core, logs := observer.New(zap.InfoLevel)
@@ -113,7 +114,7 @@ func TestDeadOwnerInGenerationIsDropped(t *testing.T) {
 
 	zd := &dieAfterJoinDialer{}
 	zcg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID: cfg.Kafka.GroupID, Brokers: []string{h.broker.Addr()}, Topics: []string{cfg.Kafka.InputTopic},
+		ID: cfg.Kafka.GroupID, Brokers: []string{h.Broker.Addr()}, Topics: []string{cfg.Kafka.InputTopic},
 		Dialer:         &kafka.Dialer{DialFunc: zd.dial},
 		GroupBalancers: []kafka.GroupBalancer{allone.NewAt(time.Unix(0, 0))}, // older than any stage
 		// The broker waits the largest rebalance timeout of the members
@@ -169,17 +170,17 @@ func TestDeadOwnerInGenerationIsDropped(t *testing.T) {
 // promptly: the JoinGroup in flight is cut instead of waited out (kafka-go's
 // Close alone waits for it).
 func TestStopDuringHeldJoin(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
 	cfg.Kafka.SessionTimeout = config.Duration(10 * time.Second)
 	cfg.Kafka.RebalanceTimeout = config.Duration(10 * time.Second)
-	run := h.start(cfg)
-	if !pollUntil(30*time.Second, func() bool { return run.stage.Readiness().Assigned }) {
+	run := h.Start(cfg)
+	if !pollUntil(30*time.Second, func() bool { return run.Stage.Readiness().Assigned }) {
 		t.Fatal("the stage was never assigned the partitions")
 	}
 	member := func(started time.Time) *kafka.ConsumerGroup {
 		cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-			ID: cfg.Kafka.GroupID, Brokers: []string{h.broker.Addr()}, Topics: []string{cfg.Kafka.InputTopic},
+			ID: cfg.Kafka.GroupID, Brokers: []string{h.Broker.Addr()}, Topics: []string{cfg.Kafka.InputTopic},
 			GroupBalancers: []kafka.GroupBalancer{allone.NewAt(started)},
 			SessionTimeout: 10 * time.Second, RebalanceTimeout: 10 * time.Second, HeartbeatInterval: time.Second,
 		})
@@ -194,29 +195,28 @@ func TestStopDuringHeldJoin(t *testing.T) {
 	// rebalance waits the full rebalance timeout for it.
 	member(time.Now().Add(time.Hour))
 	if !pollUntil(20*time.Second, func() bool {
-		st, owners := groupOwners(t.Context(), h.broker.Addr(), cfg.Kafka.GroupID)
+		st, owners := groupOwners(t.Context(), h.Broker.Addr(), cfg.Kafka.GroupID)
 		return st == "Stable" && len(owners) == 2
 	}) {
 		t.Fatal("the group never settled with the stage and the standby")
 	}
-	if !pollUntil(20*time.Second, func() bool { return run.stage.Readiness().Assigned }) {
+	if !pollUntil(20*time.Second, func() bool { return run.Stage.Readiness().Assigned }) {
 		t.Fatal("the stage lost the partitions to the standby")
 	}
 	// A third member starts that rebalance; the stage notices at its next
 	// heartbeat and waits in JoinGroup.
 	member(time.Now().Add(2 * time.Hour))
-	if !pollUntil(20*time.Second, func() bool { return !run.stage.Readiness().Assigned }) {
+	if !pollUntil(20*time.Second, func() bool { return !run.Stage.Readiness().Assigned }) {
 		t.Fatal("the stage never left its generation for the rebalance")
 	}
 	time.Sleep(300 * time.Millisecond) // its JoinGroup is in flight, held by the broker
-	if st, _ := groupOwners(t.Context(), h.broker.Addr(), cfg.Kafka.GroupID); st != "PreparingRebalance" {
+	if st, _ := groupOwners(t.Context(), h.Broker.Addr(), cfg.Kafka.GroupID); st != "PreparingRebalance" {
 		t.Fatalf("group state %q, want PreparingRebalance", st)
 	}
 	start := time.Now()
-	run.cancel()
-	run.cancel = nil
+	run.Cancel()
 	select {
-	case err := <-run.done:
+	case err := <-run.Done():
 		took := time.Since(start)
 		t.Logf("stop during a held JoinGroup: Run returned %v after %v", err, took.Round(time.Microsecond))
 		if err != nil {

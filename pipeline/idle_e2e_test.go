@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 )
 
 // TestFailingPartitionHoldsWindows (issue 16, 1c): with watermark event and
@@ -22,31 +23,31 @@ import (
 // unread events — so no window closes until they are read, and the
 // releases are exact with nothing late.
 func TestFailingPartitionHoldsWindows(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
 	cfg.Window.IdlePartitionTimeout = config.Duration(300 * time.Millisecond)
-	run := h.start(cfg)
-	st := run.stage.Stats()
-	before := users("before", 400, 0, cycle(pages), cycle([]string{"US", "DE"}), cycle(devices))
-	h.produceEvents(before)
-	waitFor(t, 20*time.Second, func() bool { return st.Decoded.Load() >= int64(len(before)) })
+	run := h.Start(cfg)
+	st := run.Stage.Stats()
+	before := users("before", 400, 0, cycle(e2e.Pages), cycle([]string{"US", "DE"}), cycle(e2e.Devices))
+	h.ProduceEvents(before)
+	e2e.WaitFor(t, "the condition", 20*time.Second, func() bool { return st.Decoded.Load() >= int64(len(before)) })
 
 	flushPart := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte("flush")}, 0, 1, 2, 3)
 	failPart := int32((flushPart + 1) % 4)
-	fault := h.broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "events-" + h.name,
+	fault := h.Broker.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "events-" + h.Name,
 		Partitions: []int32{failPart}, Err: kerr.NotLeaderForPartition, Count: -1})
 	// The stage has seen the failure (a fetch at the end is outstanding for
 	// up to the max wait first).
-	waitFor(t, 10*time.Second, func() bool { return fault.Hits() >= 2 })
+	e2e.WaitFor(t, "the condition", 10*time.Second, func() bool { return fault.Hits() >= 2 })
 	held := users("held", 600, 1, fixed("search"), fixed("FR"), fixed("desktop"))
-	h.produceToParts(held, failPart)
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
+	produceToParts(h, held, failPart)
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
 	time.Sleep(3 * time.Second)
 	if r := st.Releases.Load(); r != 0 {
 		t.Errorf("%d release messages while a partition with unread events was failing", r)
 	}
 	fault.Remove()
-	h.checkReleases(append(before, held...))
+	checkReleases(h, append(before, held...))
 	if l := st.Late.Load(); l != 0 {
 		t.Errorf("%d events late: the failing partition counted as idle", l)
 	}
@@ -61,24 +62,24 @@ func TestFailingPartitionHoldsWindows(t *testing.T) {
 // events, so it is not idle, and the windows wait for it. Every release is
 // exact and no event is late.
 func TestLeaderMovesLoseNothing(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
-	c := h.broker.Cluster()
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
+	c := h.Broker.Cluster()
 	node, _, err := c.AddNode(-1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	topic := "events-" + h.name
+	topic := "events-" + h.Name
 	for p := int32(0); p < 4; p++ {
 		if err := c.MoveTopicPartition(topic, p, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run := h.start(cfg)
-	st := run.stage.Stats()
-	all := users("first", 400, 0, cycle(pages), cycle([]string{"US", "DE"}), cycle(devices))
-	h.produceEvents(all)
-	waitFor(t, 20*time.Second, func() bool { return st.Decoded.Load() >= int64(len(all)) })
+	run := h.Start(cfg)
+	st := run.Stage.Stats()
+	all := users("first", 400, 0, cycle(e2e.Pages), cycle([]string{"US", "DE"}), cycle(e2e.Devices))
+	h.ProduceEvents(all)
+	e2e.WaitFor(t, "the condition", 20*time.Second, func() bool { return st.Decoded.Load() >= int64(len(all)) })
 	for r := range 4 {
 		time.Sleep(time.Second) // every partition silent for twice the idle timeout
 		to := node
@@ -89,20 +90,20 @@ func TestLeaderMovesLoseNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		moved := users(fmt.Sprintf("moved%d", r), 150, r+1, fixed("search"), fixed("FR"), fixed("desktop"))
-		h.produceToParts(moved, 1)
+		produceToParts(h, moved, 1)
 		all = append(all, moved...)
 		tick := users(fmt.Sprintf("tick%d", r), 1, r+2, fixed("home"), fixed("US"), fixed("mobile"))
-		h.produceToParts(tick, 2)
+		produceToParts(h, tick, 2)
 		all = append(all, tick...)
 	}
-	h.produce(flush(base.Add(7*time.Minute + time.Second)))
-	out := h.readOutput(5*(len(groups)+1), 60*time.Second, time.Second)
-	tr := computeTruth(all)
+	h.Produce(e2e.Flush(e2e.Base.Add(7*time.Minute + time.Second)))
+	out := h.ReadOutput(5*(len(e2e.Groups)+1), 60*time.Second, time.Second)
+	tr := e2e.ComputeTruth(all)
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		if ws.Before(base.Add(5 * time.Minute)) {
-			k := key(r.Histogram, r.Group, ws)
-			checkExact(t, k, r, tr[k])
+		if ws.Before(e2e.Base.Add(5 * time.Minute)) {
+			k := e2e.Key(r.Histogram, r.Group, ws)
+			e2e.CheckExact(t, k, r, tr[k])
 		}
 	}
 	if l := st.Late.Load(); l != 0 {

@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"testing"
 	"time"
+
+	"github.com/dpstage/stage/internal/e2e"
 )
 
 // TestEndToEndBrokerOutage: the broker goes away mid-stream and comes back on
@@ -11,35 +13,35 @@ import (
 // near-zero noise, exactly the true bounded histograms of every window, each
 // released once.
 func TestEndToEndBrokerOutage(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
 	cfg.Kafka.SessionTimeout = cfg.Window.IdlePartitionTimeout * 4 // 2s
-	evs := stream(6, 100)
-	tr := computeTruth(evs)
-	var first, second []event
+	evs := e2e.Stream(6, 100)
+	tr := e2e.ComputeTruth(evs)
+	var first, second []e2e.Event
 	for _, e := range evs {
-		if e.At.Before(base.Add(3 * time.Minute)) {
+		if e.At.Before(e2e.Base.Add(3 * time.Minute)) {
 			first = append(first, e)
 		} else {
 			second = append(second, e)
 		}
 	}
-	h.produceEvents(first)
-	run := h.start(cfg)
-	h.readOutput(2*(len(groups)+1), 60*time.Second, 0) // windows 0 and 1 released
+	h.ProduceEvents(first)
+	run := h.Start(cfg)
+	h.ReadOutput(2*(len(e2e.Groups)+1), 60*time.Second, 0) // windows 0 and 1 released
 
-	if err := h.broker.Stop(); err != nil {
+	if err := h.Broker.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second) // longer than the session timeout
-	if err := h.broker.Restart(); err != nil {
+	if err := h.Broker.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	h.produceEvents(second)
-	h.produce(flush(base.Add(6*time.Minute + time.Second)))
+	h.ProduceEvents(second)
+	h.Produce(e2e.Flush(e2e.Base.Add(6*time.Minute + time.Second)))
 
-	want := 6 * (len(groups) + 1)
-	out := h.readOutput(want, 90*time.Second, 2*time.Second)
+	want := 6 * (len(e2e.Groups) + 1)
+	out := h.ReadOutput(want, 90*time.Second, 2*time.Second)
 	if len(out.Releases) != want {
 		t.Fatalf("got %d releases after the outage, want %d", len(out.Releases), want)
 	}
@@ -52,8 +54,8 @@ func TestEndToEndBrokerOutage(t *testing.T) {
 	}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		k := key(r.Histogram, r.Group, ws)
-		checkExact(t, k, r, tr[k])
+		k := e2e.Key(r.Histogram, r.Group, ws)
+		e2e.CheckExact(t, k, r, tr[k])
 	}
 	_ = run
 }
@@ -61,30 +63,30 @@ func TestEndToEndBrokerOutage(t *testing.T) {
 // TestEndToEndBrokerDownAtStart: the stage starts while the broker is away,
 // retries (no crash), and releases everything once the broker is back.
 func TestEndToEndBrokerDownAtStart(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
-	evs := stream(2, 50)
-	tr := computeTruth(evs)
-	h.produceEvents(evs)
-	if err := h.broker.Stop(); err != nil {
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
+	evs := e2e.Stream(2, 50)
+	tr := e2e.ComputeTruth(evs)
+	h.ProduceEvents(evs)
+	if err := h.Broker.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	run := h.start(cfg)
+	run := h.Start(cfg)
 	time.Sleep(2 * time.Second)
-	if run.stage.Readiness().Ready() {
+	if run.Stage.Readiness().Ready() {
 		t.Fatal("ready while the broker is down")
 	}
-	if err := h.broker.Restart(); err != nil {
+	if err := h.Broker.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	h.produce(flush(base.Add(2*time.Minute + time.Second)))
-	out := h.readOutput(2*(len(groups)+1), 90*time.Second, time.Second)
-	if len(out.Releases) != 2*(len(groups)+1) {
-		t.Fatalf("got %d releases, want %d", len(out.Releases), 2*(len(groups)+1))
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	out := h.ReadOutput(2*(len(e2e.Groups)+1), 90*time.Second, time.Second)
+	if len(out.Releases) != 2*(len(e2e.Groups)+1) {
+		t.Fatalf("got %d releases, want %d", len(out.Releases), 2*(len(e2e.Groups)+1))
 	}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		k := key(r.Histogram, r.Group, ws)
-		checkExact(t, k, r, tr[k])
+		k := e2e.Key(r.Histogram, r.Group, ws)
+		e2e.CheckExact(t, k, r, tr[k])
 	}
 }

@@ -18,7 +18,7 @@ kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: ou
 events: {time_field: ts, user_field: user_id}
 window: {size: 1s, start: 2026-01-01T00:00:00Z}
 histograms:
-  - {name: pages, field: page, bins: [a, b, c]}
+  - {name: e2e.Pages, field: page, bins: [a, b, c]}
   - name: interests
     kind: average
     field: interests

@@ -29,7 +29,7 @@ func TestExactAddRemoveCappedIsReplaceShaped(t *testing.T) {
 kafka: {brokers: ["localhost:9092"]}
 window: {size: 1m}
 histograms:
-  - {name: pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
+  - {name: e2e.Pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
 contribution: {max_events_per_user: 1, max_tracked_users: %d}
 privacy:
   mechanism: dirichlet

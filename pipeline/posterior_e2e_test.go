@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -20,7 +21,7 @@ import (
 // prior > 0 and the prior plus a whole number, probabilities = α̃/Σα̃.
 func checkPosteriorRelease(t *testing.T, r pipeline.Release, bins []string, prior float64) {
 	t.Helper()
-	checkSimplex(t, r, bins)
+	e2e.CheckSimplex(t, r, bins)
 	if r.Mechanism != "laplace-posterior" || r.Calibration != "" {
 		t.Errorf("%s/%s: mechanism %q calibration %q", r.Histogram, r.Group, r.Mechanism, r.Calibration)
 	}
@@ -54,37 +55,37 @@ func checkPosteriorRelease(t *testing.T, r pipeline.Release, bins []string, prio
 // for every declared (histogram, group, window) — FR, which never occurs,
 // included (posterior_alpha = the prior).
 func TestEndToEndLaplacePosteriorExact(t *testing.T) {
-	h := newHarness(t)
+	h := e2e.New(t)
 	const prior = 0.5
-	cfg := h.configWith("mechanism: laplace-posterior\n  prior_alpha: 0.5", 1e7)
-	evs := stream(3, 200)
+	cfg := h.ConfigWith("mechanism: laplace-posterior\n  prior_alpha: 0.5", 1e7)
+	evs := e2e.Stream(3, 200)
 	for i := 0; i < 2000; i++ { // a heavy user, bounded to one event
-		evs = append(evs, event{User: "heavy", At: base.Add(time.Minute + time.Duration(i)*time.Millisecond), Page: "checkout", Country: "DE", Device: "desktop"})
+		evs = append(evs, e2e.Event{User: "heavy", At: e2e.Base.Add(time.Minute + time.Duration(i)*time.Millisecond), Page: "checkout", Country: "DE", Device: "desktop"})
 	}
-	tr := computeTruth(evs)
-	h.produceEvents(evs)
-	run := h.start(cfg)
-	if b := run.stage.Plan().Count.Mechanism.Params().Scale; !(b <= 0.01) {
+	tr := e2e.ComputeTruth(evs)
+	h.ProduceEvents(evs)
+	run := h.Start(cfg)
+	if b := run.Stage.Plan().Count.Mechanism.Params().Scale; !(b <= 0.01) {
 		t.Fatalf("calibrated scale %v: too large for an exact comparison", b)
 	}
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
 
-	want := 3 * (len(groups) + 1)
-	out := h.readOutput(want, 60*time.Second, 2*time.Second)
+	want := 3 * (len(e2e.Groups) + 1)
+	out := h.ReadOutput(want, 60*time.Second, 2*time.Second)
 	if len(out.Releases) != want || len(out.Statuses) != 0 {
 		t.Fatalf("got %d releases and %d statuses, want exactly %d releases (one per declared (histogram, group, window))", len(out.Releases), len(out.Statuses), want)
 	}
 	seen := map[string]bool{}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		k := key(r.Histogram, r.Group, ws)
+		k := e2e.Key(r.Histogram, r.Group, ws)
 		if seen[k] {
 			t.Errorf("duplicate release %s", k)
 		}
 		seen[k] = true
-		bins := pages
+		bins := e2e.Pages
 		if r.Histogram == "devices" {
-			bins = devices
+			bins = e2e.Devices
 		}
 		checkPosteriorRelease(t, r, bins, prior)
 		counts := tr[k]
@@ -96,26 +97,26 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 				t.Errorf("%s bin %s: posterior_alpha %v, want prior + true bounded count = %v (counts %v)", k, bins[i], a, prior+counts[i], counts)
 			}
 		}
-		if r.Privacy.RDPEpsilon != run.stage.Plan().Count.Mechanism.RDP(2) || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon {
-			t.Errorf("%s: privacy %+v, plan RDP(2) %v", k, r.Privacy, run.stage.Plan().Count.Mechanism.RDP(2))
+		if r.Privacy.RDPEpsilon != run.Stage.Plan().Count.Mechanism.RDP(2) || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon {
+			t.Errorf("%s: privacy %+v, plan RDP(2) %v", k, r.Privacy, run.Stage.Plan().Count.Mechanism.RDP(2))
 		}
 	}
 	for w := 0; w < 3; w++ {
-		ws := base.Add(time.Duration(w) * time.Minute)
-		for _, g := range groups {
-			if !seen[key("pages", g, ws)] {
+		ws := e2e.Base.Add(time.Duration(w) * time.Minute)
+		for _, g := range e2e.Groups {
+			if !seen[e2e.Key("pages", g, ws)] {
 				t.Errorf("missing release pages/%s window %d", g, w)
 			}
 		}
-		if !seen[key("devices", "*", ws)] {
+		if !seen[e2e.Key("devices", "*", ws)] {
 			t.Errorf("missing release devices window %d", w)
 		}
 	}
 	// The heavy user's 2000 events counted once: DE's checkout in window 1.
-	if c := tr[key("pages", "DE", base.Add(time.Minute))]; c == nil || c[3] < 1 {
+	if c := tr[e2e.Key("pages", "DE", e2e.Base.Add(time.Minute))]; c == nil || c[3] < 1 {
 		t.Fatalf("truth lacks the heavy user's event: %v", c)
 	}
-	if d := run.stage.Stats().Dropped(); d["bound_user_events"]+d["bound_displaced"] < 1999 {
+	if d := run.Stage.Stats().Dropped(); d["bound_user_events"]+d["bound_displaced"] < 1999 {
 		t.Errorf("the heavy user's extra events were not bounded away: %v", d)
 	}
 }
@@ -130,32 +131,32 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 // q = e^{−1/b}), so all 16 with probability < 0.125^16 < 1e-14 (the test
 // seeds nothing, so these bounds are its false-failure rate).
 func TestEndToEndLaplacePosteriorNoisy(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.configWith("mechanism: laplace-posterior", 5)
+	h := e2e.New(t)
+	cfg := h.ConfigWith("mechanism: laplace-posterior", 5)
 	if cfg.Privacy.PriorAlpha != 1 {
 		t.Fatalf("prior_alpha default %v, want 1", cfg.Privacy.PriorAlpha)
 	}
-	evs := stream(2, 300)
-	tr := computeTruth(evs)
-	h.produceEvents(evs)
-	run := h.start(cfg)
-	b := run.stage.Plan().Count.Mechanism.Params().Scale
+	evs := e2e.Stream(2, 300)
+	tr := e2e.ComputeTruth(evs)
+	h.ProduceEvents(evs)
+	run := h.Start(cfg)
+	b := run.Stage.Plan().Count.Mechanism.Params().Scale
 	if !(b >= 4) {
 		t.Fatalf("calibrated scale %v < 4: the noise check below assumes b ≥ 4", b)
 	}
-	h.produce(flush(base.Add(2*time.Minute + time.Second)))
-	want := 2 * (len(groups) + 1)
-	out := h.readOutput(want, 60*time.Second, 2*time.Second)
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	want := 2 * (len(e2e.Groups) + 1)
+	out := h.ReadOutput(want, 60*time.Second, 2*time.Second)
 	if len(out.Releases) != want {
 		t.Fatalf("got %d releases, want %d", len(out.Releases), want)
 	}
 	differs := false
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		k := key(r.Histogram, r.Group, ws)
-		bins := pages
+		k := e2e.Key(r.Histogram, r.Group, ws)
+		bins := e2e.Pages
 		if r.Histogram == "devices" {
-			bins = devices
+			bins = e2e.Devices
 		}
 		checkPosteriorRelease(t, r, bins, 1)
 		if r.Params.Scale != b {
@@ -188,7 +189,7 @@ func TestLaplacePosteriorPlanIsLaplaceBaseline(t *testing.T) {
 kafka: {brokers: ["localhost:9092"]}
 window: {size: 1m}
 histograms:
-  - {name: pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
+  - {name: e2e.Pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
   - {name: dev, field: d, bins: [m, n]}
 contribution: {max_events_per_user: 2}
 privacy:

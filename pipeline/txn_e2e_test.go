@@ -8,44 +8,46 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dpstage/stage/internal/e2e"
 )
 
 // txnClient is a kgo producer for the harness's input topic; with a
 // transactional id it is an exactly-once producer (as Flink, Kafka Streams
 // or Debezium use) that commits or aborts.
-func (h *harness) txnClient(id string, opts ...kgo.Opt) *kgo.Client {
-	h.t.Helper()
-	opts = append([]kgo.Opt{kgo.SeedBrokers(h.broker.Addr()), kgo.DefaultProduceTopic("events-" + h.name)}, opts...)
+func txnClient(h *e2e.Harness, id string, opts ...kgo.Opt) *kgo.Client {
+	h.T.Helper()
+	opts = append([]kgo.Opt{kgo.SeedBrokers(h.Broker.Addr()), kgo.DefaultProduceTopic("events-" + h.Name)}, opts...)
 	if id != "" {
 		opts = append(opts, kgo.TransactionalID(id))
 	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
-	h.t.Cleanup(cl.Close)
+	h.T.Cleanup(cl.Close)
 	return cl
 }
 
-func records(evs []event) []*kgo.Record {
+func records(evs []e2e.Event) []*kgo.Record {
 	out := make([]*kgo.Record, len(evs))
 	for i, e := range evs {
-		out[i] = &kgo.Record{Key: []byte(e.User), Value: e.json()}
+		out[i] = &kgo.Record{Key: []byte(e.User), Value: e.JSON()}
 	}
 	return out
 }
 
 // txn writes evs in one transaction of cl and commits it, aborts it, or
 // (end nil) leaves it open.
-func (h *harness) txn(cl *kgo.Client, evs []event, end *kgo.TransactionEndTry) {
-	h.t.Helper()
-	h.txnTo(cl, evs, -1, end)
+func txn(h *e2e.Harness, cl *kgo.Client, evs []e2e.Event, end *kgo.TransactionEndTry) {
+	h.T.Helper()
+	txnTo(h, cl, evs, -1, end)
 }
 
 // txnTo is txn with every record sent to partition p (p ≥ 0: cl must use
 // kgo.ManualPartitioner).
-func (h *harness) txnTo(cl *kgo.Client, evs []event, p int32, end *kgo.TransactionEndTry) {
-	h.t.Helper()
+func txnTo(h *e2e.Harness, cl *kgo.Client, evs []e2e.Event, p int32, end *kgo.TransactionEndTry) {
+	h.T.Helper()
 	recs := records(evs)
 	if p >= 0 {
 		for _, r := range recs {
@@ -55,24 +57,24 @@ func (h *harness) txnTo(cl *kgo.Client, evs []event, p int32, end *kgo.Transacti
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := cl.BeginTransaction(); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	if end != nil {
 		if err := cl.EndTransaction(ctx, *end); err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 	}
 }
 
 // users makes n events of distinct users prefix-i in window w (minutes
 // after base) with the given page, country and device pattern.
-func users(prefix string, n, w int, page func(int) string, country func(int) string, device func(int) string) []event {
-	evs := make([]event, n)
+func users(prefix string, n, w int, page func(int) string, country func(int) string, device func(int) string) []e2e.Event {
+	evs := make([]e2e.Event, n)
 	for i := range evs {
-		evs[i] = event{User: fmt.Sprintf("%s-%d", prefix, i), At: base.Add(time.Duration(w)*time.Minute + time.Duration(i)*time.Millisecond),
+		evs[i] = e2e.Event{User: fmt.Sprintf("%s-%d", prefix, i), At: e2e.Base.Add(time.Duration(w)*time.Minute + time.Duration(i)*time.Millisecond),
 			Page: page(i), Country: country(i), Device: device(i)}
 	}
 	return evs
@@ -83,26 +85,26 @@ func fixed(v string) func(int) string    { return func(int) string { return v } 
 
 // checkReleases reads the releases of windows 0 and 1 (pages for US, DE,
 // FR, and devices) and checks each against the true bounded shares of evs.
-func (h *harness) checkReleases(evs []event) {
-	h.t.Helper()
-	want := 2 * (len(groups) + 1)
-	out := h.readOutput(want, 60*time.Second, time.Second)
-	tr := computeTruth(evs)
+func checkReleases(h *e2e.Harness, evs []e2e.Event) {
+	h.T.Helper()
+	want := 2 * (len(e2e.Groups) + 1)
+	out := h.ReadOutput(want, 60*time.Second, time.Second)
+	tr := e2e.ComputeTruth(evs)
 	seen := map[string]bool{}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
-		if ws.After(base.Add(time.Minute)) {
+		if ws.After(e2e.Base.Add(time.Minute)) {
 			continue
 		}
-		k := key(r.Histogram, r.Group, ws)
+		k := e2e.Key(r.Histogram, r.Group, ws)
 		if seen[k] {
-			h.t.Errorf("duplicate release %s", k)
+			h.T.Errorf("duplicate release %s", k)
 		}
 		seen[k] = true
-		checkExact(h.t, k, r, tr[k])
+		e2e.CheckExact(h.T, k, r, tr[k])
 	}
 	if len(seen) != want {
-		h.t.Errorf("released %d units of windows 0–1, want %d", len(seen), want)
+		h.T.Errorf("released %d units of windows 0–1, want %d", len(seen), want)
 	}
 }
 
@@ -117,52 +119,52 @@ func (h *harness) checkReleases(evs []event) {
 // unlike the rest) and the open transaction's events (all mobile/home/US)
 // would move them. Offsets are committed past the markers.
 func TestTransactionalInput(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
-	cfg.Kafka.DeadLetterTopic = "dlq-" + h.name
-	mixed := func(prefix string, n, w int) []event {
-		return users(prefix, n, w, cycle(pages), cycle([]string{"US", "DE"}), cycle(devices))
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
+	cfg.Kafka.DeadLetterTopic = "dlq-" + h.Name
+	mixed := func(prefix string, n, w int) []e2e.Event {
+		return users(prefix, n, w, cycle(e2e.Pages), cycle([]string{"US", "DE"}), cycle(e2e.Devices))
 	}
-	rolledBack := func(prefix string, n, w int) []event {
+	rolledBack := func(prefix string, n, w int) []e2e.Event {
 		return users(prefix, n, w, fixed("checkout"), fixed("DE"), fixed("desktop"))
 	}
 	commit, abort := kgo.TryCommit, kgo.TryAbort
-	committer := h.txnClient("committer", kgo.ProducerBatchCompression(kgo.ZstdCompression()))
-	aborter := h.txnClient("aborter", kgo.ProducerBatchCompression(kgo.GzipCompression()))
+	committer := txnClient(h, "committer", kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	aborter := txnClient(h, "aborter", kgo.ProducerBatchCompression(kgo.GzipCompression()))
 	// The open transaction writes to one partition only, not the flush's:
 	// the flush is read at once and would close window 1 if that
 	// partition, held at the last stable offset, counted as caught up or
 	// idle.
 	flushPart := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte("flush")}, 0, 1, 2, 3)
 	openPart := int32((flushPart + 1) % 4)
-	opener := h.txnClient("opener", kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	opener := txnClient(h, "opener", kgo.RecordPartitioner(kgo.ManualPartitioner()))
 
-	var counted []event
+	var counted []e2e.Event
 	plain := mixed("plain1", 100, 0)
-	h.produceEvents(plain)
+	h.ProduceEvents(plain)
 	counted = append(counted, plain...)
 	c := mixed("commit1", 150, 0)
-	h.txn(committer, c, &commit)
+	txn(h, committer, c, &commit)
 	counted = append(counted, c...)
-	h.txn(aborter, rolledBack("abort1", 120, 0), &abort)
+	txn(h, aborter, rolledBack("abort1", 120, 0), &abort)
 	// A retried transaction: aborted, then the same events committed.
 	retried := mixed("retry", 80, 1)
-	h.txn(committer, retried, &abort)
-	h.txn(committer, retried, &commit)
+	txn(h, committer, retried, &abort)
+	txn(h, committer, retried, &commit)
 	counted = append(counted, retried...)
 	openEvs := users("open", 60, 1, fixed("home"), fixed("US"), fixed("mobile"))
-	h.txnTo(opener, openEvs, openPart, nil)
+	txnTo(h, opener, openEvs, openPart, nil)
 	plain = mixed("plain2", 100, 1)
-	h.produceEvents(plain)
+	h.ProduceEvents(plain)
 	counted = append(counted, plain...)
 	c = mixed("commit2", 90, 1)
-	h.txn(committer, c, &commit)
+	txn(h, committer, c, &commit)
 	counted = append(counted, c...)
-	h.txn(aborter, rolledBack("abort2", 70, 1), &abort)
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
+	txn(h, aborter, rolledBack("abort2", 70, 1), &abort)
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
 
-	run := h.start(cfg)
-	st := run.stage.Stats()
+	run := h.Start(cfg)
+	st := run.Stage.Stats()
 	// Everything readable is read: the plain and committed events and the
 	// flush. The open transaction's events and whatever follows them on
 	// their partitions are held at the last stable offset, so window 1
@@ -172,14 +174,14 @@ func TestTransactionalInput(t *testing.T) {
 	if d := st.Decoded.Load(); d > int64(readable+1) {
 		t.Errorf("decoded %d events while a transaction is open, at most %d are committed: aborted or open-transaction records were read", d, readable+1)
 	}
-	if r := st.Releases.Load(); r > int64(len(groups)+1) {
+	if r := st.Releases.Load(); r > int64(len(e2e.Groups)+1) {
 		t.Errorf("%d release messages while a transaction holds window 1 open: window 1 was released", r)
 	}
 	if err := opener.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
 		t.Fatal(err)
 	}
 	counted = append(counted, openEvs...)
-	h.checkReleases(counted)
+	checkReleases(h, counted)
 	if d := st.Decoded.Load(); d != int64(len(counted)+1) {
 		t.Errorf("decoded %d events, want %d (plain, committed and flush)", d, len(counted)+1)
 	}
@@ -191,15 +193,15 @@ func TestTransactionalInput(t *testing.T) {
 	}
 	// Offsets are committed past the markers: every partition but the
 	// flush's (window 3 is open) is committed to its end.
-	h.checkCommittedToEnd(cfg.Kafka.GroupID, "flush")
+	checkCommittedToEnd(h, cfg.Kafka.GroupID, "flush")
 }
 
 // checkCommittedToEnd waits until every input partition except the one
 // holding key exceptKey is committed to its end offset.
-func (h *harness) checkCommittedToEnd(group, exceptKey string) {
-	h.t.Helper()
-	topic := "events-" + h.name
-	cl := &kafka.Client{Addr: kafka.TCP(h.broker.Addr()), Timeout: 10 * time.Second}
+func checkCommittedToEnd(h *e2e.Harness, group, exceptKey string) {
+	h.T.Helper()
+	topic := "events-" + h.Name
+	cl := &kafka.Client{Addr: kafka.TCP(h.Broker.Addr()), Timeout: 10 * time.Second}
 	ctx := context.Background()
 	skip := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(exceptKey)}, 0, 1, 2, 3)
 	var last string
@@ -208,11 +210,11 @@ func (h *harness) checkCommittedToEnd(group, exceptKey string) {
 		ends, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {
 			kafka.LastOffsetOf(0), kafka.LastOffsetOf(1), kafka.LastOffsetOf(2), kafka.LastOffsetOf(3)}}})
 		if err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 		com, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: {0, 1, 2, 3}}})
 		if err != nil {
-			h.t.Fatal(err)
+			h.T.Fatal(err)
 		}
 		end := map[int]int64{}
 		for _, p := range ends.Topics[topic] {
@@ -231,15 +233,15 @@ func (h *harness) checkCommittedToEnd(group, exceptKey string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	h.t.Errorf("offsets not committed to the partitions' ends (past the markers):%s", last)
+	h.T.Errorf("offsets not committed to the partitions' ends (past the markers):%s", last)
 }
 
 // TestCompressedInput: batches compressed with every codec Kafka has (gzip,
 // snappy, lz4, zstd), written by kafka-go's Writer and by franz-go (kgo),
 // are read and counted exactly.
 func TestCompressedInput(t *testing.T) {
-	h := newHarness(t)
-	cfg := h.config("gaussian", 1e7)
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
 	codecs := []struct {
 		name  string
 		kafka kafka.Compression
@@ -250,14 +252,14 @@ func TestCompressedInput(t *testing.T) {
 		{"lz4", kafka.Lz4, kgo.Lz4Compression()},
 		{"zstd", kafka.Zstd, kgo.ZstdCompression()},
 	}
-	var all []event
+	var all []e2e.Event
 	for i, c := range codecs {
-		evs := users("kafka-go-"+c.name, 200, i%2, cycle(pages), cycle([]string{"US", "DE"}), cycle(devices))
-		w := &kafka.Writer{Addr: kafka.TCP(h.broker.Addr()), Topic: "events-" + h.name, Balancer: &kafka.Hash{},
+		evs := users("kafka-go-"+c.name, 200, i%2, cycle(e2e.Pages), cycle([]string{"US", "DE"}), cycle(e2e.Devices))
+		w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: "events-" + h.Name, Balancer: &kafka.Hash{},
 			RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000, Compression: c.kafka}
 		msgs := make([]kafka.Message, len(evs))
 		for j, e := range evs {
-			msgs[j] = kafka.Message{Key: []byte(e.User), Value: e.json()}
+			msgs[j] = kafka.Message{Key: []byte(e.User), Value: e.JSON()}
 		}
 		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -267,17 +269,17 @@ func TestCompressedInput(t *testing.T) {
 
 		// A different mix per producer so that a batch lost or read twice
 		// moves the shares.
-		evs = users("kgo-"+c.name, 150+50*i, (i+1)%2, cycle(pages[i%3:]), fixed("US"), cycle(devices[i%2:]))
-		cl := h.txnClient("", kgo.ProducerBatchCompression(c.kgo))
+		evs = users("kgo-"+c.name, 150+50*i, (i+1)%2, cycle(e2e.Pages[i%3:]), fixed("US"), cycle(e2e.Devices[i%2:]))
+		cl := txnClient(h, "", kgo.ProducerBatchCompression(c.kgo))
 		if err := cl.ProduceSync(context.Background(), records(evs)...).FirstErr(); err != nil {
 			t.Fatalf("kgo %s: %v", c.name, err)
 		}
 		all = append(all, evs...)
 	}
-	h.produce(flush(base.Add(3*time.Minute + time.Second)))
-	run := h.start(cfg)
-	h.checkReleases(all)
-	if d := run.stage.Stats().Decoded.Load(); d != int64(len(all)+1) {
+	h.Produce(e2e.Flush(e2e.Base.Add(3*time.Minute + time.Second)))
+	run := h.Start(cfg)
+	checkReleases(h, all)
+	if d := run.Stage.Stats().Decoded.Load(); d != int64(len(all)+1) {
 		t.Errorf("decoded %d events, want %d", d, len(all)+1)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
@@ -42,6 +42,10 @@ func TestMain(m *testing.M) {
 
 var crashBase = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 
+// eventRun is the crash test's stream with the event-time watermark: one
+// minute windows from crashBase, closed by the events' own times.
+var eventRun = crashRun{watermark: "event", size: time.Minute, base: crashBase}
+
 var (
 	cPages   = []string{"home", "search", "cart", "checkout", "other"}
 	cGroups  = []string{"US", "DE", "FR"}
@@ -55,20 +59,23 @@ type cEvent struct {
 	device        string
 }
 
-func (e cEvent) msg() kafka.Message {
-	v, _ := json.Marshal(map[string]any{"ts": e.at.UnixMilli(), "user_id": e.user, "page": e.page, "country": e.country, "device": e.device})
-	return kafka.Message{Key: []byte(e.user), Value: v}
+// msg is the event as a record; with stamp its record time is its event
+// time (else the producer's clock at the write).
+func (e cEvent) msg(stamp bool) kafka.Message {
+	return e2e.Event{User: e.user, At: e.at, Page: e.page, Country: e.country, Device: e.device}.Message(stamp)
 }
 
 // crashStream: window w has users u0..u(n-1) (rotating ids), some of them
 // sending a second, bounded-away event with the same page, country and
 // device (which of the two the bounder keeps depends on the process's hash
 // seed, new at every restart; the counts do not); FR never appears.
-func crashStream(window, n int) []cEvent {
+func crashStream(run crashRun, window, n int) []cEvent {
 	var evs []cEvent
+	step := run.size / time.Duration(n) / 2 // 500 ms with 1m windows of 60 users: well inside the window
+	step = min(step, 50*time.Millisecond)
 	for u := 0; u < n; u++ {
 		user := fmt.Sprintf("u%d", (u*7+window*11)%(2*n))
-		at := crashBase.Add(time.Duration(window)*time.Minute + time.Duration(u)*50*time.Millisecond)
+		at := run.base.Add(time.Duration(window)*run.size + time.Duration(u)*step)
 		evs = append(evs, cEvent{user, at, cPages[(u*u+window)%5], cGroups[(u+window)%2], cDevices[(u/3)%2]})
 		if u%4 == 0 {
 			e := evs[len(evs)-1]
@@ -81,7 +88,7 @@ func crashStream(window, n int) []cEvent {
 
 // crashTruth: per user, window and histogram, one event counts (the first
 // here: a user's events in a window count the same, see crashStream).
-func crashTruth(evs []cEvent) map[string][]float64 {
+func crashTruth(evs []cEvent, size time.Duration) map[string][]float64 {
 	tr := map[string][]float64{}
 	seen := map[string]bool{}
 	idx := func(l []string, v string) int {
@@ -93,7 +100,7 @@ func crashTruth(evs []cEvent) map[string][]float64 {
 		return -1
 	}
 	for _, e := range evs {
-		w := e.at.Truncate(time.Minute).UnixMilli()
+		w := e.at.Truncate(size).UnixMilli()
 		if g := idx(cGroups, e.country); g >= 0 {
 			k := fmt.Sprintf("%s/pages/%d", e.user, w)
 			if !seen[k] {
@@ -118,44 +125,27 @@ func crashTruth(evs []cEvent) map[string][]float64 {
 	return tr
 }
 
-func writeCrashConfig(t *testing.T, dir, addr string) string {
+// crashRun is one variant of the crash test: the watermark, the window size
+// and the first window (the stream's base).
+type crashRun struct {
+	watermark string
+	size      time.Duration
+	base      time.Time
+}
+
+func writeCrashConfig(t *testing.T, dir, addr string, run crashRun) string {
 	t.Helper()
-	y := fmt.Sprintf(`kafka:
-  brokers: [%q]
-  group_id: crash
-  input_topic: events
-  output_topic: out
-  session_timeout: 1s
-events:
-  time_field: ts
-  user_field: user_id
-window:
-  size: 1m
-  watermark: event
-  allowed_lateness: 0s
-  idle_partition_timeout: 500ms
-  start: 2026-03-01T00:00:00Z
-histograms:
-  - name: pages
-    field: page
-    bins: [home, search, cart, checkout, other]
-    group_by: country
-    groups: [US, DE, FR]
-  - name: devices
-    field: device
-    bins: [mobile, desktop]
-privacy:
-  mechanism: gaussian
-  neighbour: replace
-  budget:
-    epsilon: 1.0e+7
-    delta: 1.0e-6
-    period: 1h
-state:
-  dir: %q
-log:
-  level: info
-`, addr, filepath.Join(dir, "state"))
+	y := e2e.ConfigYAML(e2e.ConfigParams{
+		Brokers: addr, Name: "crash", Kafka: "  session_timeout: 1s\n",
+		Watermark: run.watermark, Size: run.size.String(), Lateness: "0s", Idle: "500ms",
+		Start: run.base.Format(time.RFC3339), Privacy: "mechanism: gaussian", Epsilon: 1e7,
+		StateDir: filepath.Join(dir, "state"), LogLevel: "info",
+	})
+	if run.watermark == "arrival" {
+		// A record counts when appended before its window's end (+ the
+		// lateness); the producer writes each window at its start.
+		y = strings.Replace(y, "allowed_lateness: 0s", "allowed_lateness: 300ms", 1)
+	}
 	p := filepath.Join(dir, "stage.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
@@ -191,28 +181,40 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short")
 	}
+	t.Run("event", func(t *testing.T) { crashRecovery(t, eventRun) })
+	// Watermark arrival (the default): windows of one second on the wall
+	// clock, closed when every partition is read to its end (the producer
+	// stamps each record with its event time, as a CreateTime producer
+	// does); the producer writes each window's events at its start.
+	t.Run("arrival", func(t *testing.T) {
+		size := time.Second
+		crashRecovery(t, crashRun{watermark: "arrival", size: size, base: time.Now().Truncate(size).Add(2 * size).UTC()})
+	})
+}
+
+func crashRecovery(t *testing.T, run crashRun) {
 	kills := 20
 	if *soakKills > 0 {
 		kills = *soakKills
 	}
 	windows := 12 + kills
 	dir := t.TempDir()
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 4, "out": 1}, DataDir: filepath.Join(dir, "broker")})
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-crash": 4, "out-crash": 1}, DataDir: filepath.Join(dir, "broker")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	cfgPath := writeCrashConfig(t, dir, b.Addr())
+	cfgPath := writeCrashConfig(t, dir, b.Addr(), run)
 
 	var all []cEvent
 	for w := 0; w < windows; w++ {
-		all = append(all, crashStream(w, 60)...)
+		all = append(all, crashStream(run, w, 60)...)
 	}
-	truth := crashTruth(all)
+	truth := crashTruth(all, run.size)
 
 	// Producer: one window of events at a time while the stage is killed
 	// and restarted around it.
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "events", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "events-crash", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond, MaxAttempts: 20}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -223,19 +225,26 @@ func TestCrashRecovery(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for win := 0; win < windows; win++ {
+			if run.watermark == "arrival" {
+				e2e.WaitPast(run.base.Add(time.Duration(win) * run.size))
+			}
 			var msgs []kafka.Message
-			for _, e := range crashStream(win, 60) {
-				msgs = append(msgs, e.msg())
+			for _, e := range crashStream(run, win, 60) {
+				msgs = append(msgs, e.msg(run.watermark == "arrival"))
 			}
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				prodErr <- err
 				return
 			}
-			time.Sleep(400 * time.Millisecond)
+			if run.watermark == "event" {
+				time.Sleep(400 * time.Millisecond)
+			}
 		}
-		// Flush: closes the last window.
-		if err := w.WriteMessages(ctx, cEvent{"flush", crashBase.Add(time.Duration(windows)*time.Minute + time.Second), "home", "US", "mobile"}.msg()); err != nil {
-			prodErr <- err
+		if run.watermark == "event" {
+			// Flush: closes the last window.
+			if err := w.WriteMessages(ctx, cEvent{"flush", run.base.Add(time.Duration(windows)*run.size + time.Second), "home", "US", "mobile"}.msg(false)); err != nil {
+				prodErr <- err
+			}
 		}
 	}()
 
@@ -260,56 +269,44 @@ func TestCrashRecovery(t *testing.T) {
 
 	// The kills must have hit a working stage: releases were published
 	// between them (otherwise this test would only exercise the last run).
-	before := countMessages(t, b.Addr())
+	before := countMessages(t, b.Addr(), "out-crash")
 	if before == 0 {
 		t.Fatalf("no release was published during the %d kill cycles", kills)
 	}
 
 	// A last run completes the stream; then a soft stop (SIGTERM) must exit 0.
+	// With watermark arrival windows after the stream keep closing (empty):
+	// releases come in window order, so the first want unique ones are the
+	// stream's.
 	final := startStage(t, cfgPath)
 	want := windows * (len(cGroups) + 1)
-	releases, raw := readAll(t, b.Addr(), want, 3*time.Minute)
+	out := e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
 	if err := final.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := final.cmd.Wait(); err != nil {
-		t.Fatalf("stage after SIGTERM: %v\n%s", err, tail(final.out.String(), 3000))
+		t.Fatalf("stage after SIGTERM: %v\n%s", err, e2e.Tail(final.out.String(), 3000))
 	}
 
 	// Every (histogram, group, window) present, exactly the truth.
 	got := map[string]pipeline.Release{}
-	for _, r := range releases {
+	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
 		got[fmt.Sprintf("%s/%s/%d", r.Histogram, r.Group, ws.UnixMilli())] = r
 	}
 	for win := 0; win < windows; win++ {
-		ws := crashBase.Add(time.Duration(win) * time.Minute).UnixMilli()
-		for _, k := range append(append([]string{}, func() []string {
-			var ks []string
-			for _, g := range cGroups {
-				ks = append(ks, fmt.Sprintf("pages/%s/%d", g, ws))
-			}
-			return ks
-		}()...), fmt.Sprintf("devices/*/%d", ws)) {
+		ws := run.base.Add(time.Duration(win) * run.size).UnixMilli()
+		keys := []string{fmt.Sprintf("devices/*/%d", ws)}
+		for _, g := range cGroups {
+			keys = append(keys, fmt.Sprintf("pages/%s/%d", g, ws))
+		}
+		for _, k := range keys {
 			r, ok := got[k]
 			if !ok {
 				t.Errorf("missing release %s", k)
 				continue
 			}
-			counts := truth[k]
-			n := 0.0
-			for _, c := range counts {
-				n += c
-			}
-			for i, p := range r.Probabilities {
-				want := 1 / float64(len(r.Probabilities))
-				if n > 0 {
-					want = counts[i] / n
-				}
-				if math.Abs(p-want) > 1e-12 {
-					t.Errorf("%s bin %d: released %v, true bounded share %v: an event was lost or counted twice", k, i, p, want)
-				}
-			}
+			e2e.CheckExact(t, k, r, truth[k])
 			if r.Privacy.SpentEpsilon > r.Privacy.BudgetEpsilon*(1+1e-9) {
 				t.Errorf("%s: spent ε %v over budget %v", k, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon)
 			}
@@ -317,7 +314,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	// All copies of one release_id identical.
 	dups := 0
-	for id, copies := range raw {
+	for id, copies := range out.Raw {
 		for _, c := range copies[1:] {
 			dups++
 			if c != copies[0] {
@@ -325,7 +322,7 @@ func TestCrashRecovery(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d kills, %d windows, %d releases (%d output messages before the final run), %d republished copies (all identical)", kills, windows, len(raw), before, dups)
+	t.Logf("%d kills, %d windows, %d releases (%d output messages before the final run), %d republished copies (all identical)", kills, windows, len(out.Raw), before, dups)
 
 	// The ledger: one unit per (histogram, window), its spend the sum of the
 	// unique units' charges, never over the budget.
@@ -336,8 +333,11 @@ func TestCrashRecovery(t *testing.T) {
 	defer l.Close()
 	sum := map[int64][]float64{}
 	units := 0
+	streamEnd := run.base.Add(time.Duration(windows) * run.size).UnixMilli()
 	if err := l.Units(func(u *ledger.Unit) bool {
-		units++
+		if u.WindowStart < streamEnd {
+			units++
+		}
 		s := sum[u.Period]
 		if s == nil {
 			s = make([]float64, len(u.Charge.Epsilons))
@@ -351,7 +351,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	if units != windows*2 {
-		t.Errorf("ledger holds %d units, want %d", units, windows*2)
+		t.Errorf("ledger holds %d units of the stream's windows, want %d", units, windows*2)
 	}
 	for p, s := range sum {
 		spent, _, err := l.Spent(p)
@@ -366,54 +366,10 @@ func TestCrashRecovery(t *testing.T) {
 	}
 }
 
-func readAll(t *testing.T, addr string, want int, timeout time.Duration) ([]pipeline.Release, map[string][]string) {
-	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "out", Partition: 0, MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 500 * time.Millisecond})
-	defer r.Close()
-	raw := map[string][]string{}
-	var rels []pipeline.Release
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for len(raw) < want {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			t.Fatalf("output: %d unique releases of %d: %v", len(raw), want, err)
-		}
-		var rel pipeline.Release
-		if err := json.Unmarshal(m.Value, &rel); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := raw[rel.ReleaseID]; !ok {
-			rels = append(rels, rel)
-		}
-		raw[rel.ReleaseID] = append(raw[rel.ReleaseID], string(m.Value))
-	}
-	// Drain what else is there (republished copies).
-	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer dcancel()
-	for {
-		m, err := r.ReadMessage(dctx)
-		if err != nil {
-			break
-		}
-		var rel pipeline.Release
-		_ = json.Unmarshal(m.Value, &rel)
-		raw[rel.ReleaseID] = append(raw[rel.ReleaseID], string(m.Value))
-	}
-	return rels, raw
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
 // countMessages returns the number of messages in the output topic.
-func countMessages(t *testing.T, addr string) int64 {
+func countMessages(t *testing.T, addr, topic string) int64 {
 	t.Helper()
-	conn, err := kafka.DialLeader(context.Background(), "tcp", addr, "out", 0)
+	conn, err := kafka.DialLeader(context.Background(), "tcp", addr, topic, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/embedded"
 )
 
@@ -158,7 +159,7 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 		kills = *stormKills
 	}
 	dir := t.TempDir()
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 4, "out": 1}, DataDir: filepath.Join(dir, "broker")})
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-crash": 4, "out-crash": 1}, DataDir: filepath.Join(dir, "broker")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,18 +175,18 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 	// All events up front: a few windows and a flush, so the last instance
 	// has (almost) nothing left to do.
 	const windows = 4
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "events", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "events-crash", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond, MaxAttempts: 20}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var msgs []kafka.Message
 	for win := 0; win < windows; win++ {
-		for _, e := range crashStream(win, 30) {
-			msgs = append(msgs, e.msg())
+		for _, e := range crashStream(eventRun, win, 30) {
+			msgs = append(msgs, e.msg(false))
 		}
 	}
-	msgs = append(msgs, cEvent{"flush", crashBase.Add(windows*time.Minute + time.Second), "home", "US", "mobile"}.msg())
+	msgs = append(msgs, cEvent{"flush", crashBase.Add(windows*time.Minute + time.Second), "home", "US", "mobile"}.msg(false))
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 			took, ok := p.stop(t, 30*time.Second)
 			slowest = max(slowest, took)
 			if !ok || took > promptExit {
-				t.Errorf("stop %d: SIGTERM %v after start: exit took %v (exited: %v), want at most %v\n%s", k, life, took, ok, promptExit, tail(p.log.String(), 3000))
+				t.Errorf("stop %d: SIGTERM %v after start: exit took %v (exited: %v), want at most %v\n%s", k, life, took, ok, promptExit, e2e.Tail(p.log.String(), 3000))
 			}
 		} else if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -225,27 +226,27 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 	final := startStamped(t, cfgPath)
 	bound := 2*rebalance + 1500*time.Millisecond // + scheduling slack on a shared machine
 	if _, ok := final.waitLog(`"privacy plan"`, 30*time.Second); !ok {
-		t.Fatalf("the last instance did not start\n%s", tail(final.log.String(), 3000))
+		t.Fatalf("the last instance did not start\n%s", e2e.Tail(final.log.String(), 3000))
 	}
 	planned, _ := final.log.first(`"privacy plan"`)
 	if _, ok := final.waitLog(`"assigned partitions"`, 90*time.Second); !ok {
-		t.Errorf("after %d stops the last instance was not assigned the partitions within 90s\n%s", kills, tail(final.log.String(), 4000))
+		t.Errorf("after %d stops the last instance was not assigned the partitions within 90s\n%s", kills, e2e.Tail(final.log.String(), 4000))
 	} else {
 		assigned, _ := final.log.first(`"assigned partitions"`)
 		takeover := assigned.Sub(planned)
 		t.Logf("after %d stops: takeover %v after start-up (%v after process start; bound %v); standby rejoins: %d", kills,
 			takeover.Round(time.Millisecond), assigned.Sub(final.started).Round(time.Millisecond), bound, strings.Count(final.log.String(), "rejoining"))
 		if takeover > bound {
-			t.Errorf("takeover took %v after start-up, want at most %v\n%s", takeover, bound, tail(final.log.String(), 4000))
+			t.Errorf("takeover took %v after start-up, want at most %v\n%s", takeover, bound, e2e.Tail(final.log.String(), 4000))
 		}
 		// Nothing left to do: every window released.
-		readAll(t, b.Addr(), windows*(len(cGroups)+1), 60*time.Second)
+		e2e.ReadUnique(t, b.Addr(), "out-crash", windows*(len(cGroups)+1), 60*time.Second, 0)
 	}
 
 	// A second instance waits on state.dir's lock; SIGTERM ends it.
 	waiter := startStamped(t, cfgPath)
 	if _, ok := waiter.waitLog("waiting as a standby", 30*time.Second); !ok {
-		t.Errorf("the second instance did not wait on state.dir\n%s", tail(waiter.log.String(), 3000))
+		t.Errorf("the second instance did not wait on state.dir\n%s", e2e.Tail(waiter.log.String(), 3000))
 	}
 	if took, ok := waiter.stop(t, 30*time.Second); !ok || took > promptExit {
 		t.Errorf("the instance waiting on state.dir took %v to exit after SIGTERM (exited: %v), want at most %v", took, ok, promptExit)
@@ -256,9 +257,9 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 	took, exited := final.stop(t, 30*time.Second)
 	t.Logf("after %d stops: SIGTERM to exit, last instance: %v", kills, took.Round(time.Millisecond))
 	if !exited || took > promptExit {
-		t.Errorf("the last instance took %v to exit after SIGTERM (exited: %v), want at most %v\n%s", took, exited, promptExit, tail(final.log.String(), 4000))
+		t.Errorf("the last instance took %v to exit after SIGTERM (exited: %v), want at most %v\n%s", took, exited, promptExit, e2e.Tail(final.log.String(), 4000))
 	} else if final.err != nil {
-		t.Errorf("the last instance exited with %v after SIGTERM\n%s", final.err, tail(final.log.String(), 3000))
+		t.Errorf("the last instance exited with %v after SIGTERM\n%s", final.err, e2e.Tail(final.log.String(), 3000))
 	}
 }
 
@@ -266,7 +267,7 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 // instances run at once; the default address would collide).
 func writeStormConfig(t *testing.T, dir, addr string) string {
 	t.Helper()
-	p := writeCrashConfig(t, dir, addr)
+	p := writeCrashConfig(t, dir, addr, eventRun)
 	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

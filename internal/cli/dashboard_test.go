@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 )
 
 // TestDemoLogsDashboardFirst runs the quickstart demo (embedded broker and
@@ -26,23 +24,8 @@ func TestDemoLogsDashboardFirst(t *testing.T) {
 	cfg.HTTP.Address = "127.0.0.1:0" // the demo's 8080 may be taken
 	cfg.State.Dir = t.TempDir()
 	var logs syncBuffer
-	enc := zap.NewDevelopmentEncoderConfig()
-	enc.TimeKey = ""
-	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(&logs), zapcore.InfoLevel))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runStage(ctx, cfg, log, io.Discard, false) }() // owner: this test; ends with cancel
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("runStage: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("the demo did not stop within 30s")
-		}
-	}()
+	log := e2e.ConsoleLog(&logs)
+	e2e.Go(t, "the demo", func(ctx context.Context) error { return runStage(ctx, cfg, log, io.Discard, false) })
 
 	var url string
 	deadline := time.Now().Add(10 * time.Second)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/httpapi"
 )
 
@@ -44,26 +45,8 @@ func TestDemoPinnedBrokerAndHealth(t *testing.T) {
 	cfg.HTTP.Address = "127.0.0.1:" + strconv.Itoa(freePort(t))
 	cfg.State.Dir = t.TempDir()
 	var stdout syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runStage(ctx, cfg, zap.NewNop(), &stdout, false) }() // owner: this test; ends with cancel
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("runStage: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("the demo did not stop within 30s")
-		}
-	}
-	defer stop()
+	demo := e2e.Go(t, "the demo", func(ctx context.Context) error { return runStage(ctx, cfg, zap.NewNop(), &stdout, false) })
+	stop := func() { demo.Stop(t) }
 
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	want := fmt.Sprintf("embedded Kafka broker at %s: input topic %q, output topic %q (e.g. kcat -b %s -t %s -C)\n",

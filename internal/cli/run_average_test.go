@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 )
 
 // TestRunAverageOnly (issue #15, item 3): `stage run` on a config whose
@@ -59,16 +57,12 @@ func TestRunAverageOnly(t *testing.T) {
 	}
 	cfg.HTTP.Address = ""
 	var logs, out syncBuffer
-	enc := zap.NewDevelopmentEncoderConfig()
-	enc.TimeKey = ""
-	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(&logs), zapcore.InfoLevel))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- runStage(ctx, cfg, log, &out, true) }() // owner: this test; ends with cancel
+	log := e2e.ConsoleLog(&logs)
+	run := e2e.Go(t, "the stage", func(ctx context.Context) error { return runStage(ctx, cfg, log, &out, true) })
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "interests") {
 		select {
-		case err := <-done:
+		case err := <-run.Done():
 			t.Fatalf("runStage returned early: %v\n%s", err, logs.String())
 		default:
 		}
@@ -78,15 +72,7 @@ func TestRunAverageOnly(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("runStage: %v\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stage did not stop within 30s")
-	}
+	run.Stop(t)
 	if !strings.Contains(logs.String(), "privacy plan") {
 		t.Errorf("no privacy plan logged:\n%s", logs.String())
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/pipeline"
@@ -105,7 +106,7 @@ func TestBrowserDashboard(t *testing.T) {
 	for _, h := range e.cfg.Histograms {
 		pairs[h.Name] = h.GroupNames()
 	}
-	waitFor(t, "three windows of releases", 30*time.Second, func() bool {
+	e2e.WaitFor(t, "three windows of releases", 30*time.Second, func() bool {
 		for h, gs := range pairs {
 			for _, g := range gs {
 				if msgs, _ := e.web.Store().Query(h, g, 3); len(msgs) < 3 {
@@ -120,7 +121,7 @@ func TestBrowserDashboard(t *testing.T) {
 	releases := map[string]pipeline.Release{}
 	_, _, body := e.get("/api/releases?limit=1000", "")
 	var all []pipeline.Release
-	decodeJSON(t, body, &all)
+	e2e.DecodeJSON(t, body, &all)
 	for _, r := range all {
 		releases[r.ReleaseID] = r
 	}
@@ -184,7 +185,7 @@ func TestBrowserDashboard(t *testing.T) {
 	}
 	var bv httpapi.BudgetView
 	_, _, body = e.get("/api/budget", "")
-	decodeJSON(t, body, &bv)
+	e2e.DecodeJSON(t, body, &bv)
 	if len(bv.Periods) == 0 || spent > bv.Periods[len(bv.Periods)-1].SpentEpsilon {
 		t.Errorf("gauge says ε %v spent, the API %s", spent, body)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -57,10 +58,10 @@ func TestMetricsAfterKnownStream(t *testing.T) {
 	e.produce(event("u5", 61*time.Second, "home", "US", "mobile"))
 
 	st := e.stage.Stats()
-	waitFor(t, "the first window's 3 releases", 20*time.Second, func() bool { return st.Releases.Load() == 3 })
+	e2e.WaitFor(t, "the first window's 3 releases", 20*time.Second, func() bool { return st.Releases.Load() == 3 })
 	// An event for the closed window is late.
 	e.produce(event("u6", 10*time.Second, "home", "US", "mobile"))
-	waitFor(t, "the late event", 20*time.Second, func() bool { return st.Late.Load() == 1 })
+	e2e.WaitFor(t, "the late event", 20*time.Second, func() bool { return st.Late.Load() == 1 })
 
 	reg := e.web.Registry()
 	want := `
@@ -183,7 +184,7 @@ dpstage_budget_charges_per_period 120
 		t.Fatalf("/api/releases: %d %s", code, body)
 	}
 	var api []json.RawMessage
-	decodeJSON(t, body, &api)
+	e2e.DecodeJSON(t, body, &api)
 	if len(api) != len(topic) {
 		t.Fatalf("/api/releases has %d messages, the topic %d", len(api), len(topic))
 	}
@@ -195,10 +196,10 @@ dpstage_budget_charges_per_period 120
 	}
 	// The budget the API reports is the one the newest release carries.
 	var newest pipeline.Release
-	decodeJSON(t, api[0], &newest)
+	e2e.DecodeJSON(t, api[0], &newest)
 	code, _, body = e.get("/api/budget", "")
 	var bv httpapi.BudgetView
-	decodeJSON(t, body, &bv)
+	e2e.DecodeJSON(t, body, &bv)
 	if code != http.StatusOK || len(bv.Periods) != 1 || bv.Periods[0].SpentEpsilon != newest.Privacy.SpentEpsilon ||
 		bv.BudgetEpsilon != newest.Privacy.BudgetEpsilon || bv.Delta != newest.Privacy.Delta {
 		t.Errorf("/api/budget %d %s; newest release privacy %+v", code, body, newest.Privacy)
@@ -232,7 +233,7 @@ dpstage_budget_charges_per_period 120
 			continue
 		}
 		var rs []pipeline.Release
-		decodeJSON(t, body, &rs)
+		e2e.DecodeJSON(t, body, &rs)
 		if len(rs) != tc.n {
 			t.Errorf("?%s: %d releases, want %d", tc.query, len(rs), tc.n)
 		}
@@ -268,7 +269,7 @@ func TestReadinessTransitions(t *testing.T) {
 	read := func() (int, body) {
 		code, _, b := e.get("/readyz", "")
 		var v body
-		decodeJSON(t, b, &v)
+		e2e.DecodeJSON(t, b, &v)
 		checkKeys(t, "/readyz", b, map[string]bool{"ready": true, "state_loaded": true, "connected": true, "assigned": true, "draining": true})
 		return code, v
 	}
@@ -279,7 +280,7 @@ func TestReadinessTransitions(t *testing.T) {
 		t.Errorf("/healthz before the stage: %d", code)
 	}
 	e.start()
-	waitFor(t, "ready", 20*time.Second, func() bool { code, _ := read(); return code == http.StatusOK })
+	e2e.WaitFor(t, "ready", 20*time.Second, func() bool { code, _ := read(); return code == http.StatusOK })
 	if _, v := read(); !v.Ready || !v.StateLoaded || !v.Connected || !v.Assigned || v.Draining {
 		t.Errorf("ready: %+v", v)
 	}

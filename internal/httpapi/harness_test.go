@@ -2,20 +2,17 @@ package httpapi_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/pipeline"
@@ -31,9 +28,8 @@ type env struct {
 	cfg    *config.Config
 	web    *httpapi.Server
 	url    string // http://127.0.0.1:PORT/
+	run    *e2e.Running
 	stage  *pipeline.Stage
-	cancel context.CancelFunc
-	done   chan error
 	webCtx context.CancelFunc
 	served chan struct{}
 }
@@ -42,12 +38,8 @@ type env struct {
 // is YAML appended to the config (e.g. an http section).
 func newEnv(t *testing.T, window string, extra string, lookup map[string]string) *env {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-" + name: 4, "out-" + name: 1}})
-	if err != nil {
-		t.Fatalf("start broker: %v", err)
-	}
-	t.Cleanup(func() { b.Close() })
+	name := e2e.Name(t)
+	b := e2e.StartBroker(t, map[string]int{"events-" + name: 4, "out-" + name: 1})
 	y := fmt.Sprintf(`
 kafka:
   brokers: [%q]
@@ -90,8 +82,8 @@ http:
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	e := &env{t: t, broker: b, name: name, cfg: cfg, done: make(chan error, 1), served: make(chan struct{})}
-	e.web, err = httpapi.New(httpapi.Options{Config: cfg, Log: testLog()})
+	e := &env{t: t, broker: b, name: name, cfg: cfg, served: make(chan struct{})}
+	e.web, err = httpapi.New(httpapi.Options{Config: cfg, Log: e2e.Log()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,42 +104,18 @@ http:
 	return e
 }
 
-func testLog() *zap.Logger {
-	if os.Getenv("STAGE_TEST_LOG") != "" {
-		l, _ := zap.NewDevelopment()
-		return l
-	}
-	return zap.NewNop()
-}
-
 // start builds and runs the stage, feeding the HTTP server.
 func (e *env) start() {
 	e.t.Helper()
-	st, err := pipeline.New(pipeline.Options{Config: e.cfg, Log: testLog(), OnRelease: e.web.OnRelease, DrainTimeout: 5 * time.Second})
-	if err != nil {
-		e.t.Fatalf("new stage: %v", err)
-	}
-	e.stage = st
-	e.web.Attach(st)
-	ctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
-	go func() { e.done <- st.Run(ctx) }() // owner: the test; ends with e.cancel
+	e.run = e2e.StartStage(e.t, &e2e.Running{}, pipeline.Options{Config: e.cfg, OnRelease: e.web.OnRelease},
+		func(st *pipeline.Stage) { e.web.Attach(st) })
+	e.stage = e.run.Stage
 }
 
 // stopStage soft-stops the stage and waits for Run to return.
 func (e *env) stopStage() {
-	if e.cancel == nil {
-		return
-	}
-	e.cancel()
-	e.cancel = nil
-	select {
-	case err := <-e.done:
-		if err != nil {
-			e.t.Errorf("stage returned %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		e.t.Errorf("stage did not stop within 30s")
+	if e.run != nil {
+		e.run.Stop(e.t)
 	}
 }
 
@@ -159,32 +127,13 @@ func (e *env) close() {
 
 func (e *env) produce(msgs ...kafka.Message) {
 	e.t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(e.broker.Addr()), Topic: "events-" + e.name, Balancer: &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
-	defer w.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		e.t.Fatalf("produce: %v", err)
-	}
+	e2e.Produce(e.t, e.broker.Addr(), "events-"+e.name, msgs...)
 }
 
 // readTopic reads every message of the output topic so far (want at least n).
 func (e *env) readTopic(n int) [][]byte {
 	e.t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{e.broker.Addr()}, Topic: "out-" + e.name, Partition: 0, MaxWait: 200 * time.Millisecond})
-	defer r.Close()
-	var out [][]byte
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for len(out) < n {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
-			e.t.Fatalf("read output topic: %v (have %d of %d)", err, len(out), n)
-		}
-		out = append(out, m.Value)
-	}
-	return out
+	return e2e.ReadTopic(e.t, e.broker.Addr(), "out-"+e.name, n, 20*time.Second)
 }
 
 // get fetches path with an optional Authorization header.
@@ -213,24 +162,3 @@ func get(t *testing.T, url, authz string) (int, http.Header, []byte) {
 	}
 	return res.StatusCode, res.Header, body
 }
-
-// waitFor polls cond every 20ms until it holds or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func decodeJSON(t *testing.T, b []byte, v any) {
-	t.Helper()
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatalf("decode %s: %v", b, err)
-	}
-}
-
-var _ = net.Listen

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
@@ -174,7 +175,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("%d messages, want 7", len(all))
 	}
 	var first pipeline.Status
-	decodeJSON(t, all[0], &first)
+	e2e.DecodeJSON(t, all[0], &first)
 	if first.Status != "budget_exhausted" {
 		t.Errorf("newest is %s, want the status", all[0])
 	}
@@ -182,7 +183,7 @@ func TestStore(t *testing.T) {
 	var windows []string
 	for _, m := range us {
 		var r pipeline.Release
-		decodeJSON(t, m, &r)
+		e2e.DecodeJSON(t, m, &r)
 		if r.Group == "" {
 			continue // the status message
 		}
