@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/aggregate"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/plan"
 )
 
 // nUser is one user of a neighbour test: a hash and its events in the
@@ -77,7 +77,7 @@ func windowVectors(t *testing.T, s aggregate.Spec, users []nUser, r *rand.Rand) 
 // TestNeighbourSensitivity: for random small windows and every neighbour —
 // one user added, one removed, one replaced by another user, one user's
 // events replaced — each histogram's concatenated count vector changes by at
-// most the sensitivities pipeline.DeriveSensitivity charges for the relation
+// most the sensitivities plan.DeriveSensitivity charges for the relation
 // (ℓ1, ℓ2², ℓ∞), with and without the tracked-user cap. Add and remove are
 // checked against add_remove, all four against replace.
 func TestNeighbourSensitivity(t *testing.T) {
@@ -120,7 +120,7 @@ func TestNeighbourSensitivity(t *testing.T) {
 				relations = append(relations, "add_remove")
 			}
 			for _, rel := range relations {
-				sens, err := pipeline.DeriveSensitivity(rel, s.MaxEventsPerUser, s.MaxTrackedUsers > 0)
+				sens, err := plan.DeriveSensitivity(rel, s.MaxEventsPerUser, s.MaxTrackedUsers > 0)
 				if err != nil {
 					t.Fatal(err)
 				}

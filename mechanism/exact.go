@@ -74,7 +74,7 @@ import (
 //     h₊ + h₋, attained by moving one event out of a bin with count 1 into
 //     an empty bin. The stage also passes replace for add_remove with its
 //     tracked-user cap on, whose changes are "one user out, one in"
-//     (pipeline.ChangeShape).
+//     (plan.ChangeShape).
 //
 // Everything else (Δ∞ ≥ 2, i.e. max_events_per_user ≥ 2 in the stage; Δ∞ < 1
 // or Δ2² < 1, where no integer change is admissible) falls back to the proven

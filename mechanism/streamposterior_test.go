@@ -9,7 +9,7 @@ import (
 )
 
 // stageLaplace returns the stage's Laplace baseline for (Δ1, Δ∞), the
-// sensitivities pipeline.DeriveSensitivity gives (replace m=1: (2, 1);
+// sensitivities plan.DeriveSensitivity gives (replace m=1: (2, 1);
 // add_remove m=1: (1, 1); replace m=2: (4, 2)).
 func stageLaplace(t *testing.T, l1, linf, eps float64) Mechanism {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -186,7 +187,7 @@ func TestEndToEndAverage(t *testing.T) {
 func TestAveragePlanErrors(t *testing.T) {
 	h := e2e.New(t)
 	cfg := h.ConfigExtra("mechanism: gaussian", 1, averageHist)
-	_, err := pipeline.DerivePlan(cfg)
+	_, err := plan.DerivePlan(cfg)
 	if err == nil || !strings.Contains(err.Error(), "raise average.users") {
 		t.Fatalf("DerivePlan with ε = 1: %v, want an error saying what to change", err)
 	}

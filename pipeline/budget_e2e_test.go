@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // TestMidPeriodConfigChange (issue #15, item 2): the stage runs windows 0–4
@@ -57,7 +58,7 @@ func TestMidPeriodConfigChange(t *testing.T) {
 		lo, hi := 1e-4, 100.0
 		for i := 0; i < 60; i++ {
 			mid := math.Sqrt(lo * hi)
-			p, err := pipeline.DerivePlan(m(h, mid))
+			p, err := plan.DerivePlan(m(h, mid))
 			if err == nil && p.Count.FitUnits >= 10 {
 				lo = mid
 			} else {
@@ -181,7 +182,7 @@ func periodTotal(t *testing.T, dir string, cfg *config.Config) (budget.Total, in
 		t.Fatal(err)
 	}
 	defer led.Close()
-	plan, err := pipeline.DerivePlan(cfg)
+	plan, err := plan.DerivePlan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

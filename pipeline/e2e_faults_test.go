@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // TestEndToEndBudgetExhaustion: with privacy.rdp_epsilon fixing the
@@ -25,7 +26,7 @@ func TestEndToEndBudgetExhaustion(t *testing.T) {
 	// number that fits decreases with ε; bisect on a log scale.
 	fitAt := func(e float64) int {
 		cfg.Privacy.RDPEpsilon = e
-		p, err := pipeline.DerivePlan(cfg)
+		p, err := plan.DerivePlan(cfg)
 		if err != nil {
 			return 0
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // The stage with privacy.mechanism: laplace-posterior, end to end over the
@@ -189,7 +190,7 @@ func TestLaplacePosteriorPlanIsLaplaceBaseline(t *testing.T) {
 kafka: {brokers: ["localhost:9092"]}
 window: {size: 1m}
 histograms:
-  - {name: e2e.Pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
+  - {name: pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
   - {name: dev, field: d, bins: [m, n]}
 contribution: {max_events_per_user: 2}
 privacy:
@@ -205,11 +206,11 @@ privacy:
 		return cfg
 	}
 	for _, extra := range []string{"", "\n  rdp_epsilon: 0.01"} {
-		postPlan, err := pipeline.DerivePlan(yml("  mechanism: laplace-posterior\n  prior_alpha: 2" + extra))
+		postPlan, err := plan.DerivePlan(yml("  mechanism: laplace-posterior\n  prior_alpha: 2" + extra))
 		if err != nil {
 			t.Fatal(err)
 		}
-		lapPlan, err := pipeline.DerivePlan(yml("  mechanism: laplace" + extra))
+		lapPlan, err := plan.DerivePlan(yml("  mechanism: laplace" + extra))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -111,6 +111,7 @@ import (
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/plan"
 )
 
 // Options configure a Stage.
@@ -147,7 +148,7 @@ type Stage struct {
 	brokers   []string
 	dialer    *kafka.Dialer
 	transport *kafka.Transport
-	plan      *Plan
+	plan      *plan.Plan
 	ledger    *ledger.Ledger
 	sink      *sink
 	dlq       *sink // nil without kafka.dead_letter_topic
@@ -230,7 +231,7 @@ func New(opts Options) (*Stage, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("pipeline: no brokers (start the embedded broker or set kafka.brokers)")
 	}
-	plan, err := DerivePlan(cfg)
+	pl, err := plan.DerivePlan(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
@@ -243,7 +244,7 @@ func New(opts Options) (*Stage, error) {
 		log:         opts.Log,
 		brokers:     brokers,
 		dialer:      opts.Dialer,
-		plan:        plan,
+		plan:        pl,
 		stats:       newStats(),
 		printer:     opts.Printer,
 		onRel:       opts.OnRelease,
@@ -323,7 +324,7 @@ func (s *Stage) deadLetter(ctx context.Context, m kafka.Message, reason string) 
 }
 
 // Plan returns the privacy plan in force.
-func (s *Stage) Plan() *Plan { return s.plan }
+func (s *Stage) Plan() *plan.Plan { return s.plan }
 
 // Stats returns the live counters.
 func (s *Stage) Stats() *Stats { return s.stats }

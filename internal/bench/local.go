@@ -10,8 +10,8 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/plan"
 )
 
 // localConfig is the stage phase's configuration, for the phases that do not
@@ -100,7 +100,7 @@ func releases(cfg Config, res *Results) error {
 	if err != nil {
 		return err
 	}
-	plan, err := pipeline.DerivePlan(lc)
+	plan, err := plan.DerivePlan(lc)
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/eval"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 const planUsage = `usage: stage plan --config FILE --events N[,N...] [--out DIR] [--reps N] [--seed S]
@@ -161,7 +161,7 @@ func parseEvents(s string) ([]int, error) {
 	return ns, nil
 }
 
-func printReleasePlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	cp := plan.Count // the caller checked it is there
 	m := cp.Mechanism
 	spec, params := m.Spec(), m.Params()

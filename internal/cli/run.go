@@ -22,6 +22,7 @@ import (
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // Run implements `stage run --config FILE`. SIGINT/SIGTERM stop consuming,
@@ -182,7 +183,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 
 // logPlan logs the privacy plan: the count histograms' calibration (when
 // there are any) and the average histograms' guarantees.
-func logPlan(log *zap.Logger, cfg *config.Config, p *pipeline.Plan) {
+func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 	fields := []zap.Field{
 		zap.Float64("budget_epsilon", p.Epsilon), zap.Float64("budget_delta", p.Delta),
 		zap.Duration("period", cfg.Privacy.Budget.Period.D()), zap.Int("charges_per_period", p.Charges()),

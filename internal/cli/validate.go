@@ -12,7 +12,7 @@ import (
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // Validate implements `stage validate --config FILE`: it checks the file
@@ -45,12 +45,12 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 
 // loadPlan loads and validates path and derives its privacy plan, printing
 // what is wrong on failure (exit code 2).
-func loadPlan(path string, stderr io.Writer) (*config.Config, *pipeline.Plan, int) {
+func loadPlan(path string, stderr io.Writer) (*config.Config, *plan.Plan, int) {
 	cfg, code := loadConfig(path, stderr)
 	if cfg == nil {
 		return nil, nil, code
 	}
-	plan, err := pipeline.DerivePlan(cfg)
+	plan, err := plan.DerivePlan(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", path, err)
 		return nil, nil, 2
@@ -77,7 +77,7 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, int) {
 	return cfg, 0
 }
 
-func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(w, "config OK\n\nprivacy plan\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
@@ -98,7 +98,7 @@ func printPlan(w io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 
 // printAveragePlan prints the average histograms' (ε, δ) releases and their
 // share of the budget.
-func printAveragePlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	if len(plan.Averages) == 0 {
 		return
 	}
@@ -115,7 +115,7 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
 	}
 }
 
-func printCountPlan(tw io.Writer, cfg *config.Config, plan *pipeline.Plan) {
+func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	cp := plan.Count
 	spec := cp.Mechanism.Spec()
 	params := cp.Mechanism.Params()

@@ -51,6 +51,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // Source is what the server reads from the stage; *pipeline.Stage
@@ -60,7 +61,7 @@ type Source interface {
 	Readiness() pipeline.Readiness
 	Lag() map[int]int64
 	Budget() []pipeline.BudgetStatus
-	Plan() *pipeline.Plan
+	Plan() *plan.Plan
 }
 
 var _ Source = (*pipeline.Stage)(nil)

@@ -1,4 +1,4 @@
-package pipeline_test
+package plan_test
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // planConfig is a broker-less config: 1 s windows, a 1-day period (86,400
@@ -18,7 +18,7 @@ kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: ou
 events: {time_field: ts, user_field: user_id}
 window: {size: 1s, start: 2026-01-01T00:00:00Z}
 histograms:
-  - {name: e2e.Pages, field: page, bins: [a, b, c]}
+  - {name: pages, field: page, bins: [a, b, c]}
   - name: interests
     kind: average
     field: interests
@@ -47,27 +47,27 @@ func (noStore) PeriodSpend(int64) (budget.Spend, bool, error) { return budget.Sp
 // a reservation computed as W·ε_r, not as the book's sequential rounded-up
 // sum, left the last count release refused). The next charge is refused.
 func TestPlannedScheduleFitsTheBook(t *testing.T) {
-	probe, err := pipeline.DerivePlan(planConfig(t, 1e6))
+	probe, err := plan.DerivePlan(planConfig(t, 1e6))
 	if err != nil {
 		t.Fatal(err)
 	}
 	er := probe.Averages[0].Epsilon
 	for _, share := range []float64{0.5, 0.999} {
 		cfg := planConfig(t, float64(probe.WindowsPerPeriod)*er/share)
-		plan, err := pipeline.DerivePlan(cfg)
+		pl, err := plan.DerivePlan(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		book, err := budget.NewBook(plan.Orders, plan.Epsilon, plan.Delta, noStore{})
+		book, err := budget.NewBook(pl.Orders, pl.Epsilon, pl.Delta, noStore{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		count := budget.Charge{RDP: plan.Count.Charge}
-		avg := budget.Charge{Epsilon: plan.Averages[0].Epsilon, Delta: plan.Averages[0].Delta}
-		for w := 0; w < plan.WindowsPerPeriod; w++ {
+		count := budget.Charge{RDP: pl.Count.Charge}
+		avg := budget.Charge{Epsilon: pl.Averages[0].Epsilon, Delta: pl.Averages[0].Delta}
+		for w := 0; w < pl.WindowsPerPeriod; w++ {
 			for _, c := range []budget.Charge{count, avg} {
 				if _, err := book.Check(0, c); err != nil {
-					t.Fatalf("share %v: window %d of %d: a planned charge was refused: %v", share, w, plan.WindowsPerPeriod, err)
+					t.Fatalf("share %v: window %d of %d: a planned charge was refused: %v", share, w, pl.WindowsPerPeriod, err)
 				}
 				if _, err := book.Commit(0, c); err != nil {
 					t.Fatal(err)
@@ -75,14 +75,14 @@ func TestPlannedScheduleFitsTheBook(t *testing.T) {
 			}
 		}
 		st, _ := book.Status(0)
-		if !(st.Epsilon <= plan.Epsilon) {
-			t.Errorf("share %v: planned total ε=%v over the budget %v", share, st.Epsilon, plan.Epsilon)
+		if !(st.Epsilon <= pl.Epsilon) {
+			t.Errorf("share %v: planned total ε=%v over the budget %v", share, st.Epsilon, pl.Epsilon)
 		}
 		for _, c := range []budget.Charge{count, avg} {
 			if _, err := book.Check(0, c); err == nil {
 				t.Errorf("share %v: a charge beyond the plan was accepted", share)
 			}
 		}
-		t.Logf("share %v: ε=%v of %v after %d windows", share, st.Epsilon, plan.Epsilon, plan.WindowsPerPeriod)
+		t.Logf("share %v: ε=%v of %v after %d windows", share, st.Epsilon, pl.Epsilon, pl.WindowsPerPeriod)
 	}
 }

@@ -1,4 +1,4 @@
-package pipeline_test
+package plan_test
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/plan"
 )
 
 // TestExactAddRemoveCappedIsReplaceShaped pins what the tracked-user cap
@@ -24,12 +24,12 @@ import (
 //   - without the cap add_remove keeps its shape and Δ1 = 1: max(h₊, h₋) =
 //     h₋ = 1, α = e/(e−1) ≈ 1.582.
 func TestExactAddRemoveCappedIsReplaceShaped(t *testing.T) {
-	plan := func(neighbour string, maxTracked int) *pipeline.Plan {
+	derive := func(neighbour string, maxTracked int) *plan.Plan {
 		y := fmt.Sprintf(`
 kafka: {brokers: ["localhost:9092"]}
 window: {size: 1m}
 histograms:
-  - {name: e2e.Pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
+  - {name: pages, field: page, bins: [a, b, c], group_by: g, groups: [x, y]}
 contribution: {max_events_per_user: 1, max_tracked_users: %d}
 privacy:
   mechanism: dirichlet
@@ -43,7 +43,7 @@ privacy:
 		if err != nil {
 			t.Fatalf("config: %v", err)
 		}
-		p, err := pipeline.DerivePlan(cfg)
+		p, err := plan.DerivePlan(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ privacy:
 	e := math.E
 	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-9*want }
 
-	capped := plan("add_remove", 1000)
+	capped := derive("add_remove", 1000)
 	if got := capped.Count.Mechanism.Spec().Neighbour; got != mechanism.Replace {
 		t.Errorf("capped add_remove: spec neighbour %q, want replace", got)
 	}
@@ -63,7 +63,7 @@ privacy:
 	if want := (e + 1) / (e - 1); !near(alpha, want) {
 		t.Errorf("capped add_remove: α %v, want (e+1)/(e−1) = %v", alpha, want)
 	}
-	if r := plan("replace", 1000).Count.Mechanism.Params().Alpha; r != alpha {
+	if r := derive("replace", 1000).Count.Mechanism.Params().Alpha; r != alpha {
 		t.Errorf("capped add_remove α %v ≠ replace α %v", alpha, r)
 	}
 	if got, ok := capped.Count.Charge.At(2); !ok || !near(got, 1) {
@@ -91,7 +91,7 @@ privacy:
 	}
 
 	// Without the cap add_remove keeps its one-sided shape.
-	free := plan("add_remove", 0)
+	free := derive("add_remove", 0)
 	if got := free.Count.Mechanism.Spec().Neighbour; got != mechanism.AddRemove {
 		t.Errorf("uncapped add_remove: spec neighbour %q", got)
 	}
