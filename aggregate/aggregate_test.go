@@ -15,7 +15,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/decode"
 )
 
 func testSpec() Spec {

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/decode"
 )
 
 // Averaging (histograms of kind average).

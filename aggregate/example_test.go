@@ -7,7 +7,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/decode"
 )
 
 func Example() {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/aggregate"
-	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/plan"
 )
 

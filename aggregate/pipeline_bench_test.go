@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/decode"
 )
 
 // benchConfig is the quickstart-like configuration of the in-process

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpstage/stage/pipeline/decode"
+	"github.com/dpstage/stage/decode"
 )
 
 // tev is one test event: a user hash, a time, and per histogram a (bin,

@@ -6,7 +6,7 @@
 // output topic. Which watermark closes windows, and why, is below.
 //
 // Data flows one way: source (this package, kafka-go) → decode
-// (pipeline/decode) → bound and aggregate (aggregate) → charge (budget, with
+// (decode) → bound and aggregate (aggregate) → charge (budget, with
 // the durable ledger) → mechanism (mechanism) → sink (this package).
 //
 // # Which events count: the arrival watermark
@@ -106,11 +106,11 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/allone"
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline/decode"
 	"github.com/dpstage/stage/plan"
 )
 

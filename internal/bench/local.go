@@ -9,8 +9,8 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline/decode"
 	"github.com/dpstage/stage/plan"
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/pipeline"
-	"github.com/dpstage/stage/pipeline/decode"
 )
 
 // Metric names. Counters and gauges that mirror the stage's own state are
