@@ -18,15 +18,26 @@ import (
 
 func TestReasonStrings(t *testing.T) {
 	seen := map[string]bool{}
-	for _, r := range append([]Reason{ReasonNone}, AllReasons...) {
+	for r := range NumReasons {
 		s := r.String()
 		if s == "" || s == "unknown" || seen[s] || strings.ToLower(s) != s || strings.ContainsAny(s, " -") {
 			t.Errorf("reason %d: bad label %q", r, s)
 		}
 		seen[s] = true
 	}
-	if len(AllReasons) != int(numReasons)-1 {
-		t.Errorf("AllReasons has %d entries, want %d", len(AllReasons), numReasons-1)
+	if len(AllReasons) != int(ReasonBadVector) || AllReasons[len(AllReasons)-1] != ReasonBadVector {
+		t.Errorf("AllReasons has %d entries, want the %d decoder reasons", len(AllReasons), ReasonBadVector)
+	}
+	for _, r := range append(append([]Reason{}, WindowReasons...), BoundReasons...) {
+		if r <= ReasonBadVector {
+			t.Errorf("%v is a decoder reason", r)
+		}
+	}
+	for r := range NumReasons {
+		label, ok := r.Bound()
+		if ok != strings.HasPrefix(r.String(), "bound_") || (ok && "bound_"+label != r.String()) {
+			t.Errorf("%v: Bound() = %q, %v", r, label, ok)
+		}
 	}
 	if Reason(200).String() != "unknown" {
 		t.Errorf("out-of-range reason label %q", Reason(200).String())
@@ -763,7 +774,7 @@ func FuzzDecode(f *testing.F) {
 	ev := d.NewEvent()
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		r := d.Decode(msg, ev)
-		if r >= numReasons || r.PerHistogram() {
+		if r > ReasonBadVector || r.PerHistogram() {
 			t.Fatalf("whole-event reason %v", r)
 		}
 		for h, hs := range d.hists {

@@ -1,13 +1,18 @@
 package decode
 
-// Reason says why an event, or one histogram's part of an event, was dropped.
-// Its String form is a stable snake_case label used as a metric label and as
-// the dead-letter header value; the labels are a contract.
+// Reason says why an event, or one histogram's part of an event, was dropped:
+// the one enum of every drop the stage counts, whether the decoder, the
+// window rule or the bounder decided it. Its String form is a stable
+// snake_case label used as a metric label and as the dead-letter header
+// value; the labels are a contract. No other package spells a drop reason
+// as a string literal.
 type Reason uint8
 
 // The reasons. The first group applies to a whole event ([Decoder.Decode]
 // returns it); the second to one histogram's part of an event
-// ([Event.Drops]).
+// ([Event.Drops]); the third to a decoded event the window rule does not
+// count (package window); the fourth to contributions the per-user bounds
+// drop (package aggregate), counted under their own metric.
 const (
 	// ReasonNone: nothing was dropped.
 	ReasonNone Reason = iota
@@ -49,7 +54,32 @@ const (
 	// is not within 1 ± 1e-6 (see the package doc).
 	ReasonBadVector
 
-	numReasons
+	// ReasonLate: the event's window was already closed (or, with watermark
+	// arrival, its record time is past its window's end + lateness).
+	ReasonLate
+	// ReasonTimeTooFarAhead: the event time is more than events.max_future
+	// after its record time (watermark arrival) or the wall clock
+	// (watermark event).
+	ReasonTimeTooFarAhead
+
+	// ReasonBoundUserEvents: over contribution.max_events_per_user.
+	ReasonBoundUserEvents
+	// ReasonBoundUserGroups: over contribution.max_groups_per_user.
+	ReasonBoundUserGroups
+	// ReasonBoundCapacity: the user is not among the window's
+	// contribution.max_tracked_users.
+	ReasonBoundCapacity
+	// ReasonBoundDisplaced: counted on arrival, then pushed out by a
+	// smaller-hash event or group of the same user, or by the user's
+	// eviction from a full window.
+	ReasonBoundDisplaced
+	// ReasonBoundAverageUsers: an average histogram's vector from a user not
+	// among the window's average.users kept users at arrival.
+	ReasonBoundAverageUsers
+
+	// NumReasons is the number of reasons, ReasonNone included: Reason
+	// values are below it.
+	NumReasons
 )
 
 // AllReasons lists every reason except [ReasonNone], in a stable order, for
@@ -60,7 +90,15 @@ var AllReasons = []Reason{
 	ReasonOutOfDomain, ReasonUnknownGroup, ReasonBadVector,
 }
 
-var reasonNames = [numReasons]string{
+// WindowReasons are the window rule's reasons, exported from the start
+// like AllReasons.
+var WindowReasons = []Reason{ReasonLate, ReasonTimeTooFarAhead}
+
+// BoundReasons are the bounding outcomes counted in the stage's drop
+// counters (ReasonBoundAverageUsers is counted apart, see Bound).
+var BoundReasons = []Reason{ReasonBoundUserEvents, ReasonBoundUserGroups, ReasonBoundCapacity, ReasonBoundDisplaced}
+
+var reasonNames = [NumReasons]string{
 	ReasonNone:         "none",
 	ReasonBadJSON:      "bad_json",
 	ReasonInvalidUTF8:  "invalid_utf8",
@@ -73,15 +111,37 @@ var reasonNames = [numReasons]string{
 	ReasonOutOfDomain:  "out_of_domain",
 	ReasonUnknownGroup: "unknown_group",
 	ReasonBadVector:    "bad_vector",
+
+	ReasonLate:            "late",
+	ReasonTimeTooFarAhead: "time_too_far_ahead",
+
+	ReasonBoundUserEvents:   "bound_user_events",
+	ReasonBoundUserGroups:   "bound_user_groups",
+	ReasonBoundCapacity:     "bound_capacity",
+	ReasonBoundDisplaced:    "bound_displaced",
+	ReasonBoundAverageUsers: "bound_average_users",
 }
+
+// boundPrefix starts the String form of every bounding outcome.
+const boundPrefix = "bound_"
 
 // String returns the stable snake_case label ("bad_json", ...); "none" for
 // ReasonNone and "unknown" for a value outside the declared constants.
 func (r Reason) String() string {
-	if r < numReasons {
+	if r < NumReasons {
 		return reasonNames[r]
 	}
 	return "unknown"
+}
+
+// Bound reports whether r is a bounding outcome and, if so, its label under
+// the contributions-bounded metric (the String form without "bound_":
+// "user_events", …, "average_users").
+func (r Reason) Bound() (string, bool) {
+	if r >= ReasonBoundUserEvents && r <= ReasonBoundAverageUsers {
+		return reasonNames[r][len(boundPrefix):], true
+	}
+	return "", false
 }
 
 // PerHistogram reports whether r can only ever drop one histogram's part of

@@ -298,13 +298,13 @@ const maxDeadLetterValue = 64 << 10
 // deadLetter forwards a malformed message to the dead-letter topic with its
 // reason, retrying until acknowledged (the partition waits: nothing is lost,
 // and the message's offset is not committed before it is forwarded).
-func (s *Stage) deadLetter(ctx context.Context, m kafka.Message, reason string) error {
+func (s *Stage) deadLetter(ctx context.Context, m kafka.Message, reason decode.Reason) error {
 	if s.dlq == nil {
 		return nil
 	}
 	value := m.Value
 	headers := []kafka.Header{
-		{Key: DropReasonHeader, Value: []byte(reason)},
+		{Key: DropReasonHeader, Value: []byte(reason.String())},
 		{Key: "dp-stage-source", Value: []byte(fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset))},
 	}
 	if len(value) > maxDeadLetterValue {
@@ -791,16 +791,16 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 				loc.caughtUp = r.sent.UnixMilli()
 			}
 		}
-		reason := ""
+		reason := decode.ReasonNone
 		if maxMsg > 0 && len(m.Value) > maxMsg {
-			reason = decode.ReasonOversized.String()
+			reason = decode.ReasonOversized
 		} else if r := dec.Decode(m.Value, ev); r != decode.ReasonNone {
-			reason = r.String()
+			reason = r
 		} else {
 			loc.decoded++
 			reason = s.handle(sess, p, m.Offset, recMs, ev, tracker, loc)
 		}
-		if reason != "" {
+		if reason != decode.ReasonNone {
 			s.stats.Drop(reason)
 			if err := s.deadLetter(ctx, m, reason); err != nil {
 				return // ctx ended: the message is not marked processed
@@ -915,23 +915,23 @@ func (l *partitionLocal) flushStats(st *Stats) {
 	st.Decoded.Add(l.decoded)
 	st.Counted.Add(l.counted)
 	if l.boundEvents > 0 {
-		st.counter("bound_user_events").Add(l.boundEvents)
+		st.DropN(decode.ReasonBoundUserEvents, l.boundEvents)
 	}
 	if l.boundGroups > 0 {
-		st.counter("bound_user_groups").Add(l.boundGroups)
+		st.DropN(decode.ReasonBoundUserGroups, l.boundGroups)
 	}
 	if l.boundCapacity > 0 {
-		st.counter("bound_capacity").Add(l.boundCapacity)
+		st.DropN(decode.ReasonBoundCapacity, l.boundCapacity)
 	}
 	if l.boundDisplaced > 0 {
-		st.counter("bound_displaced").Add(l.boundDisplaced)
+		st.DropN(decode.ReasonBoundDisplaced, l.boundDisplaced)
 	}
 	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity, l.boundDisplaced = 0, 0, 0, 0, 0, 0
 }
 
 // handle bounds and counts a decoded event whose record (arrival) time is
 // recMs. It returns a drop reason for an event that must go to the
-// dead-letter topic, "" otherwise.
+// dead-letter topic, decode.ReasonNone otherwise.
 //
 // With watermark arrival (the default) whether the event counts depends on
 // the event alone: it belongs to the window w of its own event time and
@@ -941,27 +941,27 @@ func (l *partitionLocal) flushStats(st *Stats) {
 // (watermarks), so neither other users' timestamps nor consumer lag decide
 // it. With watermark event it also counts only while its window is open,
 // which the largest event times seen decide (the opt-in trust assumption).
-func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) string {
+func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) decode.Reason {
 	w := windowStart(ev.TimeMs, s.sizeMs)
 	if s.arrival {
 		if ev.TimeMs > recMs+s.maxFutureMs {
-			return "time_too_far_ahead"
+			return decode.ReasonTimeTooFarAhead
 		}
 		if recMs >= w+s.sizeMs+s.latenessMs {
 			s.late(offset, tracker) // arrived after its window's cutoff
-			return ""
+			return decode.ReasonNone
 		}
 	} else if ev.TimeMs > loc.futureLimit {
 		// events.max_future against the wall clock (read once per
 		// publication, see partitionLocal): never relative to other
 		// events.
-		return "time_too_far_ahead"
+		return decode.ReasonTimeTooFarAhead
 	}
 	sess.closeMu.RLock()
 	if w < sess.next {
 		sess.closeMu.RUnlock()
 		s.late(offset, tracker)
-		return ""
+		return decode.ReasonNone
 	}
 	out := sess.agg.Add(w, ev)
 	var ao aggregate.AverageOutcome
@@ -980,20 +980,20 @@ func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Eve
 	if ao.NotSelected > 0 {
 		s.stats.AverageNotSelected.Add(int64(ao.NotSelected))
 	}
-	return ""
+	return decode.ReasonNone
 }
 
 // late counts an event dropped as late and marks its offset processed.
 func (s *Stage) late(offset int64, tracker *offsetTracker) {
 	s.stats.Late.Add(1)
-	s.stats.Drop("late")
+	s.stats.Drop(decode.ReasonLate)
 	tracker.processed(offset)
 }
 
 func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *partitionLocal) {
 	for _, r := range ev.Drops {
 		if r != decode.ReasonNone {
-			s.stats.Drop(r.String())
+			s.stats.Drop(r)
 		}
 	}
 	loc.counted += int64(out.Counted)
@@ -1182,7 +1182,7 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	}
 	defer counts.Release()
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
-		s.stats.counter("bound_displaced").Add(d)
+		s.stats.DropN(decode.ReasonBoundDisplaced, d)
 	}
 	// A window is recorded whole, in one ledger transaction (all its
 	// histograms' units and their charges) or not at all; if any unit of

@@ -2,8 +2,9 @@ package pipeline
 
 import (
 	"sort"
-	"sync"
 	"sync/atomic"
+
+	"github.com/dpstage/stage/decode"
 )
 
 // Stats counts what the stage did. Every drop is counted by reason: nothing
@@ -31,40 +32,34 @@ type Stats struct {
 	PublishRetries               atomic.Int64 // failed publish attempts that were retried
 	Commits                      atomic.Int64 // offset commits
 
-	mu sync.Mutex // guards dropped
-	// dropped counts drops by reason label (decode reasons, bounding
-	// outcomes, "late").
-	dropped map[string]*atomic.Int64
+	// dropped counts drops by reason (decode reasons, the window rule's,
+	// bounding outcomes); a reason is "seen" once its count is above 0.
+	dropped [decode.NumReasons]atomic.Int64
 }
 
-func newStats() *Stats { return &Stats{dropped: make(map[string]*atomic.Int64)} }
+func newStats() *Stats { return &Stats{} }
 
 // Drop counts one drop for reason.
-func (s *Stats) Drop(reason string) { s.counter(reason).Add(1) }
+func (s *Stats) Drop(r decode.Reason) { s.dropped[r].Add(1) }
 
-func (s *Stats) counter(reason string) *atomic.Int64 {
-	s.mu.Lock()
-	c, ok := s.dropped[reason]
-	if !ok {
-		c = new(atomic.Int64)
-		s.dropped[reason] = c
-	}
-	s.mu.Unlock()
-	return c
-}
+// DropN counts n drops for reason.
+func (s *Stats) DropN(r decode.Reason, n int64) { s.dropped[r].Add(n) }
 
-// Dropped returns a snapshot of the drop counters by reason.
+// DroppedBy returns the drops counted for reason r.
+func (s *Stats) DroppedBy(r decode.Reason) int64 { return s.dropped[r].Load() }
+
+// Dropped returns a snapshot of the drop counters seen so far, by label.
 func (s *Stats) Dropped() map[string]int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int64, len(s.dropped))
-	for k, v := range s.dropped {
-		out[k] = v.Load()
+	out := make(map[string]int64)
+	for r := range decode.NumReasons {
+		if n := s.dropped[r].Load(); n > 0 {
+			out[r.String()] = n
+		}
 	}
 	return out
 }
 
-// DroppedReasons returns the reasons seen so far, sorted.
+// DroppedReasons returns the labels of the reasons seen so far, sorted.
 func (s *Stats) DroppedReasons() []string {
 	d := s.Dropped()
 	out := make([]string, 0, len(d))

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,23 +47,8 @@ const (
 	MetricMechanismScale      = "dpstage_mechanism_scale"
 	MetricReleaseRDPEpsilon   = "dpstage_release_rdp_epsilon"
 	MetricChargesPerPeriod    = "dpstage_budget_charges_per_period"
-	boundPrefix               = "bound_"
 	latencyBucketsDescription = "0.01s to 60s"
 )
-
-// eventReasons are the drop reasons exported from the start (at 0), so that
-// rates exist before the first drop: the decoder's and the stage's own.
-func eventReasons() []string {
-	out := make([]string, 0, len(decode.AllReasons)+2)
-	for _, r := range decode.AllReasons {
-		out = append(out, r.String())
-	}
-	return append(out, "late", "time_too_far_ahead")
-}
-
-// boundReasons are the bounding outcomes (Stats' bound_* labels, without
-// the prefix).
-var boundReasons = []string{"user_events", "user_groups", "capacity", "displaced"}
 
 // newRegistry returns the server's own registry (never the global one): the
 // stage's collector, the latency histogram, and the Go and process
@@ -166,25 +150,21 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.exhausted, st.Exhausted.Load())
 	counter(c.retries, st.PublishRetries.Load())
 	counter(c.commits, st.Commits.Load())
-	drops := st.Dropped()
-	for _, r := range eventReasons() {
-		if _, ok := drops[r]; !ok {
-			drops[r] = 0
+	// Every reason is exported from the start (at 0), so that rates exist
+	// before the first drop: bounding outcomes under the bounded metric,
+	// the others (the decoder's and the window rule's) under dropped.
+	for r := decode.Reason(1); r < decode.NumReasons; r++ {
+		if r == decode.ReasonBoundAverageUsers {
+			continue // counted apart: st.AverageNotSelected
 		}
-	}
-	for _, r := range boundReasons {
-		if _, ok := drops[boundPrefix+r]; !ok {
-			drops[boundPrefix+r] = 0
-		}
-	}
-	counter(c.bounded, st.AverageNotSelected.Load(), "average_users")
-	for reason, n := range drops {
-		if b, ok := strings.CutPrefix(reason, boundPrefix); ok {
-			counter(c.bounded, n, b)
+		if label, ok := r.Bound(); ok {
+			counter(c.bounded, st.DroppedBy(r), label)
 		} else {
-			counter(c.dropped, n, reason)
+			counter(c.dropped, st.DroppedBy(r), r.String())
 		}
 	}
+	avgUsers, _ := decode.ReasonBoundAverageUsers.Bound()
+	counter(c.bounded, st.AverageNotSelected.Load(), avgUsers)
 
 	for p, l := range src.Lag() {
 		gauge(c.lag, float64(l), strconv.Itoa(p))
