@@ -117,7 +117,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow/go/v15/arrow/memory"
-	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 )
 
@@ -148,21 +147,6 @@ type HistSpec struct {
 	Name   string
 	Bins   []string // in output order
 	Groups []string // in output order; ["*"] for a histogram without group_by
-}
-
-// SpecFromConfig builds the Spec of a loaded (defaulted and validated)
-// configuration.
-func SpecFromConfig(cfg *config.Config) Spec {
-	s := Spec{
-		MaxEventsPerUser: cfg.Contribution.MaxEventsPerUser,
-		MaxGroupsPerUser: cfg.Contribution.MaxGroupsPerUser,
-		MaxTrackedUsers:  cfg.Contribution.MaxTrackedUsers,
-		WindowSize:       cfg.Window.Size.D(),
-	}
-	for _, h := range cfg.Histograms {
-		s.Histograms = append(s.Histograms, HistSpec{Name: h.Name, Bins: slices.Clone(h.Bins), Groups: h.GroupNames()})
-	}
-	return s
 }
 
 // Outcome counts what happened to the histogram parts of one event passed to

@@ -14,7 +14,6 @@ import (
 	"github.com/apache/arrow/go/v15/arrow"
 	"github.com/apache/arrow/go/v15/arrow/array"
 	"github.com/apache/arrow/go/v15/arrow/memory"
-	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 )
 
@@ -92,27 +91,6 @@ func TestNewErrors(t *testing.T) {
 		} else if !strings.HasPrefix(err.Error(), "aggregate: ") {
 			t.Errorf("%s: error %q lacks the prefix", name, err)
 		}
-	}
-}
-
-func TestSpecFromConfig(t *testing.T) {
-	cfg := &config.Config{
-		Window: config.Window{Size: config.Duration(time.Minute)},
-		Histograms: []config.Histogram{
-			{Name: "pages", Field: "page", Bins: []string{"a", "b"}, GroupBy: "country", Groups: []string{"US", "DE"}},
-			{Name: "devices", Field: "device", Bins: []string{"m", "d"}},
-		},
-		Contribution: config.Contribution{MaxEventsPerUser: 2, MaxGroupsPerUser: 1, MaxTrackedUsers: 10},
-	}
-	s := SpecFromConfig(cfg)
-	if s.WindowSize != time.Minute || s.MaxEventsPerUser != 2 || s.MaxGroupsPerUser != 1 || s.MaxTrackedUsers != 10 {
-		t.Fatalf("spec %+v", s)
-	}
-	if got := fmt.Sprint(s.Histograms); got != "[{pages [a b] [US DE]} {devices [m d] [*]}]" {
-		t.Fatalf("histograms %s", got)
-	}
-	if _, err := New(s); err != nil {
-		t.Fatal(err)
 	}
 }
 

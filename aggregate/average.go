@@ -7,7 +7,6 @@ import (
 	"math"
 	"sync"
 
-	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 )
 
@@ -56,18 +55,6 @@ type AverageHist struct {
 	Users int // N_pub ≥ 1
 }
 
-// AverageHistsFromConfig returns the average histograms of a loaded config,
-// in config order.
-func AverageHistsFromConfig(cfg *config.Config) []AverageHist {
-	var out []AverageHist
-	for i, h := range cfg.Histograms {
-		if h.IsAverage() {
-			out = append(out, AverageHist{Index: i, Name: h.Name, Bins: len(h.Bins), Users: h.Average.Users})
-		}
-	}
-	return out
-}
-
 // AverageOutcome counts what happened to the average parts of one event.
 type AverageOutcome struct {
 	Added       int // averaged into a kept user's vector
@@ -85,7 +72,7 @@ type Averager struct {
 // ErrNoAverages is returned by NewAverager when there is nothing to average.
 var ErrNoAverages = errors.New("aggregate: no average histograms")
 
-// NewAverager returns an Averager for hists (see [AverageHistsFromConfig]).
+// NewAverager returns an Averager for hists (in config order).
 func NewAverager(hists []AverageHist) (*Averager, error) {
 	if len(hists) == 0 {
 		return nil, ErrNoAverages
@@ -177,9 +164,24 @@ type AverageWindow struct {
 	kept  []*keptUsers // nil: no events
 }
 
-// Mean writes the padded average p̄ of the i-th average histogram (the order
-// of [Averager.Hists]) into out (len Bins) and returns it.
-func (w *AverageWindow) Mean(i int, out []float64) []float64 {
+// position returns the position among the averaged histograms of the one
+// whose config index is hist (panics if hist is not an average histogram:
+// a caller bug, like an out-of-range slice index).
+func (w *AverageWindow) position(hist int) int {
+	for i, h := range w.hists {
+		if h.Index == hist {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("aggregate: histogram %d is not an average histogram", hist))
+}
+
+// Mean writes the padded average p̄ of the average histogram whose config
+// index is hist (AverageHist.Index: the same index as WindowCounts.Counts,
+// decode.Event's slices and plan.AveragePlan.Index) into out (len Bins) and
+// returns it.
+func (w *AverageWindow) Mean(hist int, out []float64) []float64 {
+	i := w.position(hist)
 	h := w.hists[i]
 	out = out[:h.Bins]
 	var kept *keptUsers
@@ -216,9 +218,10 @@ func (w *AverageWindow) Mean(i int, out []float64) []float64 {
 	return out
 }
 
-// Kept returns how many users the i-th average histogram kept. It is raw
-// data: for tests and local diagnostics, never for output.
-func (w *AverageWindow) Kept(i int) int {
+// Kept returns how many users the average histogram of config index hist
+// kept. It is raw data: for tests and local diagnostics, never for output.
+func (w *AverageWindow) Kept(hist int) int {
+	i := w.position(hist)
 	if w.kept == nil || w.kept[i] == nil {
 		return 0
 	}

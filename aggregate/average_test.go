@@ -175,3 +175,34 @@ func TestNewAveragerErrors(t *testing.T) {
 		t.Errorf("NewAverager(nil) = %v, want ErrNoAverages", err)
 	}
 }
+
+// TestAverageWindowByConfigIndex: a closed window's averages are addressed
+// by the histogram's config index (as WindowCounts.Counts and
+// decode.Event are), not by position among the average histograms; an
+// index that is not an average histogram is a caller bug and panics.
+func TestAverageWindowByConfigIndex(t *testing.T) {
+	// Config order: 0 count, 1 average (3 bins), 2 count, 3 average (2 bins).
+	a, err := NewAverager([]AverageHist{{Index: 1, Name: "a", Bins: 3, Users: 1}, {Index: 3, Name: "b", Bins: 2, Users: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := decode.ReasonNone
+	ev := &decode.Event{User: 7, Vectors: [][]float64{nil, {1, 0, 0}, nil, {0, 1}}, Drops: []decode.Reason{none, none, none, none}}
+	a.Add(0, ev)
+	w := a.Close(0)
+	if got := w.Mean(1, make([]float64, 3)); got[0] != 1 {
+		t.Errorf("Mean(1) = %v, want [1 0 0]", got)
+	}
+	if got := w.Mean(3, make([]float64, 2)); got[1] != 1 {
+		t.Errorf("Mean(3) = %v, want [0 1]", got)
+	}
+	if w.Kept(1) != 1 || w.Kept(3) != 1 {
+		t.Errorf("kept %d, %d", w.Kept(1), w.Kept(3))
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Mean(2) of a count histogram did not panic")
+		}
+	}()
+	w.Mean(2, make([]float64, 2))
+}

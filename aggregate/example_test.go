@@ -22,7 +22,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	a, err := aggregate.New(aggregate.SpecFromConfig(cfg))
+	// The stage builds the Spec from the config in one place
+	// (pipeline.AggregateSpec); here it is written out.
+	a, err := aggregate.New(aggregate.Spec{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 1000, WindowSize: time.Minute,
+		Histograms: []aggregate.HistSpec{{Name: "pages", Bins: []string{"home", "cart", "other"}, Groups: []string{"US", "DE"}}}})
 	if err != nil {
 		panic(err)
 	}

@@ -48,7 +48,8 @@ func BenchmarkDecodeAdd(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a := mustNew(b, SpecFromConfig(cfg))
+	a := mustNew(b, Spec{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 2_000_000, WindowSize: time.Minute,
+		Histograms: []HistSpec{{Name: "pages", Bins: cfg.Histograms[0].Bins, Groups: cfg.Histograms[0].Groups}}})
 	msgs := benchMessages(1 << 18)
 	size := cfg.Window.Size.D().Milliseconds()
 	ev := d.NewEvent()

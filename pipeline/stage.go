@@ -567,7 +567,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	if len(assigns) == 0 {
 		return s.standby(ctx, gen, standbyWait)
 	}
-	agg, err := aggregate.New(aggregate.SpecFromConfig(s.cfg))
+	agg, err := aggregate.New(AggregateSpec(s.cfg))
 	if err != nil {
 		s.fail(fmt.Errorf("build aggregator: %w", err))
 		return generationDone
@@ -578,7 +578,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		trackers: make(map[int]*offsetTracker, len(assigns)),
 		agg:      agg,
 	}
-	if hs := aggregate.AverageHistsFromConfig(s.cfg); len(hs) > 0 {
+	if hs := AverageHists(s.cfg); len(hs) > 0 {
 		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
 			s.fail(fmt.Errorf("build averager: %w", err))
 			return generationDone
@@ -1208,14 +1208,12 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	s.book.Load().Forget(period)
 	var units []*ledger.Unit
 	var charges []budget.Charge // of the released units, in order
-	ai := 0
 	for h, hist := range s.cfg.Histograms {
 		u := s.newUnit(hist.Name, w)
 		var c budget.Charge
 		var err error
 		if hist.IsAverage() {
-			c, err = s.averageUnit(u, ai, avgs, charges)
-			ai++
+			c, err = s.averageUnit(u, h, avgs, charges)
 		} else {
 			c, err = s.countUnit(u, h, counts, charges)
 		}
@@ -1428,13 +1426,16 @@ func (s *Stage) exhausted(u *ledger.Unit, why error, pending []budget.Charge) er
 	return nil
 }
 
-// averageUnit is countUnit for the i-th average histogram (in config order
-// of the average histograms): one draw of the simplex Dirichlet mechanism
+// averageUnit is countUnit for the average histogram of config index h: one
+// draw of the simplex Dirichlet mechanism
 // from the window's padded average, charged (ε_r, δ_r) to the period's
 // (ε, δ) part (Plan).
-func (s *Stage) averageUnit(u *ledger.Unit, i int, aw *aggregate.AverageWindow, pending []budget.Charge) (budget.Charge, error) {
-	ap := s.plan.Averages[i]
-	hist := s.cfg.Histograms[ap.Index]
+func (s *Stage) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindow, pending []budget.Charge) (budget.Charge, error) {
+	ap := s.plan.Average(h)
+	if ap == nil {
+		return budget.Charge{}, fmt.Errorf("histogram %d has no average plan", h)
+	}
+	hist := s.cfg.Histograms[h]
 	w := u.WindowStart
 	period := u.Period
 	c := budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
@@ -1445,7 +1446,7 @@ func (s *Stage) averageUnit(u *ledger.Unit, i int, aw *aggregate.AverageWindow, 
 		}
 		return budget.Charge{}, s.exhausted(u, err, pending)
 	}
-	mean := aw.Mean(i, make([]float64, len(hist.Bins)))
+	mean := aw.Mean(h, make([]float64, len(hist.Bins)))
 	out := make([]float64, len(hist.Bins))
 	if err := ap.Mechanism.Release(s.rng, mean, out); err != nil {
 		return budget.Charge{}, fmt.Errorf("release %s@%s: %w", hist.Name, rfc3339(w), err)

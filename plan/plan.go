@@ -169,6 +169,17 @@ type AveragePlan struct {
 	Epsilon, Delta float64
 }
 
+// Average returns the plan of the average histogram whose config index is
+// hist, or nil if hist is not an average histogram.
+func (p *Plan) Average(hist int) *AveragePlan {
+	for i := range p.Averages {
+		if p.Averages[i].Index == hist {
+			return &p.Averages[i]
+		}
+	}
+	return nil
+}
+
 // DeriveSensitivity returns the sensitivities of one histogram's count
 // vector (all groups concatenated) under the neighbour relation, when one
 // user contributes at most maxEvents events per window to it and, with

@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/mechanism"
+	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 )
 
@@ -33,7 +34,7 @@ func inProcess(cfg Config, w *workload, res *Results) error {
 	if err != nil {
 		return fmt.Errorf("bench: in-process: %w", err)
 	}
-	agg, err := aggregate.New(aggregate.SpecFromConfig(lc))
+	agg, err := aggregate.New(pipeline.AggregateSpec(lc))
 	if err != nil {
 		return fmt.Errorf("bench: in-process: %w", err)
 	}
@@ -177,7 +178,7 @@ func memory(cfg Config, w *workload, res *Results) error {
 	}
 
 	// Bytes per active user, the cap well above n.
-	spec := aggregate.SpecFromConfig(lc)
+	spec := pipeline.AggregateSpec(lc)
 	spec.MaxTrackedUsers = 2 * n
 	a, err := aggregate.New(spec)
 	if err != nil {
