@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/window"
 )
 
 // ErrStateLost: the state database is empty but the output topic already
@@ -163,9 +164,9 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 		if err != nil {
 			return ledger.Meta{}, fmt.Errorf("pipeline: window.start: %w", err)
 		}
-		want.FirstWindow = windowStart(t.UnixMilli(), s.sizeMs)
+		want.FirstWindow = window.Start(t.UnixMilli(), s.sizeMs)
 	} else {
-		want.FirstWindow = windowStart(s.now().UnixMilli(), s.sizeMs)
+		want.FirstWindow = window.Start(s.now().UnixMilli(), s.sizeMs)
 	}
 	got, stored, err := s.ledger.SetMeta(want)
 	if err != nil {
@@ -181,7 +182,7 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 			s.cfg.Window.Size.D(), s.cfg.Privacy.Budget.Period.D())
 	}
 	if st := s.cfg.Window.Start; st != "" {
-		if t, err := time.Parse(time.RFC3339, st); err == nil && windowStart(t.UnixMilli(), s.sizeMs) != got.FirstWindow {
+		if t, err := time.Parse(time.RFC3339, st); err == nil && window.Start(t.UnixMilli(), s.sizeMs) != got.FirstWindow {
 			s.log.Warn("window.start differs from the first window recorded in the ledger; the ledger wins",
 				zap.String("window_start", st), zap.String("recorded_first_window", rfc3339(got.FirstWindow)))
 		}

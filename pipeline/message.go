@@ -140,12 +140,3 @@ func ReleaseID(histogram, group string, windowStartMs int64) string {
 func rfc3339(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 }
-
-// windowStart returns the start of the tumbling window containing t.
-func windowStart(tMs, sizeMs int64) int64 {
-	w := tMs - tMs%sizeMs
-	if tMs < 0 && tMs%sizeMs != 0 {
-		w -= sizeMs
-	}
-	return w
-}

@@ -112,6 +112,7 @@ import (
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/window"
 )
 
 // Options configure a Stage.
@@ -829,7 +830,7 @@ const publishEvery = 64
 // watermark event): the
 // partition's first event, a new smallest event time (watermark
 // bookkeeping only: the first window comes from the ledger, not the data), or a new largest event time whose watermark lies in a later
-// window than the one published (only windowStart(max − lateness) decides
+// window than the one published (only window.Start(max − lateness) decides
 // which windows close). The releaser therefore closes the same windows at
 // the same messages as with per-message updates; only idle detection and
 // the counters lag, by fewer than publishEvery messages.
@@ -839,7 +840,7 @@ type partitionLocal struct {
 	have               bool
 	maxEvent, minEvent int64 // event time range seen on this partition
 	pubMax, pubMin     int64 // the range published
-	pubClose           int64 // windowStart(pubMax − lateness)
+	pubClose           int64 // window.Start(pubMax − lateness)
 	urgent             bool  // publish after this message
 	live               bool  // an event was counted since the last publication
 
@@ -874,7 +875,7 @@ func (l *partitionLocal) observe(t, sizeMs int64) {
 	}
 	if t > l.maxEvent {
 		l.maxEvent = t
-		if windowStart(t-l.lateness, sizeMs) != l.pubClose {
+		if window.Start(t-l.lateness, sizeMs) != l.pubClose {
 			l.urgent = true
 		}
 	}
@@ -898,7 +899,7 @@ func (l *partitionLocal) publish(wm *watermarks, p int, st *Stats, sizeMs int64)
 		wm.observe(p, l.minEvent) // lowers the minimum; cannot raise the maximum
 		wm.observe(p, l.maxEvent)
 		l.pubMax, l.pubMin = l.maxEvent, l.minEvent
-		l.pubClose = windowStart(l.maxEvent-l.lateness, sizeMs)
+		l.pubClose = window.Start(l.maxEvent-l.lateness, sizeMs)
 	default:
 		wm.touch(p)
 	}
@@ -942,7 +943,7 @@ func (l *partitionLocal) flushStats(st *Stats) {
 // it. With watermark event it also counts only while its window is open,
 // which the largest event times seen decide (the opt-in trust assumption).
 func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) decode.Reason {
-	w := windowStart(ev.TimeMs, s.sizeMs)
+	w := window.Start(ev.TimeMs, s.sizeMs)
 	if s.arrival {
 		if ev.TimeMs > recMs+s.maxFutureMs {
 			return decode.ReasonTimeTooFarAhead
@@ -1231,7 +1232,7 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	return units, nil
 }
 
-func (s *Stage) periodOf(w int64) int64 { return windowStart(w, s.periodMs) }
+func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }
 
 func toLedgerCurve(c budget.Curve) ledger.Curve {
 	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
