@@ -10,7 +10,7 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // deviceTruth counts, per window of the given size, the devices of evs
@@ -35,7 +35,7 @@ func deviceTruth(evs []e2e.Event, size time.Duration) map[int64][]float64 {
 // histogram with exactly its true shares.
 func checkDevices(t *testing.T, out e2e.Output, tr map[int64][]float64) {
 	t.Helper()
-	got := map[int64]pipeline.Release{}
+	got := map[int64]release.Release{}
 	for _, r := range out.Releases {
 		if r.Histogram != "devices" {
 			continue

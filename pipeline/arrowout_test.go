@@ -11,7 +11,7 @@ import (
 	"github.com/apache/arrow/go/v15/arrow/memory"
 
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // TestArrowOutput: with output.arrow_dir, every published (histogram,
@@ -47,7 +47,7 @@ func TestArrowOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !r.Schema().Equal(pipeline.ReleaseSchema) {
+		if !r.Schema().Equal(release.ReleaseSchema) {
 			t.Fatalf("schema %v", r.Schema())
 		}
 		for i := 0; i < r.NumRecords(); i++ {

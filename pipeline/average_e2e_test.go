@@ -10,8 +10,8 @@ import (
 
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/release"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -129,7 +129,7 @@ func TestEndToEndAverage(t *testing.T) {
 		}
 		seen[w] = true
 		e2e.CheckSimplex(t, r, interests)
-		if r.Mechanism != pipeline.MechanismSimplexAverage || r.Group != "*" {
+		if r.Mechanism != release.MechanismSimplexAverage || r.Group != "*" {
 			t.Errorf("window %d: mechanism %q group %q", w, r.Mechanism, r.Group)
 		}
 		if r.Params.K != k || r.Params.Eta != eta || r.Params.Users != users || !(r.Params.Gamma > 0) {

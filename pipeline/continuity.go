@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/window"
 )
 
@@ -173,7 +174,7 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
 	}
 	if stored {
-		s.log.Info("first window recorded", zap.String("first_window", rfc3339(got.FirstWindow)))
+		s.log.Info("first window recorded", zap.String("first_window", release.RFC3339(got.FirstWindow)))
 		return got, nil
 	}
 	if got.WindowMs != s.sizeMs || got.PeriodMs != s.periodMs {
@@ -184,7 +185,7 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 	if st := s.cfg.Window.Start; st != "" {
 		if t, err := time.Parse(time.RFC3339, st); err == nil && window.Start(t.UnixMilli(), s.sizeMs) != got.FirstWindow {
 			s.log.Warn("window.start differs from the first window recorded in the ledger; the ledger wins",
-				zap.String("window_start", st), zap.String("recorded_first_window", rfc3339(got.FirstWindow)))
+				zap.String("window_start", st), zap.String("recorded_first_window", release.RFC3339(got.FirstWindow)))
 		}
 	}
 	return got, nil
@@ -208,7 +209,7 @@ func (s *Stage) prune() error {
 	}
 	if units > 0 || periods > 0 {
 		s.log.Info("pruned the ledger", zap.Int("units", units), zap.Int("periods", periods),
-			zap.String("before", rfc3339(last-keep)))
+			zap.String("before", release.RFC3339(last-keep)))
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // These tests run the whole stage against the embedded Kafka-protocol broker
@@ -57,7 +57,7 @@ func TestEndToEndExactCounts(t *testing.T) {
 			t.Errorf("duplicate release %s", k)
 		}
 		seen[k] = true
-		if r.ReleaseID != pipeline.ReleaseID(r.Histogram, r.Group, ws.UnixMilli()) {
+		if r.ReleaseID != release.ReleaseID(r.Histogram, r.Group, ws.UnixMilli()) {
 			t.Errorf("%s: release_id %s is not the deterministic id", k, r.ReleaseID)
 		}
 		bins := e2e.Pages

@@ -117,29 +117,6 @@ func TestFetchPastLogEnd(t *testing.T) {
 	}
 }
 
-// TestPermanentPublishErrors: what the sink gives up on at once (and the
-// stage then stops, loudly) versus what it retries.
-func TestPermanentPublishErrors(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{kafka.MessageTooLargeError{}, true},
-		{kafka.TopicAuthorizationFailed, true},
-		{kafka.InvalidTopic, true},
-		{kafka.WriteErrors{nil, kafka.MessageSizeTooLarge}, true},
-		{kafka.NotEnoughReplicas, false},
-		{kafka.LeaderNotAvailable, false},
-		{kafka.WriteErrors{kafka.NotLeaderForPartition, nil}, false},
-		{errors.New("dial tcp 127.0.0.1:9: connection refused"), false},
-		{context.DeadlineExceeded, false},
-	} {
-		if got := permanent(c.err); got != c.want {
-			t.Errorf("permanent(%v) = %v, want %v", c.err, got, c.want)
-		}
-	}
-}
-
 // txnProducer is a kgo client with a transactional id (an exactly-once
 // producer such as Flink's or Kafka Streams').
 func txnProducer(t *testing.T, addr, id string) *kgo.Client {

@@ -11,12 +11,12 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // checkOnGrid fails unless r's probabilities are n_i/Q for integers n_i ≥ 0
 // summing to exactly Q = params.grid = mechanism.ReleaseGrid(len(bins)).
-func checkOnGrid(t *testing.T, r pipeline.Release) {
+func checkOnGrid(t *testing.T, r release.Release) {
 	t.Helper()
 	q := mechanism.ReleaseGrid(len(r.Bins))
 	if r.Params.Grid != q {
@@ -75,7 +75,7 @@ func TestEndToEndReleasesOnGrid(t *testing.T) {
 		e2e.CheckSimplex(t, r, r.Bins)
 		checkOnGrid(t, r)
 	}
-	if kinds["dirichlet"] != 2*(len(e2e.Groups)+1) || kinds[pipeline.MechanismSimplexAverage] != 2 {
+	if kinds["dirichlet"] != 2*(len(e2e.Groups)+1) || kinds[release.MechanismSimplexAverage] != 2 {
 		t.Errorf("releases by mechanism %v", kinds)
 	}
 	run.Stop(t)

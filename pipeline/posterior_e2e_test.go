@@ -10,8 +10,8 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/release"
 )
 
 // The stage with privacy.mechanism: laplace-posterior, end to end over the
@@ -20,7 +20,7 @@ import (
 // checkPosteriorRelease checks the structure every laplace-posterior release
 // must have: posterior_alpha over the declared bins, every entry ≥ the
 // prior > 0 and the prior plus a whole number, probabilities = α̃/Σα̃.
-func checkPosteriorRelease(t *testing.T, r pipeline.Release, bins []string, prior float64) {
+func checkPosteriorRelease(t *testing.T, r release.Release, bins []string, prior float64) {
 	t.Helper()
 	e2e.CheckSimplex(t, r, bins)
 	if r.Mechanism != "laplace-posterior" || r.Calibration != "" {

@@ -7,7 +7,7 @@
 //
 // Data flows one way: source (this package, kafka-go) → decode
 // (decode) → bound and aggregate (aggregate) → charge (budget, with
-// the durable ledger) → mechanism (mechanism) → sink (this package).
+// the durable ledger) → mechanism (mechanism) → sink (sink).
 //
 // # Which events count: the arrival watermark
 //
@@ -95,7 +95,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,6 +111,8 @@ import (
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/sink"
 	"github.com/dpstage/stage/window"
 )
 
@@ -125,7 +126,7 @@ type Options struct {
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
 	// Printer, when set, renders every release for humans.
-	Printer *Printer
+	Printer *release.Printer
 	// OnRelease, when set, is called after each unit is published (tests,
 	// metrics, the HTTP API) with the time from the watermark passing the
 	// window's end to the broker's acknowledgement (0 for republished units).
@@ -151,10 +152,10 @@ type Stage struct {
 	transport *kafka.Transport
 	plan      *plan.Plan
 	ledger    *ledger.Ledger
-	sink      *sink
-	dlq       *sink // nil without kafka.dead_letter_topic
+	sink      *sink.Sink
+	dlq       *sink.Sink // nil without kafka.dead_letter_topic
 	stats     *Stats
-	printer   *Printer
+	printer   *release.Printer
 	onRel     func(*ledger.Unit, time.Duration)
 	drain     time.Duration
 	now       func() time.Time
@@ -167,6 +168,9 @@ type Stage struct {
 	latenessMs  int64
 	maxFutureMs int64           // events.max_future
 	rng         *mechanism.Rand // used only by the releaser goroutine of the current session
+	// rel draws, charges and records closed windows (release.Releaser);
+	// set by Run once the ledger is open, used by the releaser goroutine.
+	rel *release.Releaser
 
 	ready readiness
 
@@ -185,35 +189,6 @@ type Stage struct {
 	// to, its whole period's total there (budget.Book). Set by Run once the
 	// ledger is open; nil before.
 	book atomic.Pointer[budget.Book]
-}
-
-// ledgerStore restores a budget period's spend from the ledger for the
-// book: the RDP curve recorded with the last RDP unit, and the sums of the
-// (ε, δ) charges.
-type ledgerStore struct{ l *ledger.Ledger }
-
-func (st ledgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
-	var sp budget.Spend
-	c, okC, err := st.l.Spent(p)
-	if err != nil {
-		return sp, false, err
-	}
-	if okC && len(c.Orders) > 0 {
-		if sp.RDP, err = budget.NewCurve(c.Orders, c.Epsilons); err != nil {
-			return sp, false, fmt.Errorf("recorded rdp spend of period %s: %w", rfc3339(p), err)
-		}
-	}
-	a, okA, err := st.l.ApproxSpent(p)
-	if err != nil {
-		return sp, false, err
-	}
-	sp.ApproxEpsilon, sp.ApproxDelta, sp.ApproxReleases = a.Epsilon, a.Delta, a.Releases
-	lim, okL, err := st.l.PeriodLimit(p)
-	if err != nil {
-		return sp, false, err
-	}
-	sp.LimitEpsilon, sp.LimitDelta = lim.Epsilon, lim.Delta
-	return sp, okC || okA || okL, nil
 }
 
 // New validates opts, derives the privacy plan and opens the ledger.
@@ -270,31 +245,18 @@ func New(opts Options) (*Stage, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.sink = &sink{
-		w:          newWriter(brokers, cfg.Kafka.OutputTopic, opts.Transport),
-		log:        opts.Log,
-		maxBackoff: 5 * time.Second,
-		onRetry:    func() { s.stats.PublishRetries.Add(1) },
-	}
+	onRetry := func() { s.stats.PublishRetries.Add(1) }
+	s.sink = sink.New(sink.Options{Brokers: brokers, Topic: cfg.Kafka.OutputTopic, Transport: opts.Transport, Log: opts.Log, OnRetry: onRetry})
 	if cfg.Kafka.DeadLetterTopic != "" {
-		s.dlq = &sink{
-			w:          newWriter(brokers, cfg.Kafka.DeadLetterTopic, opts.Transport),
-			log:        opts.Log,
-			maxBackoff: 5 * time.Second,
-			onRetry:    func() { s.stats.PublishRetries.Add(1) },
-		}
-		s.dlq.w.Balancer = &kafka.RoundRobin{}
+		s.dlq = sink.New(sink.Options{Brokers: brokers, Topic: cfg.Kafka.DeadLetterTopic, Transport: opts.Transport, Log: opts.Log,
+			OnRetry: onRetry, RoundRobin: true})
 	}
 	return s, nil
 }
 
 // DropReasonHeader is the header carrying the drop reason on messages
 // forwarded to the dead-letter topic.
-const DropReasonHeader = "dp-stage-drop-reason"
-
-// maxDeadLetterValue is the largest value forwarded to the dead-letter topic
-// whole; longer ones are cut (with a dp-stage-original-size header).
-const maxDeadLetterValue = 64 << 10
+const DropReasonHeader = sink.DropReasonHeader
 
 // deadLetter forwards a malformed message to the dead-letter topic with its
 // reason, retrying until acknowledged (the partition waits: nothing is lost,
@@ -303,19 +265,7 @@ func (s *Stage) deadLetter(ctx context.Context, m kafka.Message, reason decode.R
 	if s.dlq == nil {
 		return nil
 	}
-	value := m.Value
-	headers := []kafka.Header{
-		{Key: DropReasonHeader, Value: []byte(reason.String())},
-		{Key: "dp-stage-source", Value: []byte(fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset))},
-	}
-	if len(value) > maxDeadLetterValue {
-		// An oversized event would be refused by the writer (1 MiB default
-		// batch limit) and block its partition: forward its head only; the
-		// source header says where the whole message is.
-		headers = append(headers, kafka.Header{Key: "dp-stage-original-size", Value: []byte(strconv.Itoa(len(value)))})
-		value = value[:maxDeadLetterValue]
-	}
-	err := s.dlq.publish(ctx, []kafka.Message{{Key: m.Key, Value: value, Headers: headers}})
+	err := s.dlq.DeadLetter(ctx, m, reason)
 	if err != nil && ctx.Err() == nil {
 		// Refused for good (the dead-letter topic missing, no permission):
 		// stop loudly rather than drop the event or stall the partition.
@@ -349,7 +299,7 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 			}
 		}
 	}()
-	defer s.sink.w.Close()
+	defer s.sink.Close()
 	led, err := s.openLedger(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -359,11 +309,15 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	}
 	s.ledger = led
 	defer led.Close()
-	book, err := budget.NewBook(s.plan.Orders, s.plan.Epsilon, s.plan.Delta, ledgerStore{led})
+	book, err := release.NewBook(s.plan, led)
 	if err != nil {
 		return fmt.Errorf("pipeline: budget book: %w", err)
 	}
 	s.book.Store(book)
+	if s.rel, err = release.New(release.Options{Config: s.cfg, Plan: s.plan, Ledger: led, Book: book, Rand: s.rng,
+		Log: s.log, Printer: s.printer, Now: s.now, OnExhausted: func() { s.stats.Exhausted.Add(1) }}); err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
 	if err := s.checkContinuity(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -391,7 +345,7 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	}
 	s.ready.stateLoaded.Store(true)
 	if s.dlq != nil {
-		defer s.dlq.w.Close()
+		defer s.dlq.Close()
 	}
 
 	// Anything recorded but not acknowledged before the last stop goes out
@@ -1151,7 +1105,7 @@ const maxPublishBatch = 256
 // looks healthy but releases nothing is worse than one that restarts.
 func (s *Stage) releaseFailed(soft, gctx context.Context, w int64, err error) {
 	if soft.Err() == nil && gctx.Err() == nil {
-		s.fail(fmt.Errorf("release up to window %s failed: %w", rfc3339(w), err))
+		s.fail(fmt.Errorf("release up to window %s failed: %w", release.RFC3339(w), err))
 	}
 }
 
@@ -1179,316 +1133,16 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("close window %s: %w", rfc3339(w), err)
+		return nil, fmt.Errorf("close window %s: %w", release.RFC3339(w), err)
 	}
 	defer counts.Release()
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
 		s.stats.DropN(decode.ReasonBoundDisplaced, d)
 	}
-	// A window is recorded whole, in one ledger transaction (all its
-	// histograms' units and their charges) or not at all; if any unit of
-	// it is recorded, the window is complete: publish what is unpublished.
-	var pending []*ledger.Unit
-	recorded := false
-	for _, hist := range s.cfg.Histograms {
-		u, ok, err := s.ledger.Lookup(hist.Name, w)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			recorded = true
-			if !u.Published {
-				pending = append(pending, u)
-			}
-		}
-	}
-	if recorded {
-		return pending, nil
-	}
-	period := s.periodOf(w)
-	s.book.Load().Forget(period)
-	var units []*ledger.Unit
-	var charges []budget.Charge // of the released units, in order
-	for h, hist := range s.cfg.Histograms {
-		u := s.newUnit(hist.Name, w)
-		var c budget.Charge
-		var err error
-		if hist.IsAverage() {
-			c, err = s.averageUnit(u, h, avgs, charges)
-		} else {
-			c, err = s.countUnit(u, h, counts, charges)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if u.Status == ledger.StatusReleased {
-			charges = append(charges, c)
-		}
-		units = append(units, u)
-	}
-	if err := s.recordWindow(units, charges); err != nil {
-		return nil, err
-	}
-	return units, nil
+	return s.rel.Record(w, counts, avgs)
 }
 
 func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }
-
-func toLedgerCurve(c budget.Curve) ledger.Curve {
-	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
-}
-
-// newUnit is a new, empty unit of histogram for window w.
-func (s *Stage) newUnit(histogram string, w int64) *ledger.Unit {
-	return &ledger.Unit{
-		Histogram:   histogram,
-		WindowStart: w,
-		WindowEnd:   w + s.sizeMs,
-		Period:      s.periodOf(w),
-		Limit:       &ledger.Limit{Epsilon: s.plan.Epsilon, Delta: s.plan.Delta},
-		RecordedAt:  s.now().UTC(),
-	}
-}
-
-// charge checks the charge c of unit u against its whole period in the
-// book, after the window's charges accepted before it (pending). It returns
-// the period's total after the charge, or a refusal (errors.Is
-// budget.ErrBudgetExceeded) that the caller turns into budget_exhausted.
-func (s *Stage) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (budget.Total, error) {
-	return s.book.Load().Check(u.Period, c, pending...)
-}
-
-// recordWindow records the units of one window durably in one ledger
-// transaction with their period's new spend (the first step of the
-// write-ahead order: record and charge → publish → mark published), then
-// adds the charges to the book. The ledger is the source of truth after a
-// crash.
-func (s *Stage) recordWindow(units []*ledger.Unit, charges []budget.Charge) error {
-	book := s.book.Load()
-	p := units[0].Period
-	var spentAfter ledger.Curve
-	if len(charges) > 0 {
-		after, err := book.After(p, charges...)
-		if err != nil {
-			return err
-		}
-		for _, c := range charges {
-			if c.RDP.Len() > 0 {
-				spentAfter = toLedgerCurve(after.RDP)
-				break
-			}
-		}
-	}
-	if err := s.ledger.RecordWindow(units, spentAfter); err != nil {
-		return err
-	}
-	for _, c := range charges {
-		if _, err := book.Commit(p, c); err != nil {
-			return fmt.Errorf("budget book disagrees with ledger (recorded window %s): %w", rfc3339(units[0].WindowStart), err)
-		}
-	}
-	for _, u := range units {
-		if u.Status == ledger.StatusBudgetExhausted {
-			s.stats.Exhausted.Add(1)
-		}
-	}
-	return nil
-}
-
-// countUnit fills u with the releases of count histogram h for its window
-// — one draw per declared group — when the book accepts its charge after
-// the window's pending ones, or with a budget_exhausted status otherwise,
-// and returns the charge (zero when refused). Nothing is recorded yet
-// (closeAndRecord records the whole window).
-func (s *Stage) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts, pending []budget.Charge) (budget.Charge, error) {
-	hist := s.cfg.Histograms[h]
-	w := u.WindowStart
-	cp := s.plan.Count
-	period := u.Period
-	c := budget.Charge{RDP: cp.Charge}
-	total, err := s.charge(u, c, pending)
-	if err != nil {
-		if !errors.Is(err, budget.ErrBudgetExceeded) {
-			return budget.Charge{}, err
-		}
-		return budget.Charge{}, s.exhausted(u, err, pending)
-	}
-	order := cp.Mechanism.Spec().Order
-	params := cp.Mechanism.Params()
-	groups := hist.GroupNames()
-	u.Status = ledger.StatusReleased
-	u.Charge = toLedgerCurve(cp.Charge)
-	buf := make([]float64, len(hist.Bins))
-	out := make([]float64, len(hist.Bins))
-	// A floating-point draw is released rounded by the mechanism itself
-	// (mechanism.Unrounded); say on which grid.
-	var grid int64
-	if _, ok := cp.Mechanism.(mechanism.Unrounded); ok {
-		grid = mechanism.ReleaseGrid(len(hist.Bins))
-	}
-	// laplace-posterior: the posterior parameters α̃ and their mean, from one
-	// draw (post-processing of the noisy counts; see Plan).
-	post, _ := cp.Mechanism.(mechanism.PosteriorReleaser)
-	var alpha []float64
-	if post != nil {
-		alpha = make([]float64, len(hist.Bins))
-	}
-	for g, group := range groups {
-		buf = counts.Counts(h, g, buf)
-		if post != nil {
-			err = post.ReleasePosterior(s.rng, buf, alpha)
-			if err == nil {
-				err = mechanism.PosteriorMean(alpha, out)
-			}
-		} else {
-			err = cp.Mechanism.Release(s.rng, buf, out)
-		}
-		if err != nil {
-			return budget.Charge{}, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, rfc3339(w), err)
-		}
-		rel := Release{
-			ReleaseID:      ReleaseID(hist.Name, group, w),
-			Histogram:      hist.Name,
-			Group:          group,
-			WindowStart:    rfc3339(w),
-			WindowEnd:      rfc3339(w + s.sizeMs),
-			Bins:           hist.Bins,
-			Probabilities:  out,
-			PosteriorAlpha: alpha,
-			Mechanism:      s.cfg.Privacy.Mechanism,
-			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
-			Privacy: Privacy{
-				Order:            order,
-				RDPEpsilon:       cp.Mechanism.RDP(order),
-				ChargeID:         ReleaseID(hist.Name, "", w),
-				ChargeRDPEpsilon: cp.Mechanism.RDP(order),
-				SpentEpsilon:     total.Epsilon,
-				BudgetEpsilon:    total.LimitEpsilon,
-				Delta:            total.LimitDelta,
-				PeriodStart:      rfc3339(period),
-				PeriodEnd:        rfc3339(period + s.periodMs),
-			},
-		}
-		if s.cfg.Privacy.Mechanism == string(mechanism.Dirichlet) {
-			rel.Calibration = s.cfg.Privacy.Calibration
-		}
-		v, err := json.Marshal(&rel)
-		if err != nil {
-			return budget.Charge{}, err
-		}
-		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
-	}
-	return c, nil
-}
-
-// exhausted fills u with the budget_exhausted status instead of a release
-// (why: the book's refusal after the window's pending charges).
-func (s *Stage) exhausted(u *ledger.Unit, why error, pending []budget.Charge) error {
-	u.Status = ledger.StatusBudgetExhausted
-	u.Approx = nil
-	st := Status{
-		Status:      string(ledger.StatusBudgetExhausted),
-		ReleaseID:   ReleaseID(u.Histogram, "", u.WindowStart),
-		Histogram:   u.Histogram,
-		WindowStart: rfc3339(u.WindowStart),
-		WindowEnd:   rfc3339(u.WindowEnd),
-		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
-	}
-	var total budget.Total
-	var err error
-	if len(pending) > 0 {
-		// The period's total with the window's accepted charges.
-		total, err = s.book.Load().Check(u.Period, pending[len(pending)-1], pending[:len(pending)-1]...)
-		if errors.Is(err, budget.ErrBudgetExceeded) {
-			err = nil
-		}
-	} else {
-		total, err = s.book.Load().Status(u.Period)
-	}
-	if err != nil {
-		return err
-	}
-	st.Privacy.SpentEpsilon = total.Epsilon
-	st.Privacy.BudgetEpsilon = total.LimitEpsilon
-	st.Privacy.Delta = total.LimitDelta
-	st.Privacy.PeriodStart = rfc3339(u.Period)
-	st.Privacy.PeriodEnd = rfc3339(u.Period + s.periodMs)
-	v, err := json.Marshal(&st)
-	if err != nil {
-		return err
-	}
-	u.Messages = []ledger.Message{{Key: []byte(u.Histogram), Value: v}}
-	s.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
-		zap.String("window_start", rfc3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
-		zap.Float64("budget_epsilon", total.LimitEpsilon), zap.Error(why))
-	if s.printer != nil {
-		s.printer.PrintStatus(&st)
-	}
-	return nil
-}
-
-// averageUnit is countUnit for the average histogram of config index h: one
-// draw of the simplex Dirichlet mechanism
-// from the window's padded average, charged (ε_r, δ_r) to the period's
-// (ε, δ) part (Plan).
-func (s *Stage) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindow, pending []budget.Charge) (budget.Charge, error) {
-	ap := s.plan.Average(h)
-	if ap == nil {
-		return budget.Charge{}, fmt.Errorf("histogram %d has no average plan", h)
-	}
-	hist := s.cfg.Histograms[h]
-	w := u.WindowStart
-	period := u.Period
-	c := budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
-	total, err := s.charge(u, c, pending)
-	if err != nil {
-		if !errors.Is(err, budget.ErrBudgetExceeded) {
-			return budget.Charge{}, err
-		}
-		return budget.Charge{}, s.exhausted(u, err, pending)
-	}
-	mean := aw.Mean(h, make([]float64, len(hist.Bins)))
-	out := make([]float64, len(hist.Bins))
-	if err := ap.Mechanism.Release(s.rng, mean, out); err != nil {
-		return budget.Charge{}, fmt.Errorf("release %s@%s: %w", hist.Name, rfc3339(w), err)
-	}
-	g := ap.Mechanism.Guarantee()
-	spec := ap.Mechanism.Spec()
-	rel := Release{
-		ReleaseID:     ReleaseID(hist.Name, config.ImplicitGroup, w),
-		Histogram:     hist.Name,
-		Group:         config.ImplicitGroup,
-		WindowStart:   rfc3339(w),
-		WindowEnd:     rfc3339(w + s.sizeMs),
-		Bins:          hist.Bins,
-		Probabilities: out,
-		Mechanism:     MechanismSimplexAverage,
-		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
-		Privacy: Privacy{
-			ChargeID:       ReleaseID(hist.Name, "", w),
-			ReleaseEpsilon: ap.Epsilon,
-			ReleaseDelta:   ap.Delta,
-			SpentEpsilon:   total.Epsilon,
-			BudgetEpsilon:  total.LimitEpsilon,
-			Delta:          total.LimitDelta,
-			PeriodStart:    rfc3339(period),
-			PeriodEnd:      rfc3339(period + s.periodMs),
-		},
-	}
-	v, err := json.Marshal(&rel)
-	if err != nil {
-		return budget.Charge{}, err
-	}
-	u.Status = ledger.StatusReleased
-	u.Approx = &ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
-	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
-	return c, nil
-}
-
-// MechanismSimplexAverage is the mechanism name in an average histogram's
-// releases: the simplex Dirichlet mechanism (003) on the padded average,
-// with the guarantee of mechanism/average.go.
-const MechanismSimplexAverage = "simplex-dirichlet"
 
 func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit, passedAt time.Time) error {
 	return s.publishUnits(ctx, []*ledger.Unit{u}, passedAt)
@@ -1497,16 +1151,12 @@ func (s *Stage) publishUnit(ctx context.Context, u *ledger.Unit, passedAt time.T
 // publishUnits publishes recorded units in one write (acknowledged by all
 // in-sync replicas), then marks them published in one transaction.
 func (s *Stage) publishUnits(ctx context.Context, units []*ledger.Unit, passedAt time.Time) error {
-	var msgs []kafka.Message
 	keys := make([][]byte, 0, len(units))
 	for _, u := range units {
-		for _, m := range u.Messages {
-			msgs = append(msgs, kafka.Message{Key: m.Key, Value: m.Value})
-		}
 		keys = append(keys, u.Key())
 	}
-	if err := s.sink.publish(ctx, msgs); err != nil {
-		return fmt.Errorf("publish %d units from %s@%s: %w", len(units), units[0].Histogram, rfc3339(units[0].WindowStart), err)
+	if err := s.sink.PublishUnits(ctx, units); err != nil {
+		return fmt.Errorf("publish %d units from %s@%s: %w", len(units), units[0].Histogram, release.RFC3339(units[0].WindowStart), err)
 	}
 	if err := s.ledger.MarkPublishedKeys(keys); err != nil {
 		return err
@@ -1514,7 +1164,7 @@ func (s *Stage) publishUnits(ctx context.Context, units []*ledger.Unit, passedAt
 	for _, u := range units {
 		s.published(u, passedAt)
 		if dir := s.cfg.Output.ArrowDir; dir != "" {
-			if err := writeArrow(dir, u); err != nil {
+			if err := release.WriteArrow(dir, u); err != nil {
 				// The release is out and recorded: a failed extra copy is
 				// logged, not retried (it holds nothing the topic lacks).
 				s.log.Error("arrow output failed", zap.Error(err))
@@ -1530,7 +1180,7 @@ func (s *Stage) published(u *ledger.Unit, passedAt time.Time) {
 		s.stats.Releases.Add(int64(len(u.Messages)))
 		if s.printer != nil {
 			for _, m := range u.Messages {
-				var r Release
+				var r release.Release
 				if json.Unmarshal(m.Value, &r) == nil {
 					s.printer.Print(&r)
 				}
@@ -1558,7 +1208,7 @@ func (s *Stage) republishPending(ctx context.Context) error {
 		return err
 	}
 	for _, u := range pending {
-		s.log.Info("republishing recorded release", zap.String("histogram", u.Histogram), zap.String("window_start", rfc3339(u.WindowStart)))
+		s.log.Info("republishing recorded release", zap.String("histogram", u.Histogram), zap.String("window_start", release.RFC3339(u.WindowStart)))
 		if err := s.publishUnit(ctx, u, time.Time{}); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/release"
 
 	"github.com/dpstage/stage/pipeline"
 )
@@ -113,7 +114,7 @@ func TestStandbyTakesOverArrival(t *testing.T) {
 	tr := e2e.ComputeTruthIn(evs, size, 1, 1, 0)
 	n := int(last.Sub(first)/size) + 1
 	out := h.ReadOutput(n*(len(e2e.Groups)+1), 60*time.Second, time.Second)
-	got := map[string]pipeline.Release{}
+	got := map[string]release.Release{}
 	for _, r := range out.Releases {
 		got[e2e.ReleaseKey(r)] = r
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // The crash tests run the real stage (this test binary re-executes itself as
@@ -289,7 +289,7 @@ func crashRecovery(t *testing.T, run crashRun) {
 	}
 
 	// Every (histogram, group, window) present, exactly the truth.
-	got := map[string]pipeline.Release{}
+	got := map[string]release.Release{}
 	for _, r := range out.Releases {
 		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
 		got[fmt.Sprintf("%s/%s/%d", r.Histogram, r.Group, ws.UnixMilli())] = r

@@ -23,6 +23,7 @@ import (
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/release"
 )
 
 // Run implements `stage run --config FILE`. SIGINT/SIGTERM stop consuming,
@@ -134,9 +135,9 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	if err != nil {
 		return err
 	}
-	var printer *pipeline.Printer
+	var printer *release.Printer
 	if print {
-		printer = pipeline.NewPrinter(stdout)
+		printer = release.NewPrinter(stdout)
 	}
 	st, err := pipeline.New(pipeline.Options{
 		Config:    cfg,

@@ -20,6 +20,7 @@ import (
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // Base is the first window of the harness configs (window.start).
@@ -312,8 +313,8 @@ func StartStage(t *testing.T, r *Running, opts pipeline.Options, before ...func(
 
 // Output is the decoded output topic.
 type Output struct {
-	Releases []pipeline.Release
-	Statuses []pipeline.Status
+	Releases []release.Release
+	Statuses []release.Status
 	Raw      map[string][]string // release_id → raw values (copies)
 }
 
@@ -380,12 +381,12 @@ func readOutput(t testing.TB, addr, topic string, want int, timeout, settle time
 			continue
 		}
 		if probe.Status != "" {
-			var s pipeline.Status
+			var s release.Status
 			_ = json.Unmarshal(m.Value, &s)
 			out.Statuses = append(out.Statuses, s)
 			continue
 		}
-		var rel pipeline.Release
+		var rel release.Release
 		if err := json.Unmarshal(m.Value, &rel); err != nil {
 			t.Fatalf("release: %v", err)
 		}
@@ -402,7 +403,7 @@ func Key(hist, group string, w time.Time) string {
 }
 
 // ReleaseKey is the Truth key of a release.
-func ReleaseKey(r pipeline.Release) string {
+func ReleaseKey(r release.Release) string {
 	ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
 	return Key(r.Histogram, r.Group, ws)
 }
@@ -543,7 +544,7 @@ func Flush(at time.Time) kafka.Message {
 
 // CheckSimplex checks that r has the declared bins in order and lies on
 // the simplex.
-func CheckSimplex(t testing.TB, r pipeline.Release, bins []string) {
+func CheckSimplex(t testing.TB, r release.Release, bins []string) {
 	t.Helper()
 	if strings.Join(r.Bins, ",") != strings.Join(bins, ",") {
 		t.Errorf("%s/%s: bins %v, want declared order %v", r.Histogram, r.Group, r.Bins, bins)
@@ -562,7 +563,7 @@ func CheckSimplex(t testing.TB, r pipeline.Release, bins []string) {
 
 // CheckExact asserts that a near-noiseless release equals the true bounded
 // shares (uniform for a group without events).
-func CheckExact(t testing.TB, k string, r pipeline.Release, counts []float64) {
+func CheckExact(t testing.TB, k string, r release.Release, counts []float64) {
 	t.Helper()
 	n := 0.0
 	for _, c := range counts {

@@ -20,7 +20,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/internal/httpapi"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // chromium returns the headless browser to use: $CHROMIUM, else Debian's
@@ -118,9 +118,9 @@ func TestBrowserDashboard(t *testing.T) {
 	})
 
 	dom := string(runChromium(t, bin, e.url, "--dump-dom"))
-	releases := map[string]pipeline.Release{}
+	releases := map[string]release.Release{}
 	_, _, body := e.get("/api/releases?limit=1000", "")
-	var all []pipeline.Release
+	var all []release.Release
 	e2e.DecodeJSON(t, body, &all)
 	for _, r := range all {
 		releases[r.ReleaseID] = r

@@ -17,6 +17,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -195,7 +196,7 @@ dpstage_budget_charges_per_period 120
 		checkKeys(t, "/api/releases item", m, releaseSchema)
 	}
 	// The budget the API reports is the one the newest release carries.
-	var newest pipeline.Release
+	var newest release.Release
 	e2e.DecodeJSON(t, api[0], &newest)
 	code, _, body = e.get("/api/budget", "")
 	var bv httpapi.BudgetView
@@ -213,11 +214,11 @@ dpstage_budget_charges_per_period 120
 		query string
 		code  int
 		n     int
-		check func(pipeline.Release) bool
+		check func(release.Release) bool
 	}{
-		{"histogram=pages", 200, 2, func(r pipeline.Release) bool { return r.Histogram == "pages" }},
-		{"histogram=pages&group=DE", 200, 1, func(r pipeline.Release) bool { return r.Group == "DE" }},
-		{"group=*", 200, 1, func(r pipeline.Release) bool { return r.Histogram == "devices" }},
+		{"histogram=pages", 200, 2, func(r release.Release) bool { return r.Histogram == "pages" }},
+		{"histogram=pages&group=DE", 200, 1, func(r release.Release) bool { return r.Group == "DE" }},
+		{"group=*", 200, 1, func(r release.Release) bool { return r.Histogram == "devices" }},
 		{"limit=1", 200, 1, nil},
 		{"histogram=nope", 404, 0, nil},
 		{"histogram=devices&group=US", 404, 0, nil},
@@ -232,7 +233,7 @@ dpstage_budget_charges_per_period 120
 		if code != 200 {
 			continue
 		}
-		var rs []pipeline.Release
+		var rs []release.Release
 		e2e.DecodeJSON(t, body, &rs)
 		if len(rs) != tc.n {
 			t.Errorf("?%s: %d releases, want %d", tc.query, len(rs), tc.n)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 // jsonKeys lists the key paths of the JSON encoding of type t (a.b for
@@ -57,7 +57,7 @@ func schemaOf(v any) map[string]bool {
 
 var (
 	// releaseSchema: a release or a status message, as the topic carries them.
-	releaseSchema = union(schemaOf(pipeline.Release{}), schemaOf(pipeline.Status{}))
+	releaseSchema = union(schemaOf(release.Release{}), schemaOf(release.Status{}))
 	budgetSchema  = map[string]bool{"budget_epsilon": true, "delta": true, "period_seconds": true, "periods": true,
 		"periods[].period_start": true, "periods[].period_end": true, "periods[].spent_epsilon": true,
 		"periods[].budget_epsilon": true, "periods[].remaining_epsilon": true, "periods[].delta": true}

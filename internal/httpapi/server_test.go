@@ -14,7 +14,7 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/httpapi"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/release"
 )
 
 func testConfig(t *testing.T, extra string, env map[string]string) *config.Config {
@@ -145,9 +145,9 @@ func TestPageIsSelfContained(t *testing.T) {
 	}
 }
 
-func release(hist, group string, window int, p0 float64) []byte {
-	r := pipeline.Release{
-		ReleaseID: pipeline.ReleaseID(hist, group, int64(window)*60000), Histogram: hist, Group: group,
+func releaseMsg(hist, group string, window int, p0 float64) []byte {
+	r := release.Release{
+		ReleaseID: release.ReleaseID(hist, group, int64(window)*60000), Histogram: hist, Group: group,
 		WindowStart: fmt.Sprintf("2026-01-01T00:%02d:00Z", window), WindowEnd: fmt.Sprintf("2026-01-01T00:%02d:00Z", window+1),
 		Bins: []string{"home", "other"}, Probabilities: []float64{p0, 1 - p0}, Mechanism: "dirichlet",
 	}
@@ -159,13 +159,13 @@ func TestStore(t *testing.T) {
 	s := httpapi.NewStore(3)
 	for w := range 5 {
 		s.Observe(&ledger.Unit{Messages: []ledger.Message{
-			{Value: release("pages", "US", w, 0.5)}, {Value: release("pages", "DE", w, 0.5)},
+			{Value: releaseMsg("pages", "US", w, 0.5)}, {Value: releaseMsg("pages", "DE", w, 0.5)},
 		}})
 	}
 	// Out of order, and a republished copy (same release id) replacing its original.
-	s.Add(release("pages", "US", 2, 0.9))
+	s.Add(releaseMsg("pages", "US", 2, 0.9))
 	s.Add([]byte(`{"not":"a release"}`))
-	st := pipeline.Status{Status: "budget_exhausted", ReleaseID: pipeline.ReleaseID("pages", "", 5*60000), Histogram: "pages",
+	st := release.Status{Status: "budget_exhausted", ReleaseID: release.ReleaseID("pages", "", 5*60000), Histogram: "pages",
 		WindowStart: "2026-01-01T00:05:00Z", WindowEnd: "2026-01-01T00:06:00Z"}
 	sb, _ := json.Marshal(&st)
 	s.Add(sb)
@@ -174,7 +174,7 @@ func TestStore(t *testing.T) {
 	if len(all) != 7 { // 3 per group + the status
 		t.Fatalf("%d messages, want 7", len(all))
 	}
-	var first pipeline.Status
+	var first release.Status
 	e2e.DecodeJSON(t, all[0], &first)
 	if first.Status != "budget_exhausted" {
 		t.Errorf("newest is %s, want the status", all[0])
@@ -182,7 +182,7 @@ func TestStore(t *testing.T) {
 	us, _ := s.Query("pages", "US", 100)
 	var windows []string
 	for _, m := range us {
-		var r pipeline.Release
+		var r release.Release
 		e2e.DecodeJSON(t, m, &r)
 		if r.Group == "" {
 			continue // the status message
@@ -198,7 +198,7 @@ func TestStore(t *testing.T) {
 	if lim, _ := s.Query("", "", 2); len(lim) != 2 {
 		t.Errorf("limit 2 gave %d", len(lim))
 	}
-	s.Add(release("pages", "DE", 9, 0.1))
+	s.Add(releaseMsg("pages", "DE", 9, 0.1))
 	if v2 := s.Version(); v2 <= v1 {
 		t.Errorf("version did not move: %d → %d", v1, v2)
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package release
 
 import (
 	"crypto/sha256"
@@ -137,6 +137,8 @@ func ReleaseID(histogram, group string, windowStartMs int64) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-func rfc3339(ms int64) string {
+// RFC3339 formats a Unix-ms time as the messages do (UTC, RFC 3339 with
+// the fractional seconds it has).
+func RFC3339(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
 }

@@ -1,4 +1,4 @@
-package pipeline
+package release
 
 import (
 	"encoding/json"
@@ -29,11 +29,11 @@ var ReleaseSchema = arrow.NewSchema([]arrow.Field{
 	{Name: "probability", Type: arrow.PrimitiveTypes.Float64},
 }, nil)
 
-// writeArrow writes the releases of a published unit as an Arrow IPC file
+// WriteArrow writes the releases of a published unit as an Arrow IPC file
 // <dir>/<histogram>/<window_start>.arrow (written to a temporary name, then
 // renamed, so a reader never sees half a file). Status units (nothing
 // released) write nothing. It is post-processing of published values.
-func writeArrow(dir string, u *ledger.Unit) error {
+func WriteArrow(dir string, u *ledger.Unit) error {
 	if u.Status != ledger.StatusReleased {
 		return nil
 	}

@@ -1,0 +1,425 @@
+package release
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/mechanism"
+	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/window"
+)
+
+// Options configure a Releaser.
+type Options struct {
+	Config *config.Config
+	Plan   *plan.Plan
+	Ledger *ledger.Ledger
+	// Book is the budget book every charge is checked against and added to
+	// (restored from Ledger: NewBook).
+	Book *budget.Book
+	// Rand is the noise source (mechanism.NewRand in production).
+	Rand *mechanism.Rand
+	Log  *zap.Logger
+	// Printer, when set, shows budget_exhausted statuses as they are
+	// recorded.
+	Printer *Printer
+	// Now is the wall clock (RecordedAt). Default time.Now.
+	Now func() time.Time
+	// OnExhausted, when set, is called for every budget_exhausted unit
+	// recorded (metrics).
+	OnExhausted func()
+}
+
+// Releaser draws, charges and records the units of closed windows. It is
+// used by one goroutine at a time (the stage's releaser).
+type Releaser struct {
+	cfg      *config.Config
+	plan     *plan.Plan
+	ledger   *ledger.Ledger
+	book     *budget.Book
+	rng      *mechanism.Rand
+	log      *zap.Logger
+	printer  *Printer
+	now      func() time.Time
+	onExh    func()
+	sizeMs   int64
+	periodMs int64
+}
+
+// New returns a Releaser.
+func New(opts Options) (*Releaser, error) {
+	if opts.Config == nil || opts.Plan == nil || opts.Ledger == nil || opts.Book == nil || opts.Rand == nil {
+		return nil, errors.New("release: config, plan, ledger, book and rand are required")
+	}
+	r := &Releaser{
+		cfg: opts.Config, plan: opts.Plan, ledger: opts.Ledger, book: opts.Book, rng: opts.Rand,
+		log: opts.Log, printer: opts.Printer, now: opts.Now, onExh: opts.OnExhausted,
+		sizeMs:   opts.Config.Window.Size.D().Milliseconds(),
+		periodMs: opts.Config.Privacy.Budget.Period.D().Milliseconds(),
+	}
+	if r.log == nil {
+		r.log = zap.NewNop()
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	return r, nil
+}
+
+// NewBook returns the budget book of p, restored from the ledger l.
+func NewBook(p *plan.Plan, l *ledger.Ledger) (*budget.Book, error) {
+	return budget.NewBook(p.Orders, p.Epsilon, p.Delta, LedgerStore{l})
+}
+
+// Book is the budget book the Releaser charges.
+func (r *Releaser) Book() *budget.Book { return r.book }
+
+// PeriodOf is the start of the budget period of window w.
+func (r *Releaser) PeriodOf(w int64) int64 { return window.Start(w, r.periodMs) }
+
+func toLedgerCurve(c budget.Curve) ledger.Curve {
+	return ledger.Curve{Orders: c.Orders(), Epsilons: c.Epsilons()}
+}
+
+// LedgerStore restores a budget period's spend from the ledger for the
+// book: the RDP curve recorded with the last RDP unit, and the sums of the
+// (ε, δ) charges.
+type LedgerStore struct{ L *ledger.Ledger }
+
+func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
+	var sp budget.Spend
+	c, okC, err := st.L.Spent(p)
+	if err != nil {
+		return sp, false, err
+	}
+	if okC && len(c.Orders) > 0 {
+		if sp.RDP, err = budget.NewCurve(c.Orders, c.Epsilons); err != nil {
+			return sp, false, fmt.Errorf("recorded rdp spend of period %s: %w", RFC3339(p), err)
+		}
+	}
+	a, okA, err := st.L.ApproxSpent(p)
+	if err != nil {
+		return sp, false, err
+	}
+	sp.ApproxEpsilon, sp.ApproxDelta, sp.ApproxReleases = a.Epsilon, a.Delta, a.Releases
+	lim, okL, err := st.L.PeriodLimit(p)
+	if err != nil {
+		return sp, false, err
+	}
+	sp.LimitEpsilon, sp.LimitDelta = lim.Epsilon, lim.Delta
+	return sp, okC || okA || okL, nil
+}
+
+// Record records every histogram's unit of window w — values drawn from
+// the window's counts (nil averages without average histograms) and
+// charged to w's budget period in the book — durably, in one ledger
+// transaction, or finds the window already recorded. It returns the units
+// still to publish: all of a window recorded now, the unpublished ones of
+// a window recorded before (with their recorded values, never redrawn).
+func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggregate.AverageWindow) ([]*ledger.Unit, error) {
+	// A window is recorded whole, in one ledger transaction (all its
+	// histograms' units and their charges) or not at all; if any unit of
+	// it is recorded, the window is complete: publish what is unpublished.
+	var pending []*ledger.Unit
+	recorded := false
+	for _, hist := range r.cfg.Histograms {
+		u, ok, err := r.ledger.Lookup(hist.Name, w)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			recorded = true
+			if !u.Published {
+				pending = append(pending, u)
+			}
+		}
+	}
+	if recorded {
+		return pending, nil
+	}
+	period := r.PeriodOf(w)
+	r.book.Forget(period)
+	var units []*ledger.Unit
+	var charges []budget.Charge // of the released units, in order
+	for h, hist := range r.cfg.Histograms {
+		u := r.newUnit(hist.Name, w)
+		var c budget.Charge
+		var err error
+		if hist.IsAverage() {
+			c, err = r.averageUnit(u, h, avgs, charges)
+		} else {
+			c, err = r.countUnit(u, h, counts, charges)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if u.Status == ledger.StatusReleased {
+			charges = append(charges, c)
+		}
+		units = append(units, u)
+	}
+	if err := r.recordWindow(units, charges); err != nil {
+		return nil, err
+	}
+	return units, nil
+}
+
+// newUnit is a new, empty unit of histogram for window w.
+func (r *Releaser) newUnit(histogram string, w int64) *ledger.Unit {
+	return &ledger.Unit{
+		Histogram:   histogram,
+		WindowStart: w,
+		WindowEnd:   w + r.sizeMs,
+		Period:      r.PeriodOf(w),
+		Limit:       &ledger.Limit{Epsilon: r.plan.Epsilon, Delta: r.plan.Delta},
+		RecordedAt:  r.now().UTC(),
+	}
+}
+
+// charge checks the charge c of unit u against its whole period in the
+// book, after the window's charges accepted before it (pending). It returns
+// the period's total after the charge, or a refusal (errors.Is
+// budget.ErrBudgetExceeded) that the caller turns into budget_exhausted.
+func (r *Releaser) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (budget.Total, error) {
+	return r.book.Check(u.Period, c, pending...)
+}
+
+// recordWindow records the units of one window durably in one ledger
+// transaction with their period's new spend (the first step of the
+// write-ahead order: record and charge → publish → mark published), then
+// adds the charges to the book. The ledger is the source of truth after a
+// crash.
+func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge) error {
+	book := r.book
+	p := units[0].Period
+	var spentAfter ledger.Curve
+	if len(charges) > 0 {
+		after, err := book.After(p, charges...)
+		if err != nil {
+			return err
+		}
+		for _, c := range charges {
+			if c.RDP.Len() > 0 {
+				spentAfter = toLedgerCurve(after.RDP)
+				break
+			}
+		}
+	}
+	if err := r.ledger.RecordWindow(units, spentAfter); err != nil {
+		return err
+	}
+	for _, c := range charges {
+		if _, err := book.Commit(p, c); err != nil {
+			return fmt.Errorf("budget book disagrees with ledger (recorded window %s): %w", RFC3339(units[0].WindowStart), err)
+		}
+	}
+	for _, u := range units {
+		if u.Status == ledger.StatusBudgetExhausted && r.onExh != nil {
+			r.onExh()
+		}
+	}
+	return nil
+}
+
+// countUnit fills u with the releases of count histogram h for its window
+// — one draw per declared group — when the book accepts its charge after
+// the window's pending ones, or with a budget_exhausted status otherwise,
+// and returns the charge (zero when refused). Nothing is recorded yet
+// (Record records the whole window).
+func (r *Releaser) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts, pending []budget.Charge) (budget.Charge, error) {
+	hist := r.cfg.Histograms[h]
+	w := u.WindowStart
+	cp := r.plan.Count
+	period := u.Period
+	c := budget.Charge{RDP: cp.Charge}
+	total, err := r.charge(u, c, pending)
+	if err != nil {
+		if !errors.Is(err, budget.ErrBudgetExceeded) {
+			return budget.Charge{}, err
+		}
+		return budget.Charge{}, r.exhausted(u, err, pending)
+	}
+	order := cp.Mechanism.Spec().Order
+	params := cp.Mechanism.Params()
+	groups := hist.GroupNames()
+	u.Status = ledger.StatusReleased
+	u.Charge = toLedgerCurve(cp.Charge)
+	buf := make([]float64, len(hist.Bins))
+	out := make([]float64, len(hist.Bins))
+	// A floating-point draw is released rounded by the mechanism itself
+	// (mechanism.Unrounded); say on which grid.
+	var grid int64
+	if _, ok := cp.Mechanism.(mechanism.Unrounded); ok {
+		grid = mechanism.ReleaseGrid(len(hist.Bins))
+	}
+	// laplace-posterior: the posterior parameters α̃ and their mean, from one
+	// draw (post-processing of the noisy counts; see Plan).
+	post, _ := cp.Mechanism.(mechanism.PosteriorReleaser)
+	var alpha []float64
+	if post != nil {
+		alpha = make([]float64, len(hist.Bins))
+	}
+	for g, group := range groups {
+		buf = counts.Counts(h, g, buf)
+		if post != nil {
+			err = post.ReleasePosterior(r.rng, buf, alpha)
+			if err == nil {
+				err = mechanism.PosteriorMean(alpha, out)
+			}
+		} else {
+			err = cp.Mechanism.Release(r.rng, buf, out)
+		}
+		if err != nil {
+			return budget.Charge{}, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, RFC3339(w), err)
+		}
+		rel := Release{
+			ReleaseID:      ReleaseID(hist.Name, group, w),
+			Histogram:      hist.Name,
+			Group:          group,
+			WindowStart:    RFC3339(w),
+			WindowEnd:      RFC3339(w + r.sizeMs),
+			Bins:           hist.Bins,
+			Probabilities:  out,
+			PosteriorAlpha: alpha,
+			Mechanism:      r.cfg.Privacy.Mechanism,
+			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
+			Privacy: Privacy{
+				Order:            order,
+				RDPEpsilon:       cp.Mechanism.RDP(order),
+				ChargeID:         ReleaseID(hist.Name, "", w),
+				ChargeRDPEpsilon: cp.Mechanism.RDP(order),
+				SpentEpsilon:     total.Epsilon,
+				BudgetEpsilon:    total.LimitEpsilon,
+				Delta:            total.LimitDelta,
+				PeriodStart:      RFC3339(period),
+				PeriodEnd:        RFC3339(period + r.periodMs),
+			},
+		}
+		if r.cfg.Privacy.Mechanism == string(mechanism.Dirichlet) {
+			rel.Calibration = r.cfg.Privacy.Calibration
+		}
+		v, err := json.Marshal(&rel)
+		if err != nil {
+			return budget.Charge{}, err
+		}
+		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
+	}
+	return c, nil
+}
+
+// exhausted fills u with the budget_exhausted status instead of a release
+// (why: the book's refusal after the window's pending charges).
+func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge) error {
+	u.Status = ledger.StatusBudgetExhausted
+	u.Approx = nil
+	st := Status{
+		Status:      string(ledger.StatusBudgetExhausted),
+		ReleaseID:   ReleaseID(u.Histogram, "", u.WindowStart),
+		Histogram:   u.Histogram,
+		WindowStart: RFC3339(u.WindowStart),
+		WindowEnd:   RFC3339(u.WindowEnd),
+		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
+	}
+	var total budget.Total
+	var err error
+	if len(pending) > 0 {
+		// The period's total with the window's accepted charges.
+		total, err = r.book.Check(u.Period, pending[len(pending)-1], pending[:len(pending)-1]...)
+		if errors.Is(err, budget.ErrBudgetExceeded) {
+			err = nil
+		}
+	} else {
+		total, err = r.book.Status(u.Period)
+	}
+	if err != nil {
+		return err
+	}
+	st.Privacy.SpentEpsilon = total.Epsilon
+	st.Privacy.BudgetEpsilon = total.LimitEpsilon
+	st.Privacy.Delta = total.LimitDelta
+	st.Privacy.PeriodStart = RFC3339(u.Period)
+	st.Privacy.PeriodEnd = RFC3339(u.Period + r.periodMs)
+	v, err := json.Marshal(&st)
+	if err != nil {
+		return err
+	}
+	u.Messages = []ledger.Message{{Key: []byte(u.Histogram), Value: v}}
+	r.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
+		zap.String("window_start", RFC3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
+		zap.Float64("budget_epsilon", total.LimitEpsilon), zap.Error(why))
+	if r.printer != nil {
+		r.printer.PrintStatus(&st)
+	}
+	return nil
+}
+
+// averageUnit is countUnit for the average histogram of config index h: one
+// draw of the simplex Dirichlet mechanism
+// from the window's padded average, charged (ε_r, δ_r) to the period's
+// (ε, δ) part (Plan).
+func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindow, pending []budget.Charge) (budget.Charge, error) {
+	ap := r.plan.Average(h)
+	if ap == nil {
+		return budget.Charge{}, fmt.Errorf("histogram %d has no average plan", h)
+	}
+	hist := r.cfg.Histograms[h]
+	w := u.WindowStart
+	period := u.Period
+	c := budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
+	total, err := r.charge(u, c, pending)
+	if err != nil {
+		if !errors.Is(err, budget.ErrBudgetExceeded) {
+			return budget.Charge{}, err
+		}
+		return budget.Charge{}, r.exhausted(u, err, pending)
+	}
+	mean := aw.Mean(h, make([]float64, len(hist.Bins)))
+	out := make([]float64, len(hist.Bins))
+	if err := ap.Mechanism.Release(r.rng, mean, out); err != nil {
+		return budget.Charge{}, fmt.Errorf("release %s@%s: %w", hist.Name, RFC3339(w), err)
+	}
+	g := ap.Mechanism.Guarantee()
+	spec := ap.Mechanism.Spec()
+	rel := Release{
+		ReleaseID:     ReleaseID(hist.Name, config.ImplicitGroup, w),
+		Histogram:     hist.Name,
+		Group:         config.ImplicitGroup,
+		WindowStart:   RFC3339(w),
+		WindowEnd:     RFC3339(w + r.sizeMs),
+		Bins:          hist.Bins,
+		Probabilities: out,
+		Mechanism:     MechanismSimplexAverage,
+		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
+		Privacy: Privacy{
+			ChargeID:       ReleaseID(hist.Name, "", w),
+			ReleaseEpsilon: ap.Epsilon,
+			ReleaseDelta:   ap.Delta,
+			SpentEpsilon:   total.Epsilon,
+			BudgetEpsilon:  total.LimitEpsilon,
+			Delta:          total.LimitDelta,
+			PeriodStart:    RFC3339(period),
+			PeriodEnd:      RFC3339(period + r.periodMs),
+		},
+	}
+	v, err := json.Marshal(&rel)
+	if err != nil {
+		return budget.Charge{}, err
+	}
+	u.Status = ledger.StatusReleased
+	u.Approx = &ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
+	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
+	return c, nil
+}
+
+// MechanismSimplexAverage is the mechanism name in an average histogram's
+// releases: the simplex Dirichlet mechanism (003) on the padded average,
+// with the guarantee of mechanism/average.go.
+const MechanismSimplexAverage = "simplex-dirichlet"
