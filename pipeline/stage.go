@@ -113,6 +113,7 @@ import (
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/sink"
+	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )
 
@@ -498,7 +499,7 @@ type session struct {
 	topic    string
 	parts    []int
 	wm       *watermarks
-	trackers map[int]*offsetTracker
+	trackers map[int]*source.OffsetTracker
 	agg      *aggregate.Aggregator
 	avg      *aggregate.Averager // nil without average histograms
 
@@ -530,7 +531,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	sess := &session{
 		gen:      gen,
 		topic:    topic,
-		trackers: make(map[int]*offsetTracker, len(assigns)),
+		trackers: make(map[int]*source.OffsetTracker, len(assigns)),
 		agg:      agg,
 	}
 	if hs := AverageHists(s.cfg); len(hs) > 0 {
@@ -545,7 +546,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		if start < 0 {
 			start = -1
 		}
-		sess.trackers[a.ID] = newOffsetTracker(start)
+		sess.trackers[a.ID] = source.NewOffsetTracker(start)
 	}
 	sess.wm = newWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
 	// The first window of this session comes from the ledger only, never
@@ -634,9 +635,9 @@ func joinContexts(a, b context.Context) (context.Context, context.CancelFunc) {
 func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64) {
 	// A fetch loop on a kafka.Conn to the leader, not kafka-go's Reader
 	// (see connFetcher): same offsets, same order, less per-message cost.
-	r := newConnFetcher(s.dialer, s.brokers, sess.topic, p, offset)
-	r.now = s.now
-	r.onReset = func(from, to int64) {
+	r := source.NewFetcher(s.dialer, s.brokers, sess.topic, p, offset)
+	r.Now = s.now
+	r.OnReset = func(from, to int64) {
 		if to > from {
 			s.stats.RetentionSkipped.Add(to - from)
 		}
@@ -666,7 +667,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			loc.futureLimit = loc.wall + s.cfg.Events.MaxFuture.D().Milliseconds()
 		}
 	}
-	r.onCaughtUp = func(sent time.Time) {
+	r.OnCaughtUp = func(sent time.Time) {
 		// A fetch read to the high watermark: fetching works again, the
 		// partition is read to its end, and with watermark arrival its
 		// frontier advances by the wall clock (see watermarks).
@@ -678,7 +679,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		s.setLag(p, 0)
 		sess.wm.caughtUpAt(p, sent.UnixMilli())
 	}
-	r.onBehind = func(left int64) {
+	r.OnBehind = func(left int64) {
 		// A fetch read to its end below the high watermark: records are
 		// left, or held back by an open transaction (the last stable
 		// offset). The partition is not caught up, and not idle.
@@ -690,15 +691,15 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		s.setLag(p, left)
 		sess.wm.setUnread(p)
 	}
-	r.onSkipped = func(next int64) {
+	r.OnSkipped = func(next int64) {
 		// Offsets the fetcher passed over — commit and abort markers,
 		// records of aborted transactions — need nothing more: offsets
 		// may be committed past them.
-		tracker.processed(next - 1)
+		tracker.Processed(next - 1)
 	}
 	defer loc.flushStats(s.stats)
 	for {
-		m, err := r.fetch(ctx)
+		m, err := r.Fetch(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -709,7 +710,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 				sess.wm.setFailing(p, true)
 			}
 			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
-			if retry.Sleep(ctx, fetchRetryBackoff) != nil {
+			if retry.Sleep(ctx, source.FetchRetryBackoff) != nil {
 				return
 			}
 			continue
@@ -735,7 +736,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			// close windows before the records behind it are read. Without
 			// broker times a partition advances only when it is read to its
 			// end.
-			if r.brokerTime {
+			if r.BrokerTime() {
 				loc.observe(min(recMs, loc.wall), s.sizeMs)
 			} else if !loc.warnedCreateTime {
 				loc.warnedCreateTime = true
@@ -743,7 +744,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 					zap.String("topic", sess.topic), zap.Int("partition", p))
 			}
 			if caughtUp {
-				loc.caughtUp = r.sent.UnixMilli()
+				loc.caughtUp = r.Sent().UnixMilli()
 			}
 		}
 		reason := decode.ReasonNone
@@ -760,7 +761,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			if err := s.deadLetter(ctx, m, reason); err != nil {
 				return // ctx ended: the message is not marked processed
 			}
-			tracker.processed(m.Offset)
+			tracker.Processed(m.Offset)
 		}
 		if loc.urgent || caughtUp || loc.consumed-loc.published >= publishEvery {
 			loc.publish(sess.wm, p, s.stats, s.sizeMs)
@@ -896,7 +897,7 @@ func (l *partitionLocal) flushStats(st *Stats) {
 // (watermarks), so neither other users' timestamps nor consumer lag decide
 // it. With watermark event it also counts only while its window is open,
 // which the largest event times seen decide (the opt-in trust assumption).
-func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *offsetTracker, loc *partitionLocal) decode.Reason {
+func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *source.OffsetTracker, loc *partitionLocal) decode.Reason {
 	w := window.Start(ev.TimeMs, s.sizeMs)
 	if s.arrival {
 		if ev.TimeMs > recMs+s.maxFutureMs {
@@ -923,7 +924,7 @@ func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Eve
 	if sess.avg != nil {
 		ao = sess.avg.Add(w, ev)
 	}
-	tracker.counted(w, offset)
+	tracker.Counted(w, offset)
 	sess.closeMu.RUnlock()
 	if !s.arrival {
 		loc.observe(ev.TimeMs, s.sizeMs) // event time moves the watermark only in event mode
@@ -939,10 +940,10 @@ func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Eve
 }
 
 // late counts an event dropped as late and marks its offset processed.
-func (s *Stage) late(offset int64, tracker *offsetTracker) {
+func (s *Stage) late(offset int64, tracker *source.OffsetTracker) {
 	s.stats.Late.Add(1)
 	s.stats.Drop(decode.ReasonLate)
-	tracker.processed(offset)
+	tracker.Processed(offset)
 }
 
 func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *partitionLocal) {
@@ -974,7 +975,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	pc := newPartitionCounter(s.dialer, s.brokers, sess.topic)
+	pc := source.NewPartitionCounter(s.dialer, s.brokers, sess.topic)
 	defer pc.Close()
 	either, cancelEither := joinContexts(soft, gctx)
 	defer cancelEither()
@@ -1045,7 +1046,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 		}
 		if closedTo != math.MinInt64 {
 			for _, t := range sess.trackers {
-				t.released(closedTo)
+				t.Released(closedTo)
 			}
 			s.commit(sess)
 		}
@@ -1063,12 +1064,12 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 // visible within the lateness). While the topic has more partitions, or the
 // count cannot be had, windows are held; after a grace for kafka-go's own
 // watch the group is rejoined.
-func (s *Stage) allAssigned(ctx context.Context, sess *session, pc *partitionCounter, regroup func()) bool {
+func (s *Stage) allAssigned(ctx context.Context, sess *session, pc *source.PartitionCounter, regroup func()) bool {
 	now := s.now()
 	if now.Before(sess.recheckAt) {
 		return false
 	}
-	n, err := pc.count(ctx)
+	n, err := pc.Count(ctx)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -1221,7 +1222,7 @@ func (s *Stage) republishPending(ctx context.Context) error {
 func (s *Stage) commit(sess *session) {
 	offsets := make(map[int]int64)
 	for p, t := range sess.trackers {
-		if o, changed := t.commitPoint(); changed {
+		if o, changed := t.CommitPoint(); changed {
 			offsets[p] = o
 		}
 	}
@@ -1233,7 +1234,7 @@ func (s *Stage) commit(sess *session) {
 		return
 	}
 	for p, o := range offsets {
-		sess.trackers[p].markCommitted(o)
+		sess.trackers[p].MarkCommitted(o)
 	}
 	s.stats.Commits.Add(1)
 }

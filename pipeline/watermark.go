@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/dpstage/stage/source"
 )
 
 // watermarks tracks, per assigned partition, how far the partition has been
@@ -24,7 +26,7 @@ import (
 //     producers' clocks, batching and retries make such times run
 //     backwards, and one record ahead would close windows before the
 //     records behind it are read (the stage's caller decides, from the
-//     record batch's timestamp type: connFetcher.brokerTime);
+//     record batch's timestamp type: source.Fetcher.BrokerTime);
 //   - after a fetch sent at wall time T came back at the partition's high
 //     watermark: F_p ≥ T − lateness (a record appended before T − lateness
 //     is committed by T: replication and producer delays are assumed below
@@ -118,7 +120,7 @@ func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Du
 
 // defaultEndFresh allows a partition at its end one missed poll and one
 // retry back-off before it stops counting as read to its end.
-const defaultEndFresh = 2*fetchMaxWait + fetchRetryBackoff
+const defaultEndFresh = 2*source.FetchMaxWait + source.FetchRetryBackoff
 
 // observe records a time (record time or event time, by mode) from
 // partition p.

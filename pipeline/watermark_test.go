@@ -3,6 +3,8 @@ package pipeline
 import (
 	"testing"
 	"time"
+
+	"github.com/dpstage/stage/source"
 )
 
 // TestArrivalWatermark: with watermark arrival the stage's watermark is the
@@ -76,7 +78,7 @@ func TestArrivalWatermark(t *testing.T) {
 // the fetch retry back-off (500ms): the back-off never counts toward it.
 func TestEventWatermarkIdle(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	if idle >= fetchRetryBackoff {
+	if idle >= source.FetchRetryBackoff {
 		t.Fatal("the test needs an idle timeout below the retry back-off")
 	}
 	type step struct {
@@ -102,8 +104,8 @@ func TestEventWatermarkIdle(t *testing.T) {
 			{caughtUp: true},
 			{advance: idle, caughtUp: true, wantIdle: true},
 			{failing: &yes, wantIdle: false},
-			{advance: fetchRetryBackoff, wantIdle: false},
-			{advance: fetchRetryBackoff, wantIdle: false},
+			{advance: source.FetchRetryBackoff, wantIdle: false},
+			{advance: source.FetchRetryBackoff, wantIdle: false},
 			{failing: &no, wantIdle: false}, // fetching again, not yet at the end
 			{caughtUp: true, wantIdle: true},
 		}},

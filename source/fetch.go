@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// connFetcher reads one partition in offset order with fetch requests to
+// Fetcher reads one partition in offset order with fetch requests to
 // the partition's leader, with read-committed isolation. It replaces
 // kafka-go's Reader on the hot path: the Reader runs a goroutine per
 // partition and hands every message over a channel, which `stage bench`
@@ -56,7 +56,7 @@ import (
 // dialled it ends; pass the same ctx to every call. A returned message's
 // Key, Value and Headers alias the fetcher's buffers: they are valid until
 // the next call to fetch.
-type connFetcher struct {
+type Fetcher struct {
 	dialer    *kafka.Dialer
 	brokers   []string
 	topic     string
@@ -66,25 +66,25 @@ type connFetcher struct {
 	// next is the next offset to read; negative (kafka.FirstOffset) until
 	// the first fetch resolves it to the partition's first offset.
 	next int64
-	// onReset is told when the next offset was no longer retained and
+	// OnReset is told when the next offset was no longer retained and
 	// reading restarted at the first retained offset.
-	onReset func(from, to int64)
-	// onCaughtUp, when set, is told the wall time at which a fetch was sent
+	OnReset func(from, to int64)
+	// OnCaughtUp, when set, is told the wall time at which a fetch was sent
 	// whose response was read to the high watermark (every record committed
 	// before then has been returned, or skipped as aborted or a marker).
-	onCaughtUp func(sent time.Time)
-	// onBehind, when set, is told after a response that was read to its end
+	OnCaughtUp func(sent time.Time)
+	// OnBehind, when set, is told after a response that was read to its end
 	// without reaching the high watermark how many offsets are left
 	// (high watermark − next): records not read yet, or held back by an
 	// open transaction (next is at the LSO).
-	onBehind func(left int64)
-	// onSkipped, when set, is told the next offset at the end of a response
+	OnBehind func(left int64)
+	// OnSkipped, when set, is told the next offset at the end of a response
 	// whose last offsets were skipped (markers, aborted transactions, a
 	// compacted batch tail) rather than returned: every offset before it
 	// needs nothing more.
-	onSkipped func(next int64)
-	// now is the wall clock; sent is when the current fetch was sent.
-	now  func() time.Time
+	OnSkipped func(next int64)
+	// Now is the wall clock; sent is when the current fetch was sent.
+	Now  func() time.Time
 	sent time.Time
 
 	conn      *brokerConn
@@ -132,20 +132,20 @@ type fetchResponse struct {
 	li     int
 }
 
-func newConnFetcher(dialer *kafka.Dialer, brokers []string, topic string, partition int, next int64) *connFetcher {
+func NewFetcher(dialer *kafka.Dialer, brokers []string, topic string, partition int, next int64) *Fetcher {
 	if dialer == nil {
 		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
 	}
-	return &connFetcher{dialer: dialer, brokers: brokers, topic: topic, partition: partition,
-		maxWait: fetchMaxWait, maxBytes: fetchMaxBytes, next: next, now: time.Now}
+	return &Fetcher{dialer: dialer, brokers: brokers, topic: topic, partition: partition,
+		maxWait: FetchMaxWait, maxBytes: fetchMaxBytes, next: next, Now: time.Now}
 }
 
 const (
-	// fetchMaxWait is how long the broker holds a fetch at the partition's
+	// FetchMaxWait is how long the broker holds a fetch at the partition's
 	// end before answering empty: a fetch loop at the end polls this often.
-	fetchMaxWait = 500 * time.Millisecond
-	// fetchRetryBackoff is how long consume waits after a failed fetch.
-	fetchRetryBackoff = 500 * time.Millisecond
+	FetchMaxWait = 500 * time.Millisecond
+	// FetchRetryBackoff is how long consume waits after a failed fetch.
+	FetchRetryBackoff = 500 * time.Millisecond
 	// fetchMaxBytes bounds a fetch response (the Java consumer's
 	// max.partition.fetch.bytes default): the response is read whole into
 	// one buffer per partition. A larger first batch still comes whole
@@ -169,7 +169,7 @@ var errRecheck = errors.New("offset out of range: recheck")
 
 // fetch returns the next record. It blocks until one is there, ctx ends, or
 // the connection fails.
-func (f *connFetcher) fetch(ctx context.Context) (kafka.Message, error) {
+func (f *Fetcher) Fetch(ctx context.Context) (kafka.Message, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return kafka.Message{}, err
@@ -201,7 +201,7 @@ func (f *connFetcher) fetch(ctx context.Context) (kafka.Message, error) {
 
 // request dials the leader if needed and reads one fetch response at
 // f.next into f.resp.
-func (f *connFetcher) request(ctx context.Context) error {
+func (f *Fetcher) request(ctx context.Context) error {
 	if f.conn == nil {
 		if err := f.dial(ctx); err != nil {
 			return err
@@ -232,7 +232,7 @@ func (f *connFetcher) request(ctx context.Context) error {
 	if err := f.conn.setDeadline(time.Now().Add(f.maxWait + 10*time.Second)); err != nil {
 		return err
 	}
-	f.sent = f.now()
+	f.sent = f.Now()
 	resp := kmsg.NewPtrFetchResponse()
 	if err := f.conn.request(req, resp); err != nil {
 		f.drop() // the stream is in an unknown state
@@ -290,18 +290,18 @@ func (f *connFetcher) request(ctx context.Context) error {
 }
 
 // endResponse tells the callbacks where reading a response ended.
-func (f *connFetcher) endResponse() {
+func (f *Fetcher) endResponse() {
 	r := &f.resp
 	r.active = false
-	if f.next > r.returned && f.onSkipped != nil {
-		f.onSkipped(f.next)
+	if f.next > r.returned && f.OnSkipped != nil {
+		f.OnSkipped(f.next)
 	}
 	if f.next >= r.hwm {
-		if f.onCaughtUp != nil {
-			f.onCaughtUp(f.sent)
+		if f.OnCaughtUp != nil {
+			f.OnCaughtUp(f.sent)
 		}
-	} else if f.onBehind != nil {
-		f.onBehind(r.hwm - f.next)
+	} else if f.OnBehind != nil {
+		f.OnBehind(r.hwm - f.next)
 	}
 }
 
@@ -311,7 +311,7 @@ func (r *fetchResponse) stop() {
 }
 
 // nextRecord returns the response's next record at or after f.next, if any.
-func (f *connFetcher) nextRecord() (kafka.Message, bool, error) {
+func (f *Fetcher) nextRecord() (kafka.Message, bool, error) {
 	r := &f.resp
 	for {
 		if r.li < len(r.legacy) {
@@ -349,14 +349,14 @@ func (f *connFetcher) nextRecord() (kafka.Message, bool, error) {
 	}
 }
 
-func (f *connFetcher) deliver(m kafka.Message) kafka.Message {
+func (f *Fetcher) deliver(m kafka.Message) kafka.Message {
 	f.next = m.Offset + 1
 	f.resp.returned = f.next
 	m.Topic, m.Partition, m.HighWaterMark = f.topic, f.partition, f.resp.hwm
 	return m
 }
 
-func (f *connFetcher) skipTo(o int64) {
+func (f *Fetcher) skipTo(o int64) {
 	if o > f.next {
 		f.next = o
 	}
@@ -372,7 +372,7 @@ const (
 
 // nextBatch takes the next record batch off the response: it skips it
 // (read already, aborted, a marker) or makes it the batch being read.
-func (f *connFetcher) nextBatch() error {
+func (f *Fetcher) nextBatch() error {
 	r := &f.resp
 	raw := r.raw
 	// offset int64, length int32, partition leader epoch int32, magic int8
@@ -455,7 +455,7 @@ func (f *connFetcher) nextBatch() error {
 // it at the fetch's byte limit). Brokers answering fetch v3+ return at
 // least one whole batch, so a first batch that is partial is an error (it
 // would be fetched again and again).
-func (f *connFetcher) truncated() error {
+func (f *Fetcher) truncated() error {
 	r := &f.resp
 	if r.batches == 0 && len(r.raw) > 0 {
 		return fmt.Errorf("the first record batch (%d bytes returned) exceeds the fetch limit of %d bytes", len(r.raw), f.maxBytes)
@@ -467,7 +467,7 @@ func (f *connFetcher) truncated() error {
 // batchRecord returns the current batch's next record at or after f.next;
 // ok is false when the batch is read to its end or stopped at the LSO
 // (then r.inBatch is false).
-func (f *connFetcher) batchRecord() (m kafka.Message, ok bool, err error) {
+func (f *Fetcher) batchRecord() (m kafka.Message, ok bool, err error) {
 	r := &f.resp
 	for r.left > 0 {
 		length, n := binary.Varint(r.recs)
@@ -493,7 +493,7 @@ func (f *connFetcher) batchRecord() (m kafka.Message, ok bool, err error) {
 }
 
 // record decodes one v2 record of the current batch.
-func (f *connFetcher) record(rec []byte) (kafka.Message, error) {
+func (f *Fetcher) record(rec []byte) (kafka.Message, error) {
 	r := &f.resp
 	bad := func(what string) error {
 		return fmt.Errorf("record batch at offset %d: bad record %s: corrupt response", r.base, what)
@@ -592,7 +592,7 @@ func isAbortMarker(recs []byte) bool {
 // legacyMessage reads a message of the message formats before Kafka 0.11
 // (magic 0 and 1; a compressed one wraps a message set). They carry no
 // transactions. Brokers up to Kafka 3 may still hold them.
-func (f *connFetcher) legacyMessage(msg []byte) error {
+func (f *Fetcher) legacyMessage(msg []byte) error {
 	r := &f.resp
 	r.legacy, r.li = r.legacy[:0], 0
 	var err error
@@ -685,7 +685,7 @@ func bytes32(b []byte) (v, rest []byte, ok bool) {
 // dial connects to the partition's leader: metadata from the first
 // bootstrap broker that answers, then the leader (the same connection when
 // the leader is that broker).
-func (f *connFetcher) dial(ctx context.Context) error {
+func (f *Fetcher) dial(ctx context.Context) error {
 	var lastErr error
 	for _, addr := range f.brokers {
 		c, err := dialBroker(ctx, f.dialer, addr)
@@ -724,7 +724,7 @@ func (f *connFetcher) dial(ctx context.Context) error {
 }
 
 // leader asks c for the address of the partition's leader.
-func (f *connFetcher) leader(c *brokerConn) (string, error) {
+func (f *Fetcher) leader(c *brokerConn) (string, error) {
 	t, brokers, err := topicMetadata(c, f.topic, f.dialTimeout())
 	if err != nil {
 		return "", err
@@ -789,7 +789,7 @@ func topicMetadata(c *brokerConn, topic string, timeout time.Duration) (*kmsg.Me
 // and moves a next offset that retention removed to the first retained
 // one (onReset). A next offset past the high watermark (a truncated log)
 // is an error the caller sees.
-func (f *connFetcher) checkOffsets() error {
+func (f *Fetcher) checkOffsets() error {
 	first, err := f.listOffset(-2)
 	if err != nil {
 		return err
@@ -802,8 +802,8 @@ func (f *connFetcher) checkOffsets() error {
 	case f.next < 0:
 		f.next = first
 	case f.next < first:
-		if f.onReset != nil {
-			f.onReset(f.next, first)
+		if f.OnReset != nil {
+			f.OnReset(f.next, first)
 		}
 		f.next = first
 	case f.next > last:
@@ -815,7 +815,7 @@ func (f *connFetcher) checkOffsets() error {
 
 // listOffset returns the partition's first (ts −2) or end (−1: the high
 // watermark) offset.
-func (f *connFetcher) listOffset(ts int64) (int64, error) {
+func (f *Fetcher) listOffset(ts int64) (int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.Version = f.listVersion
 	rt := kmsg.NewListOffsetsRequestTopic()
@@ -849,7 +849,7 @@ func (f *connFetcher) listOffset(ts int64) (int64, error) {
 
 // drop closes the connection (a later fetch re-dials) and forgets the
 // response being read.
-func (f *connFetcher) drop() {
+func (f *Fetcher) drop() {
 	f.resp.active = false
 	f.resp.stop()
 	if f.conn != nil {
@@ -861,7 +861,7 @@ func (f *connFetcher) drop() {
 	}
 }
 
-func (f *connFetcher) dialTimeout() time.Duration {
+func (f *Fetcher) dialTimeout() time.Duration {
 	if f.dialer.Timeout > 0 {
 		return f.dialer.Timeout
 	}
@@ -869,7 +869,14 @@ func (f *connFetcher) dialTimeout() time.Duration {
 }
 
 // Close releases the connection.
-func (f *connFetcher) Close() error {
+func (f *Fetcher) Close() error {
 	f.drop()
 	return nil
 }
+
+// BrokerTime reports whether the timestamp of the record Fetch returned
+// last was set by the broker (LogAppendTime), not by the producer.
+func (f *Fetcher) BrokerTime() bool { return f.brokerTime }
+
+// Sent is the wall time at which the current fetch was sent.
+func (f *Fetcher) Sent() time.Time { return f.sent }

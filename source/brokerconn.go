@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 )
 
 // brokerConn is one connection to a Kafka broker on which the fetch loop
-// (connFetcher) issues protocol requests encoded and decoded with kmsg, one
+// (Fetcher) issues protocol requests encoded and decoded with kmsg, one
 // at a time. It is dialled with the settings of a kafka-go Dialer (DialFunc
 // or the net.Dialer fields, TLS, SASL, ClientID), so the stage's consumer
 // side keeps one source of transport security. Not safe for concurrent use.
@@ -39,7 +39,7 @@ type brokerConn struct {
 const (
 	apiKeys = 100
 	// maxResponseSize bounds a response read into memory (fetches ask for
-	// at most connFetcher.maxBytes of records).
+	// at most Fetcher.maxBytes of records).
 	maxResponseSize = 1 << 30
 )
 

@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"bytes"
@@ -78,7 +78,7 @@ func TestFetchDecodesBatches(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newConnFetcher(nil, nil, "t", 0, tc.next)
+			f := NewFetcher(nil, nil, "t", 0, tc.next)
 			f.resp = fetchResponse{active: true, raw: tc.raw, hwm: 100, lso: 100, returned: tc.next}
 			var got []string
 			for {
@@ -107,7 +107,7 @@ func TestFetchDecodesBatches(t *testing.T) {
 		})
 	}
 	// Headers of the first record.
-	f := newConnFetcher(nil, nil, "t", 0, 0)
+	f := NewFetcher(nil, nil, "t", 0, 0)
 	f.resp = fetchResponse{active: true, raw: v2Batch(0, 0, t0, t0, "a"), hwm: 1, lso: 1}
 	m, ok, err := f.nextRecord()
 	if err != nil || !ok || len(m.Headers) != 1 || m.Headers[0].Key != "h" || string(m.Headers[0].Value) != "hv" {

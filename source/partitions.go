@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"context"
@@ -8,29 +8,29 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// partitionCounter asks the brokers how many partitions the input topic has
+// PartitionCounter asks the brokers how many partitions the input topic has
 // now. The releaser asks before it closes a window (Stage.allAssigned): a
 // partition added to the topic is not assigned to the running generation
 // until the group rebalances, so its events would be missing from a window
 // closed in between. It sends its own Metadata request, because kafka-go's
 // Transport and ConsumerGroup answer from metadata cached for seconds. Used
 // by one goroutine (the releaser).
-type partitionCounter struct {
+type PartitionCounter struct {
 	dialer  *kafka.Dialer
 	brokers []string
 	topic   string
 	conn    *brokerConn
 }
 
-func newPartitionCounter(dialer *kafka.Dialer, brokers []string, topic string) *partitionCounter {
+func NewPartitionCounter(dialer *kafka.Dialer, brokers []string, topic string) *PartitionCounter {
 	if dialer == nil {
 		dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
 	}
-	return &partitionCounter{dialer: dialer, brokers: brokers, topic: topic}
+	return &PartitionCounter{dialer: dialer, brokers: brokers, topic: topic}
 }
 
 // count returns the topic's partition count, re-dialling once on error.
-func (pc *partitionCounter) count(ctx context.Context) (int, error) {
+func (pc *PartitionCounter) Count(ctx context.Context) (int, error) {
 	var lastErr error
 	for range 2 {
 		if pc.conn == nil {
@@ -61,7 +61,7 @@ func (pc *partitionCounter) count(ctx context.Context) (int, error) {
 }
 
 // Close releases the connection.
-func (pc *partitionCounter) Close() {
+func (pc *PartitionCounter) Close() {
 	if pc.conn != nil {
 		pc.conn.Close()
 		pc.conn = nil

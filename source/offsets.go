@@ -1,12 +1,12 @@
-package pipeline
+package source
 
 import "sync"
 
-// offsetTracker knows, for one partition, the first offset of every window that
+// OffsetTracker knows, for one partition, the first offset of every window that
 // is still open (not yet released), and the offset after the last processed
 // message. The offset safe to commit is the smallest of these: everything
 // before it belongs to released windows or was dropped.
-type offsetTracker struct {
+type OffsetTracker struct {
 	mu sync.Mutex // guards all fields
 	// firstOffset maps an open window's start to the first offset in this
 	// partition that was counted into it. Offsets grow, so the first is the
@@ -18,12 +18,12 @@ type offsetTracker struct {
 	committed int64
 }
 
-func newOffsetTracker(start int64) *offsetTracker {
-	return &offsetTracker{firstOffset: make(map[int64]int64), next: start, committed: -1}
+func NewOffsetTracker(start int64) *OffsetTracker {
+	return &OffsetTracker{firstOffset: make(map[int64]int64), next: start, committed: -1}
 }
 
 // counted records that the message at offset was counted into window.
-func (t *offsetTracker) counted(window, offset int64) {
+func (t *OffsetTracker) Counted(window, offset int64) {
 	t.mu.Lock()
 	if _, ok := t.firstOffset[window]; !ok {
 		t.firstOffset[window] = offset
@@ -36,7 +36,7 @@ func (t *offsetTracker) counted(window, offset int64) {
 
 // processed records that the message at offset needs nothing more (dropped,
 // or late for a released window).
-func (t *offsetTracker) processed(offset int64) {
+func (t *OffsetTracker) Processed(offset int64) {
 	t.mu.Lock()
 	if offset+1 > t.next {
 		t.next = offset + 1
@@ -45,7 +45,7 @@ func (t *offsetTracker) processed(offset int64) {
 }
 
 // released forgets every window starting before end: they were released.
-func (t *offsetTracker) released(end int64) {
+func (t *OffsetTracker) Released(end int64) {
 	t.mu.Lock()
 	for w := range t.firstOffset {
 		if w < end {
@@ -58,7 +58,7 @@ func (t *offsetTracker) released(end int64) {
 // commitPoint returns the offset safe to commit and whether it differs from
 // the last committed one. A negative next (no message processed, assignment
 // from the beginning) yields nothing to commit.
-func (t *offsetTracker) commitPoint() (int64, bool) {
+func (t *OffsetTracker) CommitPoint() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.next
@@ -73,7 +73,7 @@ func (t *offsetTracker) commitPoint() (int64, bool) {
 	return c, true
 }
 
-func (t *offsetTracker) markCommitted(o int64) {
+func (t *OffsetTracker) MarkCommitted(o int64) {
 	t.mu.Lock()
 	if o > t.committed {
 		t.committed = o

@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"context"
@@ -40,12 +40,12 @@ func fetchBroker(t *testing.T) *embedded.Broker {
 // until its context ends.
 func TestFetchReadsInOrderThenWaits(t *testing.T) {
 	b := fetchBroker(t)
-	f := newConnFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
+	f := NewFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
 	for i := int64(0); i < 10; i++ {
-		m, err := f.fetch(ctx)
+		m, err := f.Fetch(ctx)
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -55,7 +55,7 @@ func TestFetchReadsInOrderThenWaits(t *testing.T) {
 	}
 	conn := f.conn
 	start := time.Now()
-	_, err := f.fetch(ctx)
+	_, err := f.Fetch(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("idle fetch: got %v, want the context's deadline", err)
 	}
@@ -89,13 +89,13 @@ func TestFetchRestartsAtFirstRetainedOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f := newConnFetcher(nil, b.Addrs(), "t", 0, 5)
+	f := NewFetcher(nil, b.Addrs(), "t", 0, 5)
 	var from, to int64 = -1, -1
-	f.onReset = func(a, b int64) { from, to = a, b }
+	f.OnReset = func(a, b int64) { from, to = a, b }
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	m, err := f.fetch(ctx)
+	m, err := f.Fetch(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +108,11 @@ func TestFetchRestartsAtFirstRetainedOffset(t *testing.T) {
 // an error the caller sees, not a silent hang.
 func TestFetchPastLogEnd(t *testing.T) {
 	b := fetchBroker(t)
-	f := newConnFetcher(nil, b.Addrs(), "t", 0, 50)
+	f := NewFetcher(nil, b.Addrs(), "t", 0, 50)
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := f.fetch(ctx); !errors.Is(err, kafka.OffsetOutOfRange) {
+	if _, err := f.Fetch(ctx); !errors.Is(err, kafka.OffsetOutOfRange) {
 		t.Fatalf("got %v, want OffsetOutOfRange", err)
 	}
 }
@@ -195,20 +195,20 @@ func TestFetchReadCommitted(t *testing.T) {
 	produceTxn(t, p1, vals("o", 3), nil) // open
 	plain(vals("e", 2))                  // after the LSO: held back too
 
-	f := newConnFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
+	f := NewFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
 	defer f.Close()
 	var caughtUp, behind, skippedTo atomic.Int64
 	skippedTo.Store(-1)
-	f.onCaughtUp = func(time.Time) { caughtUp.Add(1) }
-	f.onBehind = func(int64) { behind.Add(1) }
-	f.onSkipped = func(next int64) { skippedTo.Store(next) }
+	f.OnCaughtUp = func(time.Time) { caughtUp.Add(1) }
+	f.OnBehind = func(int64) { behind.Add(1) }
+	f.OnSkipped = func(next int64) { skippedTo.Store(next) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	read := func(n int) ([]string, error) {
 		var got []string
 		last := int64(-1)
 		for len(got) < n {
-			m, err := f.fetch(ctx)
+			m, err := f.Fetch(ctx)
 			if err != nil {
 				return got, err
 			}
@@ -259,7 +259,7 @@ func TestFetchReadCommitted(t *testing.T) {
 	// Read to the end (the commit marker is skipped): caught up.
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	if _, err := f.fetch(ctx2); !errors.Is(err, context.DeadlineExceeded) || caughtUp.Load() == 0 {
+	if _, err := f.Fetch(ctx2); !errors.Is(err, context.DeadlineExceeded) || caughtUp.Load() == 0 {
 		t.Fatalf("at the end: %v, caught up %d times", err, caughtUp.Load())
 	}
 }
@@ -272,14 +272,14 @@ func TestFetchReadCommitted(t *testing.T) {
 // once, in order.
 func TestFetchFollowsLeaderMove(t *testing.T) {
 	b := fetchBroker(t)
-	f := newConnFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
+	f := NewFetcher(nil, b.Addrs(), "t", 0, kafka.FirstOffset)
 	defer f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var got []byte
 	read := func(n int) (errs int) {
 		for len(got) < n {
-			m, err := f.fetch(ctx)
+			m, err := f.Fetch(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					t.Fatalf("after %v: %v", got, err)
