@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )
 
@@ -63,7 +63,7 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 	}
 	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		n, err := s.outputMessages(ctx)
+		n, err := source.TopicMessages(ctx, s.brokers, s.transport, s.cfg.Kafka.OutputTopic)
 		if err == nil {
 			if n > 0 {
 				return fmt.Errorf("%w (%d messages in %q, state.dir %q): restore state.dir from the instance that made them, or set state.allow_fresh_ledger: true for a deliberate fresh start",
@@ -77,46 +77,6 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 			return err
 		}
 	}
-}
-
-// outputMessages returns how many messages the output topic retains.
-func (s *Stage) outputMessages(ctx context.Context) (int64, error) {
-	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second}
-	if s.transport != nil {
-		c.Transport = s.transport
-	}
-	topic := s.cfg.Kafka.OutputTopic
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil {
-		return 0, err
-	}
-	var reqs []kafka.OffsetRequest
-	for _, t := range md.Topics {
-		if t.Name != topic {
-			continue
-		}
-		if t.Error != nil {
-			return 0, fmt.Errorf("output topic %q: %w", topic, t.Error)
-		}
-		for _, p := range t.Partitions {
-			reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
-		}
-	}
-	if len(reqs) == 0 {
-		return 0, fmt.Errorf("output topic %q has no partitions", topic)
-	}
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, po := range res.Topics[topic] {
-		if po.Error != nil {
-			return 0, fmt.Errorf("output topic %q partition %d: %w", topic, po.Partition, po.Error)
-		}
-		n += po.LastOffset - po.FirstOffset
-	}
-	return n, nil
 }
 
 // replayRecent hands the most recent published units to OnRelease (with a

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/allone"
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/source/allone"
 )
 
 // pollUntil polls cond every 10ms for up to d.

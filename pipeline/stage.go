@@ -82,7 +82,7 @@
 // A release covers every event of its window, whichever partition carried
 // it, so one process must own every partition of the input topic. The stage
 // joins its group with a balancer that assigns all partitions to one member
-// (internal/allone). A standby shares the active instance's state.dir and
+// (source/allone). A standby shares the active instance's state.dir and
 // waits on the ledger's lock before it joins the group (continuity.go); it
 // takes over, from the ledger and the committed offsets, when the active one
 // exits.
@@ -106,7 +106,6 @@ import (
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
-	"github.com/dpstage/stage/internal/allone"
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
@@ -169,6 +168,8 @@ type Stage struct {
 	latenessMs  int64
 	maxFutureMs int64           // events.max_future
 	rng         *mechanism.Rand // used only by the releaser goroutine of the current session
+	// group is how the stage is a member of its consumer group.
+	group *source.GroupConfig
 	// rel draws, charges and records closed windows (release.Releaser);
 	// set by Run once the ledger is open, used by the releaser goroutine.
 	rel *release.Releaser
@@ -246,6 +247,8 @@ func New(opts Options) (*Stage, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.group = &source.GroupConfig{ID: cfg.Kafka.GroupID, Topic: cfg.Kafka.InputTopic, Brokers: brokers, Dialer: opts.Dialer,
+		Transport: opts.Transport, SessionTimeout: cfg.Kafka.SessionTimeout.D(), RebalanceTimeout: cfg.Kafka.Rebalance().D(), Log: opts.Log}
 	onRetry := func() { s.stats.PublishRetries.Add(1) }
 	s.sink = sink.New(sink.Options{Brokers: brokers, Topic: cfg.Kafka.OutputTopic, Transport: opts.Transport, Log: opts.Log, OnRetry: onRetry})
 	if cfg.Kafka.DeadLetterTopic != "" {
@@ -370,7 +373,7 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	}
 	// On a stop the group is closed (and left) within what remains of the
 	// drain timeout, counted from the stop: kafka-go's Close alone may wait
-	// out a JoinGroup in flight (group.go).
+	// out a JoinGroup in flight (source/group.go).
 	var stoppedAt atomic.Int64
 	context.AfterFunc(ctx, func() { stoppedAt.Store(time.Now().UnixNano()) })
 	defer func() {
@@ -378,7 +381,7 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		if t := stoppedAt.Load(); t != 0 {
 			limit -= time.Since(time.Unix(0, t))
 		}
-		s.closeGroup(cg, limit)
+		cg.Close(limit)
 	}()
 
 	progress := time.NewTicker(10 * time.Second)
@@ -396,20 +399,20 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 
 	standbys := 0 // standby generations in a row
 	for {
-		gen, err := cg.cg.Next(ctx)
+		gen, err := cg.Next(ctx)
 		if ctx.Err() != nil {
 			s.logProgress()
 			return nil
 		}
 		if err != nil {
 			if errors.Is(err, kafka.ErrGroupClosed) {
-				if !cg.regrouping() {
+				if !cg.Regrouping() {
 					return nil
 				}
 				// A session closed the group to rejoin it: the input topic
 				// has partitions this group has not assigned, and kafka-go's
 				// partition watch did not start a new generation.
-				cg.waitClosed()
+				cg.WaitClosed()
 				s.log.Info("rejoining the consumer group: the input topic has partitions the group has not assigned")
 				next, err := s.newConsumerGroup(ctx)
 				if err != nil {
@@ -428,14 +431,13 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 			s.log.Warn("consumer group: waiting for next generation", zap.Error(err))
 			continue
 		}
-		cg.member = gen.MemberID
-		switch s.runGeneration(ctx, gen, standbyWait(standbys, s.cfg.Kafka.SessionTimeout.D()), cg.regroupFunc(s)) {
-		case generationDone:
+		switch s.runGeneration(ctx, gen, source.StandbyWait(standbys, s.cfg.Kafka.SessionTimeout.D()), cg.RegroupFunc()) {
+		case source.GenerationDone:
 			standbys = 0
-		case generationStandby:
-		case generationRejoin:
+		case source.GenerationStandby:
+		case source.GenerationRejoin:
 			standbys++
-			s.closeGroup(cg, rejoinCloseLimit)
+			cg.Close(source.RejoinCloseLimit)
 			next, err := s.newConsumerGroup(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -448,47 +450,10 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	}
 }
 
-// rejoinCloseLimit bounds closing the group before a standby rejoins.
-const rejoinCloseLimit = 5 * time.Second
-
-// newConsumerGroup joins the group, retrying with backoff while the broker is
-// unreachable. Its coordinator connections are tracked so that closeGroup
-// can cut a request in flight. The rebalance timeout is
-// kafka.rebalance_timeout (default half the session timeout): how long a
-// rebalance waits for a crashed member before dropping it, which bounds
-// takeover (group.go).
-func (s *Stage) newConsumerGroup(ctx context.Context) (*memberGroup, error) {
-	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		conns := &groupConns{}
-		cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-			ID:                    s.cfg.Kafka.GroupID,
-			Brokers:               s.brokers,
-			Dialer:                conns.dialer(s.dialer),
-			Topics:                []string{s.cfg.Kafka.InputTopic},
-			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{}},
-			StartOffset:           kafka.FirstOffset,
-			HeartbeatInterval:     max(s.cfg.Kafka.SessionTimeout.D()/5, 100*time.Millisecond),
-			SessionTimeout:        s.cfg.Kafka.SessionTimeout.D(),
-			RebalanceTimeout:      s.cfg.Kafka.Rebalance().D(),
-			JoinGroupBackoff:      time.Second,
-			WatchPartitionChanges: true,
-			// Partitions added to the input topic start a new generation
-			// (reading them) within this long; until then the releaser
-			// holds every window (allAssigned).
-			PartitionWatchInterval: time.Second,
-			ErrorLogger:            kafka.LoggerFunc(func(f string, a ...any) { s.log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
-		})
-		if err == nil {
-			s.ready.connected.Store(true)
-			return &memberGroup{cg: cg, conns: conns, closedCh: make(chan struct{})}, nil
-		}
-		wait := backoff.Next()
-		s.log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", wait))
-		if err := retry.Sleep(ctx, wait); err != nil {
-			return nil, err
-		}
-	}
+// newConsumerGroup joins the group (source.GroupConfig.Join), retrying
+// while the broker is unreachable.
+func (s *Stage) newConsumerGroup(ctx context.Context) (*source.Member, error) {
+	return s.group.Join(ctx, func() { s.ready.connected.Store(true) })
 }
 
 // session is the state of one consumer-group generation. Everything in it
@@ -515,18 +480,18 @@ type session struct {
 
 // runGeneration runs one generation: as the owner of the input partitions
 // until the generation or ctx ends, or, assigned nothing, as a standby
-// (group.go) that rejoins after standbyWait. regroup closes the group so
+// (source/group.go) that rejoins after standbyWait. regroup closes the group so
 // that Run rejoins it (partitions the generation was not assigned).
-func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standbyWait time.Duration, regroup func()) generationEnd {
+func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standbyWait time.Duration, regroup func()) source.GenerationEnd {
 	topic := s.cfg.Kafka.InputTopic
 	assigns := gen.Assignments[topic]
 	if len(assigns) == 0 {
-		return s.standby(ctx, gen, standbyWait)
+		return s.group.Standby(ctx, gen, standbyWait)
 	}
 	agg, err := aggregate.New(AggregateSpec(s.cfg))
 	if err != nil {
 		s.fail(fmt.Errorf("build aggregator: %w", err))
-		return generationDone
+		return source.GenerationDone
 	}
 	sess := &session{
 		gen:      gen,
@@ -537,7 +502,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	if hs := AverageHists(s.cfg); len(hs) > 0 {
 		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
 			s.fail(fmt.Errorf("build averager: %w", err))
-			return generationDone
+			return source.GenerationDone
 		}
 	}
 	for _, a := range assigns {
@@ -554,14 +519,14 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	next, err := s.resumeWindow()
 	if err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
-		return generationDone
+		return source.GenerationDone
 	}
 	sess.next = next
 	if err := s.checkContinuity(ctx); err != nil {
 		// A standby with its own empty state.dir taking over after the
 		// active instance published: stop rather than release again.
 		s.fail(err)
-		return generationDone
+		return source.GenerationDone
 	}
 	s.log.Info("assigned partitions", zap.Int32("generation", gen.ID), zap.Ints("partitions", sess.parts))
 	s.ready.assigned.Store(true)
@@ -607,7 +572,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		sess.avg.Reset()
 	}
 	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
-	return generationDone
+	return source.GenerationDone
 }
 
 // resumeWindow is the first window a new session may count into: the

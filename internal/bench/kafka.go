@@ -15,10 +15,10 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
-	"github.com/dpstage/stage/internal/allone"
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
+	"github.com/dpstage/stage/source/allone"
 )
 
 const (

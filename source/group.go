@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 // Joining, leaving and standing by in the consumer group, with bounded
 // waits. kafka-go's ConsumerGroup does not take a context: Close waits for
@@ -33,6 +33,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,67 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/source/allone"
 )
+
+// GroupConfig says how the stage is a member of its consumer group.
+type GroupConfig struct {
+	ID      string // kafka.group_id
+	Topic   string // the input topic
+	Brokers []string
+	// Dialer and Transport carry TLS/SASL; nil for plain TCP.
+	Dialer    *kafka.Dialer
+	Transport *kafka.Transport
+	// SessionTimeout is kafka.session_timeout; RebalanceTimeout
+	// kafka.rebalance_timeout (config.Kafka.Rebalance).
+	SessionTimeout, RebalanceTimeout time.Duration
+	Log                              *zap.Logger
+}
+
+// RejoinCloseLimit bounds closing the group before a standby rejoins.
+const RejoinCloseLimit = 5 * time.Second
+
+// Join joins the group, retrying with backoff while the broker is
+// unreachable; joined is called once it has. Its coordinator connections
+// are tracked so that Close can cut a request in flight. The rebalance
+// timeout is kafka.rebalance_timeout (default half the session timeout):
+// how long a rebalance waits for a crashed member before dropping it,
+// which bounds takeover (see the comment at the top of this file).
+func (c *GroupConfig) Join(ctx context.Context, joined func()) (*Member, error) {
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		conns := &groupConns{}
+		cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+			ID:                    c.ID,
+			Brokers:               c.Brokers,
+			Dialer:                conns.dialer(c.Dialer),
+			Topics:                []string{c.Topic},
+			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{}},
+			StartOffset:           kafka.FirstOffset,
+			HeartbeatInterval:     max(c.SessionTimeout/5, 100*time.Millisecond),
+			SessionTimeout:        c.SessionTimeout,
+			RebalanceTimeout:      c.RebalanceTimeout,
+			JoinGroupBackoff:      time.Second,
+			WatchPartitionChanges: true,
+			// Partitions added to the input topic start a new generation
+			// (reading them) within this long; until then the releaser
+			// holds every window (the stage's allAssigned).
+			PartitionWatchInterval: time.Second,
+			ErrorLogger:            kafka.LoggerFunc(func(f string, a ...any) { c.Log.Debug("kafka-go: " + fmt.Sprintf(f, a...)) }),
+		})
+		if err == nil {
+			joined()
+			return &Member{cfg: c, cg: cg, conns: conns, closedCh: make(chan struct{})}, nil
+		}
+		wait := backoff.Next()
+		c.Log.Warn("cannot create consumer group; retrying", zap.Error(err), zap.Duration("wait", wait))
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+}
 
 // groupConns tracks the open coordinator connections of one ConsumerGroup.
 type groupConns struct {
@@ -50,7 +111,7 @@ type groupConns struct {
 }
 
 // errGroupClosing refuses dials once the group is being closed.
-var errGroupClosing = errors.New("pipeline: consumer group closing")
+var errGroupClosing = errors.New("source: consumer group closing")
 
 type trackedConn struct {
 	net.Conn
@@ -124,52 +185,64 @@ func (g *groupConns) close() {
 	}
 }
 
-// memberGroup is a ConsumerGroup with its tracked connections and the member
-// ID of its latest generation.
-type memberGroup struct {
+// Member is the stage's ConsumerGroup with its tracked connections and
+// the member ID of its latest generation.
+type Member struct {
+	cfg    *GroupConfig
 	cg     *kafka.ConsumerGroup
 	conns  *groupConns
 	member string
 
 	// regroup: a session asked to close the group and rejoin
-	// (regroupFunc); closedCh (made with the group) is closed when that
+	// (RegroupFunc); closedCh (made with the group) is closed when that
 	// close has finished.
 	regroup  atomic.Bool
 	closedCh chan struct{}
 }
 
-// regroupFunc returns the function a session calls to close g so that Run
+// Next waits for the group's next generation and remembers its member ID
+// (Close leaves the group with it).
+func (g *Member) Next(ctx context.Context) (*kafka.Generation, error) {
+	gen, err := g.cg.Next(ctx)
+	if err == nil {
+		g.member = gen.MemberID
+	}
+	return gen, err
+}
+
+// RegroupFunc returns the function a session calls to close g so that Run
 // rejoins the group: kafka-go's partition watch missed partitions the
 // generation was not assigned. The close runs on its own goroutine (owner:
 // g; it ends when kafka-go's Close returns, which waits for the
 // generation the caller belongs to).
-func (g *memberGroup) regroupFunc(s *Stage) func() {
+func (g *Member) RegroupFunc() func() {
 	return func() {
 		if g.regroup.Swap(true) {
 			return
 		}
 		go func() {
 			defer close(g.closedCh)
-			s.closeGroup(g, rejoinCloseLimit)
+			g.Close(RejoinCloseLimit)
 		}()
 	}
 }
 
-// regrouping reports whether a session closed g to rejoin.
-func (g *memberGroup) regrouping() bool { return g.regroup.Load() }
+// Regrouping reports whether a session closed g to rejoin.
+func (g *Member) Regrouping() bool { return g.regroup.Load() }
 
-// waitClosed waits for the close a session started (regroupFunc).
-func (g *memberGroup) waitClosed() { <-g.closedCh }
+// WaitClosed waits for the close a session started (RegroupFunc).
+func (g *Member) WaitClosed() { <-g.closedCh }
 
-// closeGroup closes g within limit: it ends the current generation, cuts a
+// Close closes g within limit: it ends the current generation, cuts a
 // JoinGroup or SyncGroup in flight, and leaves the group with the member ID
 // of the last generation. Past limit it gives up and logs. A member that
 // could not leave (or whose ID changed in a join cut short) is dropped by
 // the next rebalance (≤ the rebalance timeout) or when its session expires.
-func (s *Stage) closeGroup(g *memberGroup, limit time.Duration) {
+func (g *Member) Close(limit time.Duration) {
+	s := g.cfg
 	start := time.Now()
 	closed := make(chan struct{})
-	go func() { // owner: closeGroup, which waits for it up to limit
+	go func() { // owner: Close, which waits for it up to limit
 		_ = g.cg.Close()
 		close(closed)
 	}()
@@ -179,7 +252,7 @@ func (s *Stage) closeGroup(g *memberGroup, limit time.Duration) {
 	select {
 	case <-closed:
 	case <-timer.C:
-		s.log.Warn("consumer group: close did not finish in time; exiting without waiting for it", zap.Duration("limit", limit))
+		s.Log.Warn("consumer group: close did not finish in time; exiting without waiting for it", zap.Duration("limit", limit))
 		return
 	}
 	if g.member == "" {
@@ -188,22 +261,22 @@ func (s *Stage) closeGroup(g *memberGroup, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(limit-time.Since(start), 0))
 	defer cancel()
 	if err := s.leaveGroup(ctx, g.member); err != nil {
-		s.log.Debug("consumer group: leave", zap.String("member", g.member), zap.Error(err))
+		s.Log.Debug("consumer group: leave", zap.String("member", g.member), zap.Error(err))
 	}
 }
 
 // leaveGroup asks the coordinator to drop member from the group. Leaving a
 // member that already left is harmless (UNKNOWN_MEMBER_ID).
-func (s *Stage) leaveGroup(ctx context.Context, member string) error {
+func (s *GroupConfig) leaveGroup(ctx context.Context, member string) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
-	if s.transport != nil {
-		c.Transport = s.transport
+	c := &kafka.Client{Addr: kafka.TCP(s.Brokers...), Timeout: 5 * time.Second}
+	if s.Transport != nil {
+		c.Transport = s.Transport
 	}
 	res, err := c.LeaveGroup(ctx, &kafka.LeaveGroupRequest{
-		GroupID: s.cfg.Kafka.GroupID,
+		GroupID: s.ID,
 		Members: []kafka.LeaveGroupRequestMember{{ID: member}},
 	})
 	if err != nil {
@@ -220,14 +293,14 @@ func (s *Stage) leaveGroup(ctx context.Context, member string) error {
 	return nil
 }
 
-// standbyWait is how long a standby generation (no partitions assigned)
+// StandbyWait is how long a standby generation (no partitions assigned)
 // waits before rejoining as a new member, for the k-th standby generation in
 // a row (k from 0): at once the first time — the owner is a dead member
 // (see the file comment) — then, if the owner came back, which only a live
 // instance with another state.dir does, one session timeout doubling up to
 // a minute, so such a misconfiguration does not rebalance the group
 // continually.
-func standbyWait(k int, session time.Duration) time.Duration {
+func StandbyWait(k int, session time.Duration) time.Duration {
 	if k == 0 {
 		return 0
 	}
@@ -240,55 +313,55 @@ func standbyWait(k int, session time.Duration) time.Duration {
 
 // inputPartitions returns the number of partitions of the input topic (0
 // when it does not exist).
-func (s *Stage) inputPartitions(ctx context.Context) (int, error) {
-	c := &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 5 * time.Second}
-	if s.transport != nil {
-		c.Transport = s.transport
+func (s *GroupConfig) inputPartitions(ctx context.Context) (int, error) {
+	c := &kafka.Client{Addr: kafka.TCP(s.Brokers...), Timeout: 5 * time.Second}
+	if s.Transport != nil {
+		c.Transport = s.Transport
 	}
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.cfg.Kafka.InputTopic}})
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{s.Topic}})
 	if err != nil {
 		return 0, err
 	}
 	for _, t := range md.Topics {
-		if t.Name == s.cfg.Kafka.InputTopic && t.Error == nil {
+		if t.Name == s.Topic && t.Error == nil {
 			return len(t.Partitions), nil
 		}
 	}
 	return 0, nil
 }
 
-// generationEnd says how a generation ended, for Run.
-type generationEnd int
+// GenerationEnd says how a generation ended, for the stage's Run.
+type GenerationEnd int
 
 const (
-	generationDone    generationEnd = iota // this member owned the partitions
-	generationStandby                      // no partitions; the broker ended the generation (or a stop)
-	generationRejoin                       // no partitions for standbyWait: rejoin as a new member
+	GenerationDone    GenerationEnd = iota // this member owned the partitions
+	GenerationStandby                      // no partitions; the broker ended the generation (or a stop)
+	GenerationRejoin                       // no partitions for StandbyWait: rejoin as a new member
 )
 
-// standby sits out a generation that assigned this member nothing: until
-// the generation ends, ctx ends, or wait has passed (generationRejoin). A
+// Standby sits out a generation that assigned this member nothing: until
+// the generation ends, ctx ends, or wait has passed (GenerationRejoin). A
 // negative wait never rejoins. When the input topic has no partitions there
 // is nothing to own: it waits for the generation to end (kafka-go's
 // partition watcher ends it when partitions appear).
-func (s *Stage) standby(ctx context.Context, gen *kafka.Generation, wait time.Duration) generationEnd {
+func (s *GroupConfig) Standby(ctx context.Context, gen *kafka.Generation, wait time.Duration) GenerationEnd {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	n, err := s.inputPartitions(pctx)
 	cancel()
 	switch {
 	case err == nil && n == 0:
-		s.log.Warn("the input topic has no partitions: waiting for them", zap.String("topic", s.cfg.Kafka.InputTopic), zap.Int32("generation", gen.ID))
+		s.Log.Warn("the input topic has no partitions: waiting for them", zap.String("topic", s.Topic), zap.Int32("generation", gen.ID))
 		wait = -1
 	case wait == 0:
 		// The usual case: a crashed instance is still a member.
-		s.log.Info("standby: another member owns the input partitions; this instance holds state.dir, so that member is a crashed instance: rejoining to drop it",
+		s.Log.Info("standby: another member owns the input partitions; this instance holds state.dir, so that member is a crashed instance: rejoining to drop it",
 			zap.Int32("generation", gen.ID))
 	default:
-		s.log.Warn("standby again: another member owns the input partitions while this instance holds state.dir; an instance with another state.dir? rejoining later",
+		s.Log.Warn("standby again: another member owns the input partitions while this instance holds state.dir; an instance with another state.dir? rejoining later",
 			zap.Int32("generation", gen.ID), zap.Duration("wait", wait))
 	}
 	if wait == 0 {
-		return generationRejoin
+		return GenerationRejoin
 	}
 	var after <-chan time.Time
 	if wait > 0 {
@@ -296,7 +369,7 @@ func (s *Stage) standby(ctx context.Context, gen *kafka.Generation, wait time.Du
 		defer t.Stop()
 		after = t.C
 	}
-	out := generationStandby
+	out := GenerationStandby
 	done := make(chan struct{})
 	gen.Start(func(gctx context.Context) {
 		defer close(done)
@@ -304,7 +377,7 @@ func (s *Stage) standby(ctx context.Context, gen *kafka.Generation, wait time.Du
 		case <-gctx.Done():
 		case <-ctx.Done():
 		case <-after:
-			out = generationRejoin
+			out = GenerationRejoin
 		}
 	})
 	<-done
