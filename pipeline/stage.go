@@ -9,55 +9,13 @@
 // (decode) → bound and aggregate (aggregate) → charge (budget, with
 // the durable ledger) → mechanism (mechanism) → sink (sink).
 //
-// # Which events count: the arrival watermark
+// # Which events count
 //
-// The guarantee needs every released count to change by at most one user's
-// bounded contribution between neighbouring inputs, so whether an event is
-// counted must depend on that event alone. An event-time watermark (the
-// largest user-supplied event time seen) breaks this: one event stamped an
-// hour ahead moves its partition's watermark, closes every window up to an
-// hour ahead, and turns every other user's events for those windows into
-// late drops — released values then differ by an hour of other users'
-// events. Closing by the wall clock alone (wall > window end + lateness)
-// breaks it differently: whether an event is read before the close depends
-// on consumer lag, which other users' volume drives, and a restart after
-// downtime would close every elapsed window before re-reading its backlog.
-//
-// So by default (window.watermark: arrival) an event's fate is decided by
-// two of its own times: its event time t (the time field: which window w
-// it belongs to) and its record time b (the Kafka record timestamp, set by
-// the broker with message.timestamp.type=LogAppendTime, else by the
-// producer). It counts if and only if t ≤ b + events.max_future and
-// b < end(w) + lateness (Stage.handle). Windows close only once every
-// partition has been read up to record time end(w) + lateness (see
-// watermarks). A partition's frontier moves by broker-set record times
-// (LogAppendTime: they never run backwards along the log) and, whatever the
-// timestamp type, by reading the partition to its end (a fetch sent at T
-// that came back at the high watermark: everything appended before T has
-// been read); a producer-set record time never moves it, since producers'
-// clocks and retries make such times run backwards and one record ahead
-// would close windows before the records behind it are read. A partition
-// with unread records or failing fetches holds every window open. So every
-// event that satisfies the rule and was appended within the lateness of
-// its own record time has been counted when its window is released,
-// however far behind the consumer is and across restarts (the uncommitted
-// offsets are re-read and the same rule gives the same answer). One user's
-// timestamps move only their own events; consumer lag delays releases but
-// changes nothing in them.
-//
-// The trust assumption: record timestamps are not user data, and every
-// writer of the input topic is trusted with them. They must come from the
-// broker (LogAppendTime, recommended: the record time is then the append
-// time, and the rule above depends on the record alone) or from producers
-// whose clocks users cannot set — never copied from an event's own time
-// field. With producer-set times one case remains where timing matters: a
-// record appended more than the lateness after its own record time (a
-// stalled producer, a retry) may be read before or after its window closes
-// depending on when the stage next reads the partition to its end; it is
-// then counted or dropped as late (counted in the late metric). Only that
-// record's own delay puts it in this case. window.watermark: event
-// keeps the event-time watermark as an explicit opt-in for replaying trusted
-// historical data (`stage validate` flags it).
+// Whether an event counts depends only on that event's own times (ground
+// rule 7): the argument, the arrival watermark (the default) and the
+// opt-in event-time watermark are in package window's doc (window.Rule,
+// window.Watermarks); handle applies the rule, the releaser closes windows
+// as the watermark passes them.
 //
 // # Why kafka-go's ConsumerGroup and not its Reader
 //
@@ -73,7 +31,7 @@
 // than a partition-bound kafka.Reader, with read_committed isolation:
 // records of aborted transactions and commit/abort markers are skipped, and
 // nothing at or past the last stable offset (an open transaction) is read;
-// such a partition is behind, not caught up (see watermarks). Before closing
+// such a partition is behind, not caught up (see window.Watermarks). Before closing
 // a window the releaser checks that the generation was assigned every
 // partition the input topic has (allAssigned).
 //
@@ -168,6 +126,7 @@ type Stage struct {
 	latenessMs  int64
 	maxFutureMs int64           // events.max_future
 	rng         *mechanism.Rand // used only by the releaser goroutine of the current session
+	rule        window.Rule     // which events count (window.Rule.Decide)
 	// group is how the stage is a member of its consumer group.
 	group *source.GroupConfig
 	// rel draws, charges and records closed windows (release.Releaser);
@@ -238,6 +197,7 @@ func New(opts Options) (*Stage, error) {
 		lag:         make(map[int]int64),
 		transport:   opts.Transport,
 	}
+	s.rule = window.Rule{Arrival: s.arrival, SizeMs: s.sizeMs, LatenessMs: s.latenessMs, MaxFutureMs: s.maxFutureMs}
 	if opts.HashSeed != nil {
 		s.userSeed = *opts.HashSeed
 	}
@@ -463,7 +423,7 @@ type session struct {
 	gen      *kafka.Generation
 	topic    string
 	parts    []int
-	wm       *watermarks
+	wm       *window.Watermarks
 	trackers map[int]*source.OffsetTracker
 	agg      *aggregate.Aggregator
 	avg      *aggregate.Averager // nil without average histograms
@@ -513,7 +473,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		}
 		sess.trackers[a.ID] = source.NewOffsetTracker(start)
 	}
-	sess.wm = newWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), s.now)
+	sess.wm = window.NewWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), endFresh, s.now)
 	// The first window of this session comes from the ledger only, never
 	// from the data (resumeWindow).
 	next, err := s.resumeWindow()
@@ -635,14 +595,14 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 	r.OnCaughtUp = func(sent time.Time) {
 		// A fetch read to the high watermark: fetching works again, the
 		// partition is read to its end, and with watermark arrival its
-		// frontier advances by the wall clock (see watermarks).
+		// frontier advances by the wall clock (see window.Watermarks).
 		if loc.failing {
 			loc.failing = false
-			sess.wm.setFailing(p, false)
+			sess.wm.SetFailing(p, false)
 		}
 		publishRead()
 		s.setLag(p, 0)
-		sess.wm.caughtUpAt(p, sent.UnixMilli())
+		sess.wm.CaughtUpAt(p, sent.UnixMilli())
 	}
 	r.OnBehind = func(left int64) {
 		// A fetch read to its end below the high watermark: records are
@@ -650,11 +610,11 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		// offset). The partition is not caught up, and not idle.
 		if loc.failing {
 			loc.failing = false
-			sess.wm.setFailing(p, false)
+			sess.wm.SetFailing(p, false)
 		}
 		publishRead()
 		s.setLag(p, left)
-		sess.wm.setUnread(p)
+		sess.wm.SetUnread(p)
 	}
 	r.OnSkipped = func(next int64) {
 		// Offsets the fetcher passed over — commit and abort markers,
@@ -672,7 +632,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			s.ready.connected.Store(false)
 			if !loc.failing {
 				loc.failing = true
-				sess.wm.setFailing(p, true)
+				sess.wm.SetFailing(p, true)
 			}
 			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
 			if retry.Sleep(ctx, source.FetchRetryBackoff) != nil {
@@ -685,7 +645,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		}
 		if loc.failing {
 			loc.failing = false
-			sess.wm.setFailing(p, false)
+			sess.wm.SetFailing(p, false)
 		}
 		loc.consumed++
 		caughtUp := m.HighWaterMark-m.Offset <= 1
@@ -695,7 +655,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		recMs := m.Time.UnixMilli()
 		if s.arrival {
 			// A record time set by the broker (LogAppendTime) moves the
-			// partition's frontier (watermarks), never past the wall clock;
+			// partition's frontier (window.Watermarks), never past the wall clock;
 			// a producer-set one (CreateTime) does not: producers' clocks
 			// and retries make it run backwards, and one record ahead would
 			// close windows before the records behind it are read. Without
@@ -805,23 +765,23 @@ func (l *partitionLocal) observe(t, sizeMs int64) {
 }
 
 // publish hands the event-time range and the counters on.
-func (l *partitionLocal) publish(wm *watermarks, p int, st *Stats, sizeMs int64) {
+func (l *partitionLocal) publish(wm *window.Watermarks, p int, st *Stats, sizeMs int64) {
 	// Only counted events keep a partition live: one that delivers nothing
 	// but malformed, late or too-far-ahead messages goes idle and stops
 	// holding the watermark back (garbage cannot stall every release).
 	if l.caughtUp > l.pubCaughtUp {
-		wm.caughtUpAt(p, l.caughtUp)
+		wm.CaughtUpAt(p, l.caughtUp)
 		l.pubCaughtUp = l.caughtUp
 	}
 	switch {
 	case !l.live:
 	case l.maxEvent != l.pubMax || l.minEvent != l.pubMin:
-		wm.observe(p, l.minEvent) // lowers the minimum; cannot raise the maximum
-		wm.observe(p, l.maxEvent)
+		wm.Observe(p, l.minEvent) // lowers the minimum; cannot raise the maximum
+		wm.Observe(p, l.maxEvent)
 		l.pubMax, l.pubMin = l.maxEvent, l.minEvent
 		l.pubClose = window.Start(l.maxEvent-l.lateness, sizeMs)
 	default:
-		wm.touch(p)
+		wm.Touch(p)
 	}
 	l.live = false
 	l.urgent = false
@@ -859,24 +819,18 @@ func (l *partitionLocal) flushStats(st *Stats) {
 // counts if its event time is at most events.max_future after its record
 // time and its record time is before w's end + lateness; the window stays
 // open until every partition has been read up to that record time
-// (watermarks), so neither other users' timestamps nor consumer lag decide
+// (window.Watermarks), so neither other users' timestamps nor consumer lag decide
 // it. With watermark event it also counts only while its window is open,
 // which the largest event times seen decide (the opt-in trust assumption).
 func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *source.OffsetTracker, loc *partitionLocal) decode.Reason {
-	w := window.Start(ev.TimeMs, s.sizeMs)
-	if s.arrival {
-		if ev.TimeMs > recMs+s.maxFutureMs {
-			return decode.ReasonTimeTooFarAhead
-		}
-		if recMs >= w+s.sizeMs+s.latenessMs {
-			s.late(offset, tracker) // arrived after its window's cutoff
-			return decode.ReasonNone
-		}
-	} else if ev.TimeMs > loc.futureLimit {
-		// events.max_future against the wall clock (read once per
-		// publication, see partitionLocal): never relative to other
-		// events.
-		return decode.ReasonTimeTooFarAhead
+	w, reason := s.rule.Decide(ev.TimeMs, recMs, loc.futureLimit)
+	switch reason {
+	case decode.ReasonNone:
+	case decode.ReasonLate:
+		s.late(offset, tracker) // arrived after its window's cutoff
+		return decode.ReasonNone
+	default:
+		return reason
 	}
 	sess.closeMu.RLock()
 	if w < sess.next {
@@ -956,7 +910,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 			return
 		case <-tick.C:
 		}
-		wm, _, ok := sess.wm.current()
+		wm, _, ok := sess.wm.Current()
 		if !ok {
 			continue
 		}
@@ -1061,6 +1015,11 @@ func (s *Stage) allAssigned(ctx context.Context, sess *session, pc *source.Parti
 // polls every second; it can miss partitions added while a generation
 // starts).
 const regroupAfter = 3 * time.Second
+
+// endFresh allows a partition at its end one missed poll and one retry
+// back-off before it stops counting as read to its end (event mode; see
+// window.Watermarks).
+const endFresh = 2*source.FetchMaxWait + source.FetchRetryBackoff
 
 // maxPublishBatch bounds the units published together.
 const maxPublishBatch = 256

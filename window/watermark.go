@@ -1,14 +1,12 @@
-package pipeline
+package window
 
 import (
 	"math"
 	"sync"
 	"time"
-
-	"github.com/dpstage/stage/source"
 )
 
-// watermarks tracks, per assigned partition, how far the partition has been
+// Watermarks tracks, per assigned partition, how far the partition has been
 // read, and from that the stage's watermark: the releaser closes every
 // window whose end is at or below it.
 //
@@ -38,7 +36,7 @@ import (
 // A record time ahead of the wall clock advances F_p only up to the wall
 // clock. The stage's watermark is min_p F_p − lateness: the window [s, e)
 // closes once every partition is read up to e + lateness, which is exactly
-// the record-time cutoff of the window's events (Stage.handle). A
+// the record-time cutoff of the window's events (Rule.Decide). A
 // partition that has unread records or cannot be fetched therefore holds
 // every window open — consumer lag delays releases but never decides which
 // events count — and an empty partition read to its end advances with the
@@ -65,7 +63,7 @@ import (
 // largest partition watermark. Event times come from the events, so one
 // event stamped ahead moves the watermark (the trust assumption `stage
 // validate` flags).
-type watermarks struct {
+type Watermarks struct {
 	arrival     bool
 	lateness    int64 // ms
 	idleTimeout time.Duration
@@ -102,12 +100,16 @@ type partitionTime struct {
 	endSeen time.Time
 }
 
-func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Duration, now func() time.Time) *watermarks {
-	w := &watermarks{
+// NewWatermarks tracks partitions. endFresh (event mode) is how long after
+// its last fetch at the high watermark a partition still counts as read to
+// its end: the stage allows one missed poll and one retry back-off (2 ×
+// the fetch max wait + the fetch retry back-off).
+func NewWatermarks(partitions []int, arrival bool, lateness, idleTimeout, endFresh time.Duration, now func() time.Time) *Watermarks {
+	w := &Watermarks{
 		arrival:     arrival,
 		lateness:    lateness.Milliseconds(),
 		idleTimeout: idleTimeout,
-		endFresh:    defaultEndFresh,
+		endFresh:    endFresh,
 		now:         now,
 		parts:       make(map[int]*partitionTime, len(partitions)),
 	}
@@ -118,13 +120,9 @@ func newWatermarks(partitions []int, arrival bool, lateness, idleTimeout time.Du
 	return w
 }
 
-// defaultEndFresh allows a partition at its end one missed poll and one
-// retry back-off before it stops counting as read to its end.
-const defaultEndFresh = 2*source.FetchMaxWait + source.FetchRetryBackoff
-
-// observe records a time (record time or event time, by mode) from
+// Observe records a time (record time or event time, by mode) from
 // partition p.
-func (w *watermarks) observe(p int, ms int64) {
+func (w *Watermarks) Observe(p int, ms int64) {
 	w.mu.Lock()
 	pt := w.parts[p]
 	if pt != nil {
@@ -139,10 +137,10 @@ func (w *watermarks) observe(p int, ms int64) {
 	w.mu.Unlock()
 }
 
-// caughtUpAt records that a fetch of p sent at wall time atMs (Unix ms)
+// CaughtUpAt records that a fetch of p sent at wall time atMs (Unix ms)
 // came back read to the partition's high watermark: the arrival frontier
 // advances (arrival mode) and the partition is read to its end.
-func (w *watermarks) caughtUpAt(p int, atMs int64) {
+func (w *Watermarks) CaughtUpAt(p int, atMs int64) {
 	w.mu.Lock()
 	if pt := w.parts[p]; pt != nil {
 		if atMs > pt.caughtUp {
@@ -154,9 +152,9 @@ func (w *watermarks) caughtUpAt(p int, atMs int64) {
 	w.mu.Unlock()
 }
 
-// setUnread records that a fetch response of p ended below the high
+// SetUnread records that a fetch response of p ended below the high
 // watermark: p holds records not read yet.
-func (w *watermarks) setUnread(p int) {
+func (w *Watermarks) SetUnread(p int) {
 	w.mu.Lock()
 	if pt := w.parts[p]; pt != nil {
 		pt.unread = true
@@ -164,8 +162,8 @@ func (w *watermarks) setUnread(p int) {
 	w.mu.Unlock()
 }
 
-// setFailing records whether p's last fetch failed.
-func (w *watermarks) setFailing(p int, failing bool) {
+// SetFailing records whether p's last fetch failed.
+func (w *Watermarks) SetFailing(p int, failing bool) {
 	w.mu.Lock()
 	if pt := w.parts[p]; pt != nil {
 		pt.failing = failing
@@ -176,9 +174,9 @@ func (w *watermarks) setFailing(p int, failing bool) {
 	w.mu.Unlock()
 }
 
-// touch records that partition p delivered a message (even one without a
+// Touch records that partition p delivered a message (even one without a
 // usable event time): the partition is alive.
-func (w *watermarks) touch(p int) {
+func (w *Watermarks) Touch(p int) {
 	w.mu.Lock()
 	if pt := w.parts[p]; pt != nil {
 		pt.lastSeen = w.now()
@@ -186,11 +184,11 @@ func (w *watermarks) touch(p int) {
 	w.mu.Unlock()
 }
 
-// current returns the stage watermark and the smallest time seen on any
+// Current returns the stage watermark and the smallest time seen on any
 // partition; ok is false until the watermark is defined (arrival: every
 // partition has a frontier; event: some partition has delivered an event
 // and every live partition has).
-func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
+func (w *Watermarks) Current() (wm int64, minSeen int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.arrival {
@@ -227,15 +225,15 @@ func (w *watermarks) current() (wm int64, minSeen int64, ok bool) {
 	return wm - w.lateness, minSeen, true
 }
 
-// idle reports whether pt is idle (event mode; see watermarks).
-func (w *watermarks) idle(pt *partitionTime, now time.Time) bool {
+// idle reports whether pt is idle (event mode; see Watermarks).
+func (w *Watermarks) idle(pt *partitionTime, now time.Time) bool {
 	return now.Sub(pt.lastSeen) >= w.idleTimeout && !pt.failing && !pt.unread && now.Sub(pt.endSeen) <= w.endFresh
 }
 
 // arrivalLocked is current for arrival mode (w.mu held): min over the
 // partitions of the frontier F_p = max(largest record time, caughtUp −
 // lateness), minus the lateness.
-func (w *watermarks) arrivalLocked() (wm int64, minSeen int64, ok bool) {
+func (w *Watermarks) arrivalLocked() (wm int64, minSeen int64, ok bool) {
 	if len(w.parts) == 0 {
 		return 0, 0, false
 	}

@@ -1,10 +1,17 @@
-package pipeline
+package window
 
 import (
 	"testing"
 	"time"
+)
 
-	"github.com/dpstage/stage/source"
+// The stage's fetch timing (source.FetchMaxWait, source.FetchRetryBackoff)
+// and the end freshness it derives from them (pipeline: 2 × max wait +
+// retry back-off).
+const (
+	fetchMaxWait      = 500 * time.Millisecond
+	fetchRetryBackoff = 500 * time.Millisecond
+	endFresh          = 2*fetchMaxWait + fetchRetryBackoff
 )
 
 // TestArrivalWatermark: with watermark arrival the stage's watermark is the
@@ -45,15 +52,15 @@ func TestArrivalWatermark(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWatermarks([]int{0, 1, 2}, true, L*time.Millisecond, time.Millisecond, func() time.Time { return now })
+			w := NewWatermarks([]int{0, 1, 2}, true, L*time.Millisecond, time.Millisecond, endFresh, func() time.Time { return now })
 			for i, s := range tc.steps {
 				for p, ms := range s.observe {
-					w.observe(p, ms)
+					w.Observe(p, ms)
 				}
 				for p, ms := range s.caughtUp {
-					w.caughtUpAt(p, ms)
+					w.CaughtUpAt(p, ms)
 				}
-				wm, _, ok := w.current()
+				wm, _, ok := w.Current()
 				if ok != s.wantOK || (ok && wm != s.wantWM) {
 					t.Errorf("step %d: watermark (%d, %v), want (%d, %v)", i, wm, ok, s.wantWM, s.wantOK)
 				}
@@ -61,10 +68,10 @@ func TestArrivalWatermark(t *testing.T) {
 		})
 	}
 	// Event mode ignores caught-up times and lets idle partitions go.
-	w := newWatermarks([]int{0, 1}, false, L*time.Millisecond, time.Second, func() time.Time { return now })
-	w.observe(0, 90_000)
-	w.caughtUpAt(1, 99_000)
-	if _, _, ok := w.current(); ok {
+	w := NewWatermarks([]int{0, 1}, false, L*time.Millisecond, time.Second, endFresh, func() time.Time { return now })
+	w.Observe(0, 90_000)
+	w.CaughtUpAt(1, 99_000)
+	if _, _, ok := w.Current(); ok {
 		t.Error("event mode: a live partition without events must hold the watermark")
 	}
 }
@@ -78,7 +85,7 @@ func TestArrivalWatermark(t *testing.T) {
 // the fetch retry back-off (500ms): the back-off never counts toward it.
 func TestEventWatermarkIdle(t *testing.T) {
 	const idle = 300 * time.Millisecond
-	if idle >= source.FetchRetryBackoff {
+	if idle >= fetchRetryBackoff {
 		t.Fatal("the test needs an idle timeout below the retry back-off")
 	}
 	type step struct {
@@ -104,8 +111,8 @@ func TestEventWatermarkIdle(t *testing.T) {
 			{caughtUp: true},
 			{advance: idle, caughtUp: true, wantIdle: true},
 			{failing: &yes, wantIdle: false},
-			{advance: source.FetchRetryBackoff, wantIdle: false},
-			{advance: source.FetchRetryBackoff, wantIdle: false},
+			{advance: fetchRetryBackoff, wantIdle: false},
+			{advance: fetchRetryBackoff, wantIdle: false},
 			{failing: &no, wantIdle: false}, // fetching again, not yet at the end
 			{caughtUp: true, wantIdle: true},
 		}},
@@ -118,28 +125,28 @@ func TestEventWatermarkIdle(t *testing.T) {
 		{"fetch loop stopped answering: not idle", []step{
 			{caughtUp: true},
 			{advance: idle, wantIdle: true},
-			{advance: defaultEndFresh, wantIdle: false},
+			{advance: endFresh, wantIdle: false},
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.UnixMilli(100_000)
-			w := newWatermarks([]int{0, 1}, false, 0, idle, func() time.Time { return now })
-			w.observe(1, 50_000)
-			w.observe(0, 90_000)
+			w := NewWatermarks([]int{0, 1}, false, 0, idle, endFresh, func() time.Time { return now })
+			w.Observe(1, 50_000)
+			w.Observe(0, 90_000)
 			for i, s := range tc.steps {
 				now = now.Add(s.advance)
-				w.observe(0, 90_000+now.UnixMilli()-100_000) // partition 0 stays live
+				w.Observe(0, 90_000+now.UnixMilli()-100_000) // partition 0 stays live
 				if s.failing != nil {
-					w.setFailing(1, *s.failing)
+					w.SetFailing(1, *s.failing)
 				}
 				if s.caughtUp {
-					w.caughtUpAt(1, now.UnixMilli())
+					w.CaughtUpAt(1, now.UnixMilli())
 				}
 				if s.behind {
-					w.setUnread(1)
+					w.SetUnread(1)
 				}
-				wm, _, ok := w.current()
+				wm, _, ok := w.Current()
 				if gotIdle := ok && wm != 50_000; gotIdle != s.wantIdle {
 					t.Errorf("step %d: watermark %d (ok %v): partition 1 idle %v, want %v", i, wm, ok, gotIdle, s.wantIdle)
 				}
