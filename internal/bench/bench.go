@@ -49,8 +49,8 @@ type Config struct {
 	Users int
 	// Rounds of the ceiling/stage pair, in ABBA order. Default 3.
 	Rounds int
-	// LiveSeconds is how long the live latency phase produces. Default 20s.
-	LiveSeconds time.Duration
+	// LiveDuration is how long the live latency phase produces. Default 20s.
+	LiveDuration time.Duration
 	// LiveEventsPerSec is the live phase's production rate. Default 20,000.
 	LiveEventsPerSec int
 	// LiveWindowEvery is the wall time between two window closes in the
@@ -107,8 +107,8 @@ func (c *Config) defaults() {
 	if c.Rounds <= 0 {
 		c.Rounds = 3
 	}
-	if c.LiveSeconds <= 0 {
-		c.LiveSeconds = 20 * time.Second
+	if c.LiveDuration <= 0 {
+		c.LiveDuration = 20 * time.Second
 	}
 	if c.LiveEventsPerSec <= 0 {
 		c.LiveEventsPerSec = 20_000

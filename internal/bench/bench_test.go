@@ -26,7 +26,7 @@ func TestRunSmall(t *testing.T) {
 		Rounds:          2,
 		MemoryUsers:     20_000,
 		ReleaseMinTime:  20 * time.Millisecond,
-		LiveSeconds:     2 * time.Second,
+		LiveDuration:    2 * time.Second,
 		LiveWindowEvery: 100 * time.Millisecond,
 	}
 	res, err := Run(ctx, cfg)

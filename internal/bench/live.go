@@ -83,7 +83,7 @@ func livePhase(ctx context.Context, cfg Config, addr, dir string, res *Results) 
 		BatchSize:    10_000,
 	}
 	defer wr.Close()
-	pctx, cancel := context.WithTimeout(ctx, cfg.LiveSeconds)
+	pctx, cancel := context.WithTimeout(ctx, cfg.LiveDuration)
 	defer cancel()
 	if err := g.Run(pctx, wr); err != nil {
 		return fmt.Errorf("bench: live: produce: %w", err)
@@ -98,7 +98,7 @@ func livePhase(ctx context.Context, cfg Config, addr, dir string, res *Results) 
 	mu.Lock()
 	defer mu.Unlock()
 	if len(latMs) == 0 {
-		return fmt.Errorf("bench: live: no window released in %v", cfg.LiveSeconds)
+		return fmt.Errorf("bench: live: no window released in %v", cfg.LiveDuration)
 	}
 	res.ReleaseLatencyP50Ms = percentile(latMs, 50)
 	res.ReleaseLatencyP99Ms = percentile(latMs, 99)

@@ -30,7 +30,7 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.SkipStage, "skip-stage", false, "skip the full stage (and its latency figures)")
 	fs.BoolVar(&c.SkipConnBatch, "skip-conn-batch", false, "skip the kafka.Conn.ReadBatch reader")
 	fs.BoolVar(&c.SkipLive, "skip-live", false, "skip the live (steady-state) latency phase")
-	fs.DurationVar(&c.LiveSeconds, "live-duration", 20*time.Second, "how long the live latency phase produces")
+	fs.DurationVar(&c.LiveDuration, "live-duration", 20*time.Second, "how long the live latency phase produces")
 	fs.IntVar(&c.LiveEventsPerSec, "live-rate", 20_000, "events per second produced in the live phase")
 	fs.DurationVar(&c.LiveWindowEvery, "live-window-every", 200*time.Millisecond, "wall time between window closes in the live phase")
 	fs.BoolVar(&c.SkipInProcess, "skip-inprocess", false, "skip decode+bound+aggregate without Kafka")
@@ -51,7 +51,7 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if c.Events < 1 || c.Partitions < 1 || c.Windows < 1 || c.Users < 1 || c.Rounds < 1 || c.MemoryUsers < 2 ||
-		c.LiveSeconds <= 0 || c.LiveEventsPerSec < 1 || c.LiveWindowEvery < time.Millisecond || c.LiveWindowEvery > time.Minute {
+		c.LiveDuration <= 0 || c.LiveEventsPerSec < 1 || c.LiveWindowEvery < time.Millisecond || c.LiveWindowEvery > time.Minute {
 		fmt.Fprintln(stderr, "stage bench: --events, --partitions, --windows, --users, --rounds, --live-rate must be at least 1, --memory-users at least 2, --live-duration positive and --live-window-every in [1ms, 1m]")
 		return 2
 	}
