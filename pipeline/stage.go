@@ -140,6 +140,8 @@ type Stage struct {
 	// offset − 1 of the last fetched message); reset on every generation.
 	lag map[int]int64
 
+	// ran: Run was called (a Stage runs once).
+	ran atomic.Bool
 	// fail ends Run with an error; set by Run.
 	fail func(error)
 	// meta is the ledger's metadata (first window, window size, period),
@@ -244,10 +246,19 @@ func (s *Stage) Plan() *plan.Plan { return s.plan }
 // Stats returns the live counters.
 func (s *Stage) Stats() *Stats { return s.stats }
 
+// ErrRunTwice: Run was called on a Stage that has run already.
+var ErrRunTwice = errors.New("pipeline: a Stage runs once (build another with New)")
+
 // Run consumes until ctx is cancelled (soft stop): it then stops reading,
 // finishes the release in flight (bounded by DrainTimeout), commits what is
 // released, leaves the group and returns nil. Other errors are returned.
+//
+// A Stage is single-use: Run closes its output writers and the ledger when
+// it returns, and a second call returns ErrRunTwice at once.
 func (s *Stage) Run(parent context.Context) (runErr error) {
+	if s.ran.Swap(true) {
+		return ErrRunTwice
+	}
 	// fail ends the run with an error (see Stage.fail); a cancelled parent
 	// is a soft stop and returns nil.
 	ctx, cancel := context.WithCancelCause(parent)
