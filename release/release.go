@@ -420,6 +420,14 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindo
 }
 
 // MechanismSimplexAverage is the mechanism name in an average histogram's
-// releases: the simplex Dirichlet mechanism (003) on the padded average,
-// with the guarantee of mechanism/average.go.
-const MechanismSimplexAverage = "simplex-dirichlet"
+// releases: the stage's mechanism.SimplexAverage (a Dirichlet draw on the
+// simplex around the padded average, with the guarantee of
+// mechanism/average.go) — not 003's simplex-dirichlet mechanism
+// (mechanism.SimplexDirichlet), whose name releases before this one
+// carried.
+const MechanismSimplexAverage = "simplex-average"
+
+// MechanismSimplexAverageLegacy is the name average releases carried
+// before they said MechanismSimplexAverage: readers of older releases
+// treat it as an alias.
+const MechanismSimplexAverageLegacy = "simplex-dirichlet"
