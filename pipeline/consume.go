@@ -1,0 +1,338 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/source"
+	"github.com/dpstage/stage/window"
+)
+
+// consume reads one partition in offset order.
+func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64) {
+	// A fetch loop on a kafka.Conn to the leader, not kafka-go's Reader
+	// (see connFetcher): same offsets, same order, less per-message cost.
+	r := source.NewFetcher(s.dialer, s.brokers, sess.topic, p, offset)
+	r.Now = s.now
+	r.OnReset = func(from, to int64) {
+		if to > from {
+			s.stats.RetentionSkipped.Add(to - from)
+		}
+		s.log.Warn("committed offset no longer retained by the broker; reading from the first retained offset (the records between were deleted unread and are not counted)",
+			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
+	}
+	defer r.Close()
+	dec, err := decode.New(s.cfg, s.userSeed)
+	if err != nil {
+		s.fail(fmt.Errorf("build decoder: %w", err))
+		return
+	}
+	ev := dec.NewEvent()
+	tracker := sess.trackers[p]
+	maxMsg := s.cfg.Events.MaxMessageBytes
+	loc := &partitionLocal{lateness: s.latenessMs, caughtUp: math.MinInt64, pubCaughtUp: math.MinInt64}
+	maxFuture := s.cfg.Events.MaxFuture.D().Milliseconds()
+	loc.wall = s.now().UnixMilli()
+	loc.futureLimit = loc.wall + maxFuture
+	// publishRead publishes what was read since the last publication: at
+	// the end of a response the last records may not have looked like the
+	// partition's end (a commit marker followed them).
+	publishRead := func() {
+		if loc.consumed > loc.published || loc.urgent {
+			loc.publish(sess.wm, p, s.stats, s.sizeMs)
+			loc.wall = s.now().UnixMilli()
+			loc.futureLimit = loc.wall + s.cfg.Events.MaxFuture.D().Milliseconds()
+		}
+	}
+	r.OnCaughtUp = func(sent time.Time) {
+		// A fetch read to the high watermark: fetching works again, the
+		// partition is read to its end, and with watermark arrival its
+		// frontier advances by the wall clock (see window.Watermarks).
+		if loc.failing {
+			loc.failing = false
+			sess.wm.SetFailing(p, false)
+		}
+		publishRead()
+		s.setLag(p, 0)
+		sess.wm.CaughtUpAt(p, sent.UnixMilli())
+	}
+	r.OnBehind = func(left int64) {
+		// A fetch read to its end below the high watermark: records are
+		// left, or held back by an open transaction (the last stable
+		// offset). The partition is not caught up, and not idle.
+		if loc.failing {
+			loc.failing = false
+			sess.wm.SetFailing(p, false)
+		}
+		publishRead()
+		s.setLag(p, left)
+		sess.wm.SetUnread(p)
+	}
+	r.OnSkipped = func(next int64) {
+		// Offsets the fetcher passed over — commit and abort markers,
+		// records of aborted transactions — need nothing more: offsets
+		// may be committed past them.
+		tracker.Processed(next - 1)
+	}
+	defer loc.flushStats(s.stats)
+	for {
+		m, err := r.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.ready.connected.Store(false)
+			if !loc.failing {
+				loc.failing = true
+				sess.wm.SetFailing(p, true)
+			}
+			s.log.Warn("fetch failed; retrying", zap.Int("partition", p), zap.Error(err))
+			if retry.Sleep(ctx, source.FetchRetryBackoff) != nil {
+				return
+			}
+			continue
+		}
+		if !s.ready.connected.Load() {
+			s.ready.connected.Store(true)
+		}
+		if loc.failing {
+			loc.failing = false
+			sess.wm.SetFailing(p, false)
+		}
+		loc.consumed++
+		caughtUp := m.HighWaterMark-m.Offset <= 1
+		if loc.consumed%256 == 0 || caughtUp {
+			s.setLag(p, m.HighWaterMark-m.Offset-1)
+		}
+		recMs := m.Time.UnixMilli()
+		if s.arrival {
+			// A record time set by the broker (LogAppendTime) moves the
+			// partition's frontier (window.Watermarks), never past the wall clock;
+			// a producer-set one (CreateTime) does not: producers' clocks
+			// and retries make it run backwards, and one record ahead would
+			// close windows before the records behind it are read. Without
+			// broker times a partition advances only when it is read to its
+			// end.
+			if r.BrokerTime() {
+				loc.observe(min(recMs, loc.wall), s.sizeMs)
+			} else if !loc.warnedCreateTime {
+				loc.warnedCreateTime = true
+				s.log.Warn("input partition has producer-set record times (CreateTime): windows close only when the partition is read to its end, so a backlog holds releases back; set message.timestamp.type=LogAppendTime on the input topic",
+					zap.String("topic", sess.topic), zap.Int("partition", p))
+			}
+			if caughtUp {
+				loc.caughtUp = r.Sent().UnixMilli()
+			}
+		}
+		reason := decode.ReasonNone
+		if maxMsg > 0 && len(m.Value) > maxMsg {
+			reason = decode.ReasonOversized
+		} else if r := dec.Decode(m.Value, ev); r != decode.ReasonNone {
+			reason = r
+		} else {
+			loc.decoded++
+			reason = s.handle(sess, p, m.Offset, recMs, ev, tracker, loc)
+		}
+		if reason != decode.ReasonNone {
+			s.stats.Drop(reason)
+			if err := s.deadLetter(ctx, m, reason); err != nil {
+				return // ctx ended: the message is not marked processed
+			}
+			tracker.Processed(m.Offset)
+		}
+		if loc.urgent || caughtUp || loc.consumed-loc.published >= publishEvery {
+			loc.publish(sess.wm, p, s.stats, s.sizeMs)
+			loc.wall = s.now().UnixMilli()
+			loc.futureLimit = loc.wall + maxFuture
+		}
+	}
+}
+
+// publishEvery is the most messages a partition's consumer reads between two
+// publications of its event time and counters (see partitionLocal).
+const publishEvery = 64
+
+// partitionLocal is what one partition's consumer accumulates between
+// publications to the watermarks and the stats, so that the per-message path
+// takes no shared lock, reads no clock and writes no shared counter. It
+// publishes after every publishEvery messages, whenever it has read all the
+// partition held (the last message of a fetch at the high watermark), and
+// at once after a message that can change a decision of the releaser (the
+// times are record times with watermark arrival, event times with
+// watermark event): the
+// partition's first event, a new smallest event time (watermark
+// bookkeeping only: the first window comes from the ledger, not the data), or a new largest event time whose watermark lies in a later
+// window than the one published (only window.Start(max − lateness) decides
+// which windows close). The releaser therefore closes the same windows at
+// the same messages as with per-message updates; only idle detection and
+// the counters lag, by fewer than publishEvery messages.
+type partitionLocal struct {
+	lateness int64 // ms
+
+	have               bool
+	maxEvent, minEvent int64 // event time range seen on this partition
+	pubMax, pubMin     int64 // the range published
+	pubClose           int64 // window.Start(pubMax − lateness)
+	urgent             bool  // publish after this message
+	live               bool  // an event was counted since the last publication
+
+	consumed, published int64 // messages read; messages read at the last publication
+
+	// futureLimit: events after this time (Unix ms; wall clock +
+	// events.max_future at the last publication) are dropped (watermark
+	// event; with watermark arrival the limit is the record time +
+	// events.max_future). wall is the wall clock at the last publication.
+	futureLimit, wall int64
+	// failing: the last fetch failed (published at once, see
+	// watermarks.setFailing).
+	failing bool
+	// warnedCreateTime: the partition's producer-set record times were
+	// logged once (arrival mode).
+	warnedCreateTime bool
+	// caughtUp (watermark arrival): the send time (Unix ms) of the last
+	// fetch that reached the high watermark; pubCaughtUp the one published.
+	caughtUp, pubCaughtUp int64
+
+	// Counters not yet added to Stats.
+	decoded, counted, boundEvents, boundGroups, boundCapacity int64
+	boundDisplaced, flushedConsumed                           int64
+}
+
+// observe records a counted event's time; sizeMs is the window size.
+func (l *partitionLocal) observe(t, sizeMs int64) {
+	l.live = true
+	if !l.have {
+		l.have, l.maxEvent, l.minEvent, l.urgent = true, t, t, true
+		return
+	}
+	if t > l.maxEvent {
+		l.maxEvent = t
+		if window.Start(t-l.lateness, sizeMs) != l.pubClose {
+			l.urgent = true
+		}
+	}
+	if t < l.minEvent {
+		l.minEvent, l.urgent = t, true
+	}
+}
+
+// publish hands the event-time range and the counters on.
+func (l *partitionLocal) publish(wm *window.Watermarks, p int, st *Stats, sizeMs int64) {
+	// Only counted events keep a partition live: one that delivers nothing
+	// but malformed, late or too-far-ahead messages goes idle and stops
+	// holding the watermark back (garbage cannot stall every release).
+	if l.caughtUp > l.pubCaughtUp {
+		wm.CaughtUpAt(p, l.caughtUp)
+		l.pubCaughtUp = l.caughtUp
+	}
+	switch {
+	case !l.live:
+	case l.maxEvent != l.pubMax || l.minEvent != l.pubMin:
+		wm.Observe(p, l.minEvent) // lowers the minimum; cannot raise the maximum
+		wm.Observe(p, l.maxEvent)
+		l.pubMax, l.pubMin = l.maxEvent, l.minEvent
+		l.pubClose = window.Start(l.maxEvent-l.lateness, sizeMs)
+	default:
+		wm.Touch(p)
+	}
+	l.live = false
+	l.urgent = false
+	l.published = l.consumed
+	l.flushStats(st)
+}
+
+// flushStats adds the accumulated counters to st.
+func (l *partitionLocal) flushStats(st *Stats) {
+	st.Consumed.Add(l.consumed - l.flushedConsumed)
+	l.flushedConsumed = l.consumed
+	st.Decoded.Add(l.decoded)
+	st.Counted.Add(l.counted)
+	if l.boundEvents > 0 {
+		st.DropN(decode.ReasonBoundUserEvents, l.boundEvents)
+	}
+	if l.boundGroups > 0 {
+		st.DropN(decode.ReasonBoundUserGroups, l.boundGroups)
+	}
+	if l.boundCapacity > 0 {
+		st.DropN(decode.ReasonBoundCapacity, l.boundCapacity)
+	}
+	if l.boundDisplaced > 0 {
+		st.DropN(decode.ReasonBoundDisplaced, l.boundDisplaced)
+	}
+	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity, l.boundDisplaced = 0, 0, 0, 0, 0, 0
+}
+
+// handle bounds and counts a decoded event whose record (arrival) time is
+// recMs. It returns a drop reason for an event that must go to the
+// dead-letter topic, decode.ReasonNone otherwise.
+//
+// With watermark arrival (the default) whether the event counts depends on
+// the event alone: it belongs to the window w of its own event time and
+// counts if its event time is at most events.max_future after its record
+// time and its record time is before w's end + lateness; the window stays
+// open until every partition has been read up to that record time
+// (window.Watermarks), so neither other users' timestamps nor consumer lag decide
+// it. With watermark event it also counts only while its window is open,
+// which the largest event times seen decide (the opt-in trust assumption).
+func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Event, tracker *source.OffsetTracker, loc *partitionLocal) decode.Reason {
+	w, reason := s.rule.Decide(ev.TimeMs, recMs, loc.futureLimit)
+	switch reason {
+	case decode.ReasonNone:
+	case decode.ReasonLate:
+		s.late(offset, tracker) // arrived after its window's cutoff
+		return decode.ReasonNone
+	default:
+		return reason
+	}
+	sess.closeMu.RLock()
+	if w < sess.next {
+		sess.closeMu.RUnlock()
+		s.late(offset, tracker)
+		return decode.ReasonNone
+	}
+	out := sess.agg.Add(w, ev)
+	var ao aggregate.AverageOutcome
+	if sess.avg != nil {
+		ao = sess.avg.Add(w, ev)
+	}
+	tracker.Counted(w, offset)
+	sess.closeMu.RUnlock()
+	if !s.arrival {
+		loc.observe(ev.TimeMs, s.sizeMs) // event time moves the watermark only in event mode
+	}
+	s.countOutcome(ev, out, loc)
+	if ao.Added > 0 {
+		s.stats.Averaged.Add(int64(ao.Added))
+	}
+	if ao.NotSelected > 0 {
+		s.stats.AverageNotSelected.Add(int64(ao.NotSelected))
+	}
+	return decode.ReasonNone
+}
+
+// late counts an event dropped as late and marks its offset processed.
+func (s *Stage) late(offset int64, tracker *source.OffsetTracker) {
+	s.stats.Late.Add(1)
+	s.stats.Drop(decode.ReasonLate)
+	tracker.Processed(offset)
+}
+
+func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *partitionLocal) {
+	for _, r := range ev.Drops {
+		if r != decode.ReasonNone {
+			s.stats.Drop(r)
+		}
+	}
+	loc.counted += int64(out.Counted)
+	loc.boundEvents += int64(out.DroppedUserEvents)
+	loc.boundGroups += int64(out.DroppedUserGroups)
+	loc.boundCapacity += int64(out.DroppedCapacity)
+	loc.boundDisplaced += int64(out.Displaced)
+}

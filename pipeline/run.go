@@ -1,0 +1,339 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/source"
+	"github.com/dpstage/stage/window"
+)
+
+// ErrRunTwice: Run was called on a Stage that has run already.
+var ErrRunTwice = errors.New("pipeline: a Stage runs once (build another with New)")
+
+// Run consumes until ctx is cancelled (soft stop): it then stops reading,
+// finishes the release in flight (bounded by DrainTimeout), commits what is
+// released, leaves the group and returns nil. Other errors are returned.
+//
+// A Stage is single-use: Run closes its output writers and the ledger when
+// it returns, and a second call returns ErrRunTwice at once.
+func (s *Stage) Run(parent context.Context) (runErr error) {
+	if s.ran.Swap(true) {
+		return ErrRunTwice
+	}
+	// fail ends the run with an error (see Stage.fail); a cancelled parent
+	// is a soft stop and returns nil.
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	s.fail = func(err error) {
+		s.log.Error("stopping the stage", zap.Error(err))
+		cancel(err)
+	}
+	defer func() {
+		if runErr == nil && parent.Err() == nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				runErr = cause
+			}
+		}
+	}()
+	defer s.sink.Close()
+	led, err := s.openLedger(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	s.ledger = led
+	defer led.Close()
+	book, err := release.NewBook(s.plan, led)
+	if err != nil {
+		return fmt.Errorf("pipeline: budget book: %w", err)
+	}
+	s.book.Store(book)
+	if s.rel, err = release.New(release.Options{Config: s.cfg, Plan: s.plan, Ledger: led, Book: book, Rand: s.rng,
+		Log: s.log, Printer: s.printer, Now: s.now, OnExhausted: func() { s.stats.Exhausted.Add(1) }}); err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	if err := s.checkContinuity(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if s.meta, err = s.loadMeta(); err != nil {
+		return err
+	}
+	if err := s.prune(); err != nil {
+		return err
+	}
+	if err := s.replayRecent(256); err != nil {
+		return err
+	}
+	// The spend of the period the next release falls in, from the ledger,
+	// before anything is released: status and metrics show it from the
+	// start (not only after the next window closes).
+	next, err := s.resumeWindow()
+	if err != nil {
+		return err
+	}
+	if _, err := book.Status(s.periodOf(next)); err != nil {
+		return err
+	}
+	s.ready.stateLoaded.Store(true)
+	if s.dlq != nil {
+		defer s.dlq.Close()
+	}
+
+	// Anything recorded but not acknowledged before the last stop goes out
+	// first, with the recorded values.
+	if err := s.republishPending(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	defer s.ready.draining.Store(true)
+	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })
+
+	cg, err := s.newConsumerGroup(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	// On a stop the group is closed (and left) within what remains of the
+	// drain timeout, counted from the stop: kafka-go's Close alone may wait
+	// out a JoinGroup in flight (source/group.go).
+	var stoppedAt atomic.Int64
+	context.AfterFunc(ctx, func() { stoppedAt.Store(time.Now().UnixNano()) })
+	defer func() {
+		limit := s.drain
+		if t := stoppedAt.Load(); t != 0 {
+			limit -= time.Since(time.Unix(0, t))
+		}
+		cg.Close(limit)
+	}()
+
+	progress := time.NewTicker(10 * time.Second)
+	defer progress.Stop()
+	go func() { // owner: Run; ends with ctx
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-progress.C:
+				s.logProgress()
+			}
+		}
+	}()
+
+	standbys := 0 // standby generations in a row
+	for {
+		gen, err := cg.Next(ctx)
+		if ctx.Err() != nil {
+			s.logProgress()
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, kafka.ErrGroupClosed) {
+				if !cg.Regrouping() {
+					return nil
+				}
+				// A session closed the group to rejoin it: the input topic
+				// has partitions this group has not assigned, and kafka-go's
+				// partition watch did not start a new generation.
+				cg.WaitClosed()
+				s.log.Info("rejoining the consumer group: the input topic has partitions the group has not assigned")
+				next, err := s.newConsumerGroup(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				cg = next
+				continue
+			}
+			// kafka-go paces its retries itself: the next JoinGroup after
+			// RebalanceInProgress waits in the broker, any other error
+			// backs off JoinGroupBackoff. Waiting here as well would only
+			// leave this member out of a rebalance in progress.
+			s.log.Warn("consumer group: waiting for next generation", zap.Error(err))
+			continue
+		}
+		switch s.runGeneration(ctx, gen, source.StandbyWait(standbys, s.cfg.Kafka.SessionTimeout.D()), cg.RegroupFunc()) {
+		case source.GenerationDone:
+			standbys = 0
+		case source.GenerationStandby:
+		case source.GenerationRejoin:
+			standbys++
+			cg.Close(source.RejoinCloseLimit)
+			next, err := s.newConsumerGroup(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			cg = next
+		}
+	}
+}
+
+// newConsumerGroup joins the group (source.GroupConfig.Join), retrying
+// while the broker is unreachable.
+func (s *Stage) newConsumerGroup(ctx context.Context) (*source.Member, error) {
+	return s.group.Join(ctx, func() { s.ready.connected.Store(true) })
+}
+
+// session is the state of one consumer-group generation. Everything in it
+// is dropped when the generation ends: a new owner re-reads unreleased
+// windows from the committed offsets.
+type session struct {
+	gen      *kafka.Generation
+	topic    string
+	parts    []int
+	wm       *window.Watermarks
+	trackers map[int]*source.OffsetTracker
+	agg      *aggregate.Aggregator
+	avg      *aggregate.Averager // nil without average histograms
+
+	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
+	// next is the start of the first window not yet closed.
+	next int64
+
+	// Used by the releaser only (allAssigned): when to count the input
+	// topic's partitions again, and since when windows are held for
+	// partitions this generation was not assigned.
+	recheckAt, heldSince time.Time
+}
+
+// runGeneration runs one generation: as the owner of the input partitions
+// until the generation or ctx ends, or, assigned nothing, as a standby
+// (source/group.go) that rejoins after standbyWait. regroup closes the group so
+// that Run rejoins it (partitions the generation was not assigned).
+func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standbyWait time.Duration, regroup func()) source.GenerationEnd {
+	topic := s.cfg.Kafka.InputTopic
+	assigns := gen.Assignments[topic]
+	if len(assigns) == 0 {
+		return s.group.Standby(ctx, gen, standbyWait)
+	}
+	agg, err := aggregate.New(AggregateSpec(s.cfg))
+	if err != nil {
+		s.fail(fmt.Errorf("build aggregator: %w", err))
+		return source.GenerationDone
+	}
+	sess := &session{
+		gen:      gen,
+		topic:    topic,
+		trackers: make(map[int]*source.OffsetTracker, len(assigns)),
+		agg:      agg,
+	}
+	if hs := AverageHists(s.cfg); len(hs) > 0 {
+		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
+			s.fail(fmt.Errorf("build averager: %w", err))
+			return source.GenerationDone
+		}
+	}
+	for _, a := range assigns {
+		sess.parts = append(sess.parts, a.ID)
+		start := a.Offset
+		if start < 0 {
+			start = -1
+		}
+		sess.trackers[a.ID] = source.NewOffsetTracker(start)
+	}
+	sess.wm = window.NewWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), endFresh, s.now)
+	// The first window of this session comes from the ledger only, never
+	// from the data (resumeWindow).
+	next, err := s.resumeWindow()
+	if err != nil {
+		s.fail(fmt.Errorf("read ledger: %w", err))
+		return source.GenerationDone
+	}
+	sess.next = next
+	if err := s.checkContinuity(ctx); err != nil {
+		// A standby with its own empty state.dir taking over after the
+		// active instance published: stop rather than release again.
+		s.fail(err)
+		return source.GenerationDone
+	}
+	s.log.Info("assigned partitions", zap.Int32("generation", gen.ID), zap.Ints("partitions", sess.parts))
+	s.ready.assigned.Store(true)
+	defer s.ready.assigned.Store(false)
+	s.lagMu.Lock()
+	s.lag = make(map[int]int64, len(sess.parts))
+	s.lagMu.Unlock()
+
+	// ctx ends on a soft stop; each goroutine also watches its
+	// generation's context (rebalance or group close). kafka-go ends the
+	// generation as soon as one of its goroutines returns, and that cancels
+	// a release being published: on a soft stop the partition consumers
+	// therefore stay (idle) until the releaser has drained — published
+	// what it recorded and committed — or the generation ends otherwise.
+	// Without that, a stop during a release left the window recorded but
+	// its offsets uncommitted, and the next start re-read its events as
+	// late.
+	var wg sync.WaitGroup
+	drained := make(chan struct{})
+	for _, a := range assigns {
+		p, off := a.ID, a.Offset
+		wg.Add(1)
+		gen.Start(func(gctx context.Context) {
+			defer wg.Done()
+			c, cancel := joinContexts(ctx, gctx)
+			defer cancel()
+			s.consume(c, sess, p, off)
+			select {
+			case <-drained:
+			case <-gctx.Done():
+			}
+		})
+	}
+	wg.Add(1)
+	gen.Start(func(gctx context.Context) {
+		defer wg.Done()
+		defer close(drained)
+		s.releaseLoop(ctx, gctx, sess, regroup)
+	})
+	wg.Wait()
+	agg.Reset()
+	if sess.avg != nil {
+		sess.avg.Reset()
+	}
+	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
+	return source.GenerationDone
+}
+
+// resumeWindow is the first window a new session may count into: the
+// window after the last recorded one (windows are recorded whole, so the
+// last recorded window is complete; events for it are late, counted as
+// such, never counted into a window that is not released again; a
+// histogram added by a config change starts there), or the first window of
+// the ledger's metadata.
+func (s *Stage) resumeWindow() (int64, error) {
+	last, ok, err := s.ledger.LastWindow()
+	if err != nil || !ok {
+		return s.meta.FirstWindow, err
+	}
+	return last + s.sizeMs, nil
+}
+
+// joinContexts returns a context cancelled when either parent is.
+func joinContexts(a, b context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancel(a)
+	stop := context.AfterFunc(b, cancel)
+	return c, func() { stop(); cancel() }
+}
