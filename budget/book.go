@@ -13,10 +13,11 @@ import (
 //
 // # What is checked, and why the whole period
 //
-// A period's releases are composed as in [ComposeMixed]: the RDP charges
-// (count histograms: Dirichlet, Gaussian, Laplace curves) add order by order
-// (000 Lemma 2) and the (ε, δ)-DP charges (average histograms) add by basic
-// composition; the total is
+// A period's releases are composed in two parts: the RDP charges (count
+// histograms: Dirichlet, Gaussian, Laplace curves) add order by order (000
+// Lemma 2) and the (ε, δ)-DP charges (average histograms) add by basic
+// composition (Dwork & Roth 2014, Theorem 3.16, which holds for adaptive
+// composition); the total is
 //
 //	ε_total = ε_rdp(δ − Σδ_i) + Σε_i,   δ_total = δ,
 //
@@ -34,6 +35,22 @@ import (
 // the RDP share of the current plan and average charges only against the
 // current reservation, so each part ignored what the other had spent under
 // an earlier configuration (issue #15, item 2).
+//
+// Why the two parts may be added even when the releases are interleaved and
+// chosen adaptively: fix a pair of neighbouring inputs. Each (ε_i, δ_i)-DP
+// mechanism is, for that pair, a randomized post-processing T_i of the
+// (ε_i, δ_i) randomized response RR_i run on the bit "which of the two
+// inputs" (Kairouz, Oh & Viswanath 2015, "The Composition Theorem for
+// Differential Privacy", ICML — the dominance result in the proof of their
+// Theorem 3.3). The RR_i do not depend on the history, so they can all be
+// drawn first; the interleaved run is then a post-processing of (RR_1, …,
+// RR_m) followed by the RDP mechanisms run adaptively with the RR outputs
+// (and the data-independent T_i) as auxiliary input. The first block is
+// (Σε_i, Σδ_i)-DP, the second is (ε_rdp, δ_rdp)-DP for every value of the
+// first (adaptive RDP composition, 000 Lemma 2, then eq. (2)), and the
+// sequential basic composition of the two blocks gives the total. The
+// (ε_i, δ_i) and the RDP curves must be fixed in advance, as they are for a
+// calibrated stage (the same condition as the RDP accountant's).
 //
 // The budget a period is checked against is the budget in force at its
 // first charge, recorded with it (Spend.LimitEpsilon, LimitDelta), or the

@@ -99,7 +99,7 @@ import (
 // the padded average to ‖p̄ − p̄′‖₁ ≤ 2/users under both neighbour relations).
 // Its guarantee is (ε_r, δ_r)-DP per release, with no finite RDP curve, so it
 // is composed apart from the RDP units by basic composition, and the two
-// parts add (budget/mixed.go states why, for interleaved adaptive releases).
+// parts add (budget/book.go states why, for interleaved adaptive releases).
 // The plan reserves for the average releases of a period
 // ApproxEpsilon = Σ_h W·ε_r(h) and ApproxDelta = Σ_h W·δ_r(h) (W windows per
 // period), and gives the count histograms' RDP accountant and calibration

@@ -50,7 +50,7 @@ epsilon_beta, epsilon_gamma, p_star, b_prime, delta_lower, delta_exact;
 laplace-posterior: prior, variant, n, scale; ehd: prior, n, candidates,
 hellinger_sensitivity; ehds: prior, n, candidates, smoothing,
 smooth_sensitivity (with --counts). Pure-DP mechanisms also print rdp, the
-RDP curve they enter the accountant with (budget.PureCurve or their own).
+RDP curve they enter the accountant with (mechanism.PureDPRDP or their own).
 `
 
 // papersKinds are the mechanisms handled here.
