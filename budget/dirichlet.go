@@ -3,25 +3,13 @@ package budget
 import (
 	"math"
 
-	"gonum.org/v1/gonum/mathext"
+	"github.com/dpstage/stage/internal/special"
 )
-
-// trigamma is ψ′(x) = ζ(2, x) (Hurwitz zeta, gonum mathext) for x > 0; +Inf
-// for x ≤ 0 or NaN (no bound), 0 for x = +Inf.
-func trigamma(x float64) float64 {
-	if !(x > 0) {
-		return math.Inf(1)
-	}
-	if math.IsInf(x, 1) {
-		return 0
-	}
-	return mathext.Zeta(2, x)
-}
 
 // dirichletRDP is ε̂(λ) of 000 Theorem 2 eq. (8) (= Theorem 4's ε̂):
 // ½·λ·Δ2²·ψ′(α_m − (λ−1)Δ∞), +Inf outside (1, α_m/Δ∞ + 1).
 func dirichletRDP(order, alphaMin, l2sq, linf float64) float64 {
-	return 0.5 * order * l2sq * trigamma(alphaMin-(order-1)*linf)
+	return 0.5 * order * l2sq * special.Trigamma(alphaMin-(order-1)*linf)
 }
 
 // DirichletDelta is 000 Theorem 4: a single draw from Dir(x + α) with

@@ -3,6 +3,8 @@ package mechanism
 import (
 	"fmt"
 	"math"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // The simplex-average Dirichlet mechanism: a generalization of the simplex
@@ -65,7 +67,7 @@ import (
 // Calibration (003 eq. (14)): ε decreases and δ increases in γ, so the best
 // γ for a target δ̂ is the largest γ ∈ (0, 1/n] with δ(γ) ≤ δ̂. It is found
 // by bisection on log γ (to a relative 1e-9 of γ) against a rigorous upper
-// bound of I_γ (incBeta's enclosure, widened by averageDelta), so the
+// bound of I_γ (special.IncBeta's enclosure, widened by averageDelta), so the
 // reported δ is an upper bound of the true δ(γ) and never exceeds δ̂; ε is
 // rounded upwards by a relative
 // allowance (see averageEpsilonParts). Neither depends on the data, and γ
@@ -138,27 +140,27 @@ func validateAverage(s *AverageSpec) error {
 }
 
 // averageDelta encloses the δ bound n·I_γ(kη, k − kη) at γ: hi is a rigorous
-// upper bound (incBeta's, widened as below, times n, rounded up), lo a lower
+// upper bound (special.IncBeta's, widened as below, times n, rounded up), lo a lower
 // bound of the same quantity. ok is false if the incomplete beta enclosure
 // failed.
 //
-// Widening: incBeta's rounding allowance used to be relative to |log B(a, b)|
-// while log B was computed as lgamma(a) + lgamma(b) − lgamma(a+b), whose
-// cancellation could exceed it for large shapes (lbeta(1, 999) was off by
-// 1.4e-12 against a 3.5e-13 allowance). simplex_delta.go's lbetaErr now
+// Widening: special.IncBeta's rounding allowance used to be relative to |log B(a, b)|
+// while log B was computed as special.Lgamma(a) + special.Lgamma(b) − special.Lgamma(a+b), whose
+// cancellation could exceed it for large shapes (special.Lbeta(1, 999) was off by
+// 1.4e-12 against a 3.5e-13 allowance). simplex_delta.go's special.LbetaErr now
 // bounds that error itself, so the widening below is redundant; it is kept
 // as a margin (it only makes δ larger, i.e. more conservative). The value is
-// widened by a further relative roundRel·(|log Γ(a)| + |log Γ(b)| +
+// widened by a further relative special.RoundRel·(|log Γ(a)| + |log Γ(b)| +
 // |log Γ(a+b)|) (≈ 1.2e-10 for k = 1000): of the value itself below the
-// mean, where incBeta sums the series at γ, and of its complement above.
+// mean, where special.IncBeta sums the series at γ, and of its complement above.
 func averageDelta(s *AverageSpec, gamma float64) (lo, hi float64, ok bool) {
 	a := s.K * s.Eta
 	b := s.K - a
-	l, h, ok := incBeta(gamma, a, b)
+	l, h, ok := special.IncBeta(gamma, a, b)
 	if !ok || math.IsNaN(l) || math.IsNaN(h) {
 		return 0, 1, false
 	}
-	w := roundRel * (math.Abs(lgamma(a)) + math.Abs(lgamma(b)) + math.Abs(lgamma(a+b)))
+	w := special.RoundRel * (math.Abs(special.Lgamma(a)) + math.Abs(special.Lgamma(b)) + math.Abs(special.Lgamma(a+b)))
 	if gamma <= (a+1)/(a+b+2) {
 		l, h = l*(1-w), h*(1+w)
 	} else {
@@ -169,34 +171,8 @@ func averageDelta(s *AverageSpec, gamma float64) (lo, hi float64, ok bool) {
 	return n * l * (1 - 0x1p-52), math.Nextafter(n*h, math.Inf(1)), true
 }
 
-// averageDigamma returns ψ(x) = Γ′(x)/Γ(x) for finite x > 0 (NaN otherwise),
-// and mag, the sum of the magnitudes it was computed from (for rounding
-// allowances: the absolute error is a few ulps of mag).
-//
-// Method, as for trigamma: the recurrence ψ(x) = ψ(x+1) − 1/x shifts x to
-// y ≥ 12, where the asymptotic series ψ(y) ~ log y − 1/(2y) −
-// Σ_{j≥1} B_{2j}/(2j·y^{2j}) (Abramowitz & Stegun 6.3.18) is summed through
-// B₁₄; the first omitted term, |B₁₆|/(16·y¹⁶) ≤ 7.1/(16·12¹⁶), is below
-// 2·10⁻¹⁸, so the error is rounding only (TestAverageDigamma checks it
-// against exact values and gonum's mathext.Digamma).
-func averageDigamma(x float64) (psi, mag float64) {
-	if !(x > 0) || math.IsInf(x, 1) {
-		return math.NaN(), math.NaN()
-	}
-	var acc float64
-	for x < 12 {
-		acc += 1 / x
-		x++
-	}
-	z := 1 / (x * x)
-	tail := z * (1.0/12 - z*(1.0/120-z*(1.0/252-z*(1.0/240-z*(1.0/132-z*(691.0/32760-z/12))))))
-	lx := math.Log(x)
-	psi = lx - 0.5/x - tail - acc
-	return psi, math.Abs(lx) + acc + 0.5/x
-}
-
 // averageEpsilonParts returns the two parts of ε(γ) (see the comment at the
-// top of this file) and β. Each bracket is rounded upwards by roundRel·(1 +
+// top of this file) and β. Each bracket is rounded upwards by special.RoundRel·(1 +
 // the magnitudes it was computed from), which exceeds both its own rounding
 // error (a few ulps of those magnitudes) and, being at least 1e-14 of the
 // bracket, the rounding of the products and of the final sum.
@@ -204,14 +180,14 @@ func averageEpsilonParts(s *AverageSpec, gamma float64) (psiPart, logPart, beta 
 	n := float64(s.Bins)
 	k, eta := s.K, s.Eta
 	beta = 2 * (1 - n*eta) / float64(s.Users)
-	psiHi, magHi := averageDigamma(k * (1 - (n-1)*eta))
-	psiLo, magLo := averageDigamma(k * eta)
+	psiHi, magHi := special.Digamma(k * (1 - (n-1)*eta))
+	psiLo, magLo := special.Digamma(k * eta)
 	bPsi := math.Max(0, psiHi-psiLo)
-	bPsi += roundRel * (1 + magHi + magLo)
+	bPsi += special.RoundRel * (1 + magHi + magLo)
 	// log((1 − (n−1)γ)/γ) = log1p(−(n−1)γ) − log γ, ≥ 0 for γ ≤ 1/n.
 	l1, l2 := math.Log1p(-(n-1)*gamma), math.Log(gamma)
 	bLog := math.Max(0, l1-l2)
-	bLog += roundRel * (1 + math.Abs(l1) + math.Abs(l2))
+	bLog += special.RoundRel * (1 + math.Abs(l1) + math.Abs(l2))
 	half := k * beta / 2
 	return half * bPsi, half * bLog, beta
 }
@@ -231,7 +207,7 @@ func AverageCalibrate(s AverageSpec) (AverageGuarantee, error) {
 	eval := func(g float64) (hi float64, err error) {
 		lo, hi, ok := averageDelta(&s, g)
 		if !ok {
-			// The series of incBeta converges slowly near the mean kη/k = η
+			// The series of special.IncBeta converges slowly near the mean kη/k = η
 			// when the shapes are large.
 			return 0, &PrecisionError{What: fmt.Sprintf("the incomplete beta enclosure of the δ bound n·I_γ(kη, k−kη) at γ = %g", g), Lo: lo, Hi: hi, Required: target,
 				Hint: "lower histograms[i].average.k, or delta (γ is then further below eta)"}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/mathext"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // averageLoss returns the exact privacy loss L(x) = log f_p(x)/f_{p′}(x) of
@@ -18,7 +20,7 @@ import (
 func averageLoss(k float64, p, pp, x []float64) (l, mag float64) {
 	var sum kahan
 	for i := range p {
-		g1, g2 := lgamma(k*pp[i]), lgamma(k*p[i])
+		g1, g2 := special.Lgamma(k*pp[i]), special.Lgamma(k*p[i])
 		t := k * (p[i] - pp[i]) * math.Log(x[i])
 		sum.add(g1 - g2)
 		sum.add(t)
@@ -206,7 +208,7 @@ func TestAverageEpsilonBound(t *testing.T) {
 	}
 }
 
-// TestAverageDigamma checks averageDigamma against mpmath (40 digits) and,
+// TestAverageDigamma checks special.Digamma against mpmath (40 digits) and,
 // loosely, gonum's mathext.Digamma (which is itself only accurate to about
 // 3e-11 relative: ψ(0.44122294823790587) is −2.28636396608421530 (mpmath),
 // −2.2863639660842172 here, −2.2863639661117769 in gonum).
@@ -225,26 +227,26 @@ func TestAverageDigamma(t *testing.T) {
 		{1e9, 20.723265836446411156},
 	}
 	for _, c := range cases {
-		got, mag := averageDigamma(c.x)
+		got, mag := special.Digamma(c.x)
 		if math.Abs(got-c.want) > 4e-16*mag+1e-16 {
 			t.Errorf("ψ(%g) = %.17g, want %.17g (mag %g)", c.x, got, c.want, mag)
 		}
 	}
 	// Near the positive root x₀ ≈ 1.4616: the absolute error is what counts.
-	if got, _ := averageDigamma(1.4616321449683623); math.Abs(got) > 1e-15 {
+	if got, _ := special.Digamma(1.4616321449683623); math.Abs(got) > 1e-15 {
 		t.Errorf("ψ(x₀) = %g, want ≈ 0", got)
 	}
 	r := rand.New(rand.NewPCG(7, 7))
 	for range 2000 {
 		x := math.Exp(r.Float64()*40 - 20)
-		got, mag := averageDigamma(x)
+		got, mag := special.Digamma(x)
 		ref := mathext.Digamma(x)
 		if math.Abs(got-ref) > 1e-10*(1+mag) {
 			t.Errorf("ψ(%g) = %.17g, gonum %.17g", x, got, ref)
 		}
 	}
 	for _, x := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		if got, _ := averageDigamma(x); !math.IsNaN(got) {
+		if got, _ := special.Digamma(x); !math.IsNaN(got) {
 			t.Errorf("ψ(%v) = %v, want NaN", x, got)
 		}
 	}
@@ -271,7 +273,7 @@ func incBetaSimpson(x, a, b float64) (v, errEst float64) {
 		}
 		return s.value() * h / 3
 	}
-	pre := math.Exp(-math.Log(a) - lbeta(a, b))
+	pre := math.Exp(-math.Log(a) - special.Lbeta(a, b))
 	v1, v2 := simpson(1<<16), simpson(1<<17)
 	return pre * v2, pre * math.Abs(v2-v1)
 }
@@ -283,7 +285,7 @@ func binomTail(x float64, a, b int) float64 {
 	m := a + b - 1
 	var s kahan
 	for j := a; j <= m; j++ {
-		lc := lgamma(float64(m+1)) - lgamma(float64(j+1)) - lgamma(float64(m-j+1))
+		lc := special.Lgamma(float64(m+1)) - special.Lgamma(float64(j+1)) - special.Lgamma(float64(m-j+1))
 		s.add(math.Exp(lc + float64(j)*math.Log(x) + float64(m-j)*math.Log1p(-x)))
 	}
 	return s.value()
@@ -343,8 +345,8 @@ func TestAverageDeltaTail(t *testing.T) {
 			}
 			ref := -math.Expm1(b * math.Log1p(-x))
 			within(fmt.Sprintf("I_%g(1, %g)", x, b), spec(2, c.k, c.eta), x, ref, 1e-15)
-			// incBeta alone (without averageDelta's widening).
-			if lo, hi, _ := incBeta(x, a, b); ref > hi {
+			// special.IncBeta alone (without averageDelta's widening).
+			if lo, hi, _ := special.IncBeta(x, a, b); ref > hi {
 				worstMiss = math.Max(worstMiss, ref/hi-1)
 			} else if ref < lo {
 				worstMiss = math.Max(worstMiss, 1-ref/lo)
@@ -355,7 +357,7 @@ func TestAverageDeltaTail(t *testing.T) {
 		}
 		within(fmt.Sprintf("I_%g(0.25, 1)", x), spec(3, 1.25, 0.2), x, math.Pow(x, 0.25), 1e-15)
 	}
-	t.Logf("incBeta alone misses the closed form I_x(1, b) by up to %.3g relative (0 since lbetaErr; averageDelta widens it anyway)", worstMiss)
+	t.Logf("special.IncBeta alone misses the closed form I_x(1, b) by up to %.3g relative (0 since special.LbetaErr; averageDelta widens it anyway)", worstMiss)
 	// (1c) Whole shapes (k = 1000, η = 0.01: a = 10, b = 990; n = 24,
 	// k = 1000, η = 0.002: a = 2, b = 998): the binomial sum.
 	for _, c := range []struct {
@@ -429,7 +431,7 @@ func TestAverageDeltaTail(t *testing.T) {
 		// Lower bound: n − 1 coordinates are Beta(kη, k − kη) (pairwise
 		// Dir(kη, kη, k − 2kη)), so P[∪] ≥ (n−1)·P1 − C(n−1, 2)·P12.
 		a := s.K * s.Eta
-		p1Lo, _, _ := incBeta(g.Gamma, a, s.K-a)
+		p1Lo, _, _ := special.IncBeta(g.Gamma, a, s.K-a)
 		_, p12Hi, _ := pairLowerBounds(g.Gamma, a, s.K, 1e-6)
 		nm1 := float64(s.Bins - 1)
 		lower := nm1*p1Lo - nm1*(nm1-1)/2*p12Hi
@@ -457,9 +459,9 @@ func TestAverageDeltaTail(t *testing.T) {
 					const steps = 64
 					for j := 0; j <= steps; j++ {
 						p := eta + (pMax-eta)*float64(j)/steps
-						lo, hi, ok := incBeta(gamma, k*p, k-k*p)
+						lo, hi, ok := special.IncBeta(gamma, k*p, k-k*p)
 						if !ok {
-							t.Fatalf("incBeta(%g, %g, %g) failed", gamma, k*p, k-k*p)
+							t.Fatalf("special.IncBeta(%g, %g, %g) failed", gamma, k*p, k-k*p)
 						}
 						if lo > prevHi {
 							t.Errorf("n=%d k=%g η=%g γ=%g: tail at p=%g is [%g, %g], above %g at the previous p", n, k, eta, gamma, p, lo, hi, prevHi)
@@ -556,7 +558,7 @@ func TestAverageCalibrateOptimal(t *testing.T) {
 							t.Fatalf("%+v: %v", s, err)
 						}
 						// Expected when γ would have to be below 1e-300 (then
-						// the δ bound at 1e-300 is above δ̂), or when incBeta's
+						// the δ bound at 1e-300 is above δ̂), or when special.IncBeta's
 						// series does not converge (large shapes near the mean).
 						if strings.Contains(pe.What, "incomplete beta") {
 							refusedSeries++
@@ -600,7 +602,7 @@ func TestAverageCalibrateOptimal(t *testing.T) {
 	}
 	// γ = 1/n never happens in practice: x_i ~ Beta(kη, k − kη) has its
 	// mean η < 1/n and is right-skewed, so I_{1/n} > 1/2 and n·I_{1/n} > 1.
-	t.Logf("%d calibrated (γ = 1/n in %d); refused: %d need γ < 1e-300, %d incBeta series failures",
+	t.Logf("%d calibrated (γ = 1/n in %d); refused: %d need γ < 1e-300, %d special.IncBeta series failures",
 		calibrated, hitTop, refusedTiny, refusedSeries)
 	if refusedSeries > 3 {
 		t.Errorf("%d configurations refused for series failures", refusedSeries)

@@ -4,6 +4,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/floats"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // dirichletMech releases y ~ Dir(r·max(x, b) + α) (000 eq. (4) with the
@@ -71,7 +73,7 @@ func dirichletRDP(order, alphaEff, r, l2sq, linf float64) float64 {
 	if !(arg > 0) {
 		return math.Inf(1)
 	}
-	v := 0.5 * order * r * r * l2sq * trigamma(arg)
+	v := 0.5 * order * r * r * l2sq * special.Trigamma(arg)
 	if math.IsNaN(v) {
 		return math.Inf(1)
 	}
@@ -126,7 +128,7 @@ func calibrateConcentrated(lambda, eps, l2sq, linf float64) (float64, error) {
 	if !(c > 0) || math.IsInf(c, 0) || math.IsNaN(c) {
 		return 0, errOutOfRange(eps)
 	}
-	ok := func(s float64) bool { return trigamma(s) <= c }
+	ok := func(s float64) bool { return special.Trigamma(s) <= c }
 	lo := (1 + math.Sqrt(1+2*c)) / (2 * c)
 	hi := (1 + math.Sqrt(1+4*c)) / (2 * c)
 	for i := 0; ok(lo) && i < 2100; i++ { // guard against rounding at the ends
@@ -170,9 +172,9 @@ func calibrateClosedForm(lambda, eps, l2sq, linf float64) (float64, error) {
 // requires, until the reported RDP(λ) ≤ ε exactly.
 func calibrateDiffuse(lambda, eps, l2sq, linf, b float64) (r, alpha float64, err error) {
 	cc := b + 3*(lambda-1)*linf
-	phi := func(r float64) float64 { return 0.5 * lambda * r * r * l2sq * trigamma(1+r*cc) }
+	phi := func(r float64) float64 { return 0.5 * lambda * r * r * l2sq * special.Trigamma(1+r*cc) }
 	ok := func(r float64) bool { return phi(r) <= eps }
-	lo := math.Sqrt(2 * eps / (lambda * l2sq * trigamma(1)))
+	lo := math.Sqrt(2 * eps / (lambda * l2sq * special.Trigamma(1)))
 	for i := 0; !ok(lo) && i < 2100; i++ {
 		lo /= 2
 	}
@@ -512,7 +514,7 @@ func DirichletRenyi(order float64, u, uPrime []float64) (float64, error) {
 			return math.Inf(1), nil
 		}
 		delta0.add(ui - vi)
-		terms.add(lm1*(lgamma(vi)-lgamma(ui)) + lgamma(wi) - lgamma(ui))
+		terms.add(lm1*(special.Lgamma(vi)-special.Lgamma(ui)) + special.Lgamma(wi) - special.Lgamma(ui))
 	}
 	if d0 := delta0.value(); d0 != 0 {
 		s := u0.value()
@@ -521,16 +523,11 @@ func DirichletRenyi(order float64, u, uPrime []float64) (float64, error) {
 		if !(w0 > 0) || !(sp > 0) {
 			return math.Inf(1), nil
 		}
-		terms.add(-(lm1*(lgamma(sp)-lgamma(s)) + lgamma(w0) - lgamma(s)))
+		terms.add(-(lm1*(special.Lgamma(sp)-special.Lgamma(s)) + special.Lgamma(w0) - special.Lgamma(s)))
 	}
 	d := terms.value() / lm1
 	if math.IsNaN(d) {
 		return math.Inf(1), nil
 	}
 	return math.Max(d, 0), nil
-}
-
-func lgamma(x float64) float64 {
-	v, _ := math.Lgamma(x)
-	return v
 }

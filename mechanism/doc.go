@@ -31,7 +31,7 @@
 //
 //	ε(λ′) = ½·λ′·r²·Δ2²·ψ′(α − (λ′−1)·r·Δ∞)                    (000 eq. (10))
 //
-// where ψ′ is the trigamma function. Three calibrations solve (r, α) from a
+// where ψ′ is the special.Trigamma function. Three calibrations solve (r, α) from a
 // target (λ, ε):
 //
 //   - concentrated (000 eq. (8)): r = 1, α the root of

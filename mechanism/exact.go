@@ -2,6 +2,8 @@ package mechanism
 
 import (
 	"math"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // This file is the `exact` calibration of the Dirichlet mechanism: r = 1 and
@@ -87,7 +89,7 @@ import (
 // most the bound). So RDP is never below the true worst-case divergence.
 //
 // Numerics: L is computed without catastrophic cancellation (log1p and a
-// Stirling difference, see lgammaDiff), and h₊, h₋ are reported raised by a
+// Stirling difference, see special.LgammaDiff), and h₊, h₋ are reported raised by a
 // rounding margin of 16 ulps of the magnitudes they subtract, so rounding
 // cannot report less than the true value (TestExactGammaTerms checks them
 // against cancellation-free closed forms at integer orders).
@@ -204,7 +206,7 @@ const roundingMargin = 16 * 0x1p-52
 // count 1 → 0), raised by its rounding margin.
 func gammaRenyiPlus(order, alpha float64) float64 {
 	s := order - 1
-	l, mag := lgammaDiff(alpha+1, s)
+	l, mag := special.LgammaDiff(alpha+1, s)
 	la := s * math.Log(alpha)
 	v := math.Max((l-la)/s, 0)
 	return v + roundingMargin*(mag+math.Abs(la))/s
@@ -217,48 +219,10 @@ func gammaRenyiMinus(order, alpha float64) float64 {
 	if !(alpha-s > 0) {
 		return math.Inf(1)
 	}
-	l, mag := lgammaDiff(alpha-s, s)
+	l, mag := special.LgammaDiff(alpha-s, s)
 	la := s * math.Log(alpha)
 	v := math.Max((la-l)/s, 0)
 	return v + roundingMargin*(mag+math.Abs(la))/s
-}
-
-// lgammaDiff returns L = log Γ(x+s) − log Γ(x) for x > 0, s ≥ 0, and the sum
-// of the magnitudes of the terms it added (for rounding margins: the
-// absolute error of L is a few ulps of mag).
-//
-// Method: the recurrence log Γ(z+1) = log Γ(z) + log z shifts x to ≥ 16,
-// L(x, s) = L(x+n, s) − Σ_{j<n} log1p(s/(x+j)); then Stirling's series
-// log Γ(z) = (z−½)log z − z + ½log 2π + Σ_k B_2k/(2k(2k−1)z^(2k−1)) gives,
-// for y = x + s,
-//
-//	L = (x−½)·log1p(s/x) + s·log y − s + R(y) − R(x),
-//
-// with R the series through B₁₂ (the first omitted term is below 2e-18 at
-// z ≥ 16). No large log Γ values are subtracted, so L is accurate to a few
-// ulps of its own size (TestLgammaDiff).
-func lgammaDiff(x, s float64) (l, mag float64) {
-	if s == 0 {
-		return 0, 0
-	}
-	var corr float64
-	for x < 16 {
-		corr += math.Log1p(s / x)
-		x++
-	}
-	y := x + s
-	a := (x - 0.5) * math.Log1p(s/x)
-	b := s * math.Log(y)
-	l = a + b - s + (stirlingTail(y) - stirlingTail(x)) - corr
-	mag = math.Abs(a) + math.Abs(b) + s + corr
-	return l, mag
-}
-
-// stirlingTail is Σ_{k=1}^{6} B_2k/(2k(2k−1)·z^(2k−1)) for z ≥ 16.
-func stirlingTail(z float64) float64 {
-	iz := 1 / z
-	z2 := iz * iz
-	return iz * (1.0/12 + z2*(-1.0/360+z2*(1.0/1260+z2*(-1.0/1680+z2*(1.0/1188+z2*(-691.0/360360))))))
 }
 
 // exactMech is the Dirichlet mechanism Dir(x + α) with the exact

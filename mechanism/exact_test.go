@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // exactCase is a covered configuration of the exact calibration.
@@ -66,13 +68,13 @@ func TestExactClosedForms(t *testing.T) {
 // TestLgammaDiff checks L(x, s) = log Γ(x+s) − log Γ(x) against math.Lgamma
 // where the difference does not cancel (moderate x) and against the exact
 // sum Σ_{j<s} log(x+j) for integer s up to x = 1e9, to a few ulps of the
-// magnitude lgammaDiff reports (the basis of the rounding margin).
+// magnitude special.LgammaDiff reports (the basis of the rounding margin).
 func TestLgammaDiff(t *testing.T) {
 	for _, x := range []float64{1e-9, 1e-3, 0.1, 0.5, 1, 2.5, 7, 15.9, 16, 30, 123.4} {
 		for _, s := range []float64{1e-6, 0.1, 0.5, 1, 1.7, 9, 19, 50, 199} {
-			got, mag := lgammaDiff(x, s)
-			want := lgamma(x+s) - lgamma(x)
-			tol := 1e-14 * (1 + math.Abs(lgamma(x+s)) + math.Abs(lgamma(x)) + mag)
+			got, mag := special.LgammaDiff(x, s)
+			want := special.Lgamma(x+s) - special.Lgamma(x)
+			tol := 1e-14 * (1 + math.Abs(special.Lgamma(x+s)) + math.Abs(special.Lgamma(x)) + mag)
 			if math.Abs(got-want) > tol {
 				t.Errorf("L(%g, %g) = %.17g, want %.17g (tol %.3g)", x, s, got, want, tol)
 			}
@@ -84,7 +86,7 @@ func TestLgammaDiff(t *testing.T) {
 			for j := 0; j < n; j++ {
 				want.add(math.Log(x + float64(j)))
 			}
-			got, mag := lgammaDiff(x, float64(n))
+			got, mag := special.LgammaDiff(x, float64(n))
 			if math.Abs(got-want.value()) > 4*0x1p-52*(mag+math.Abs(want.value())) {
 				t.Errorf("L(%g, %d) = %.17g, want %.17g", x, n, got, want.value())
 			}
@@ -225,7 +227,7 @@ func TestExactDenseGrid(t *testing.T) {
 					t.Fatalf("%s: RDP(λ) = %.17g > ε = %g", c.name, bound, tg.eps)
 				}
 				k := float64(c.k)
-				gap := 0.5 * o * k * k * trigamma(1e4-k*(o-1))
+				gap := 0.5 * o * k * k * special.Trigamma(1e4-k*(o-1))
 				if worst < bound-gap-1e-12 {
 					t.Errorf("%s λ=%g ε=%g: grid maximum %.10g at order %g is below the reported worst case %.10g by more than %.3g", c.name, tg.order, tg.eps, worst, o, bound, gap)
 				}
@@ -304,7 +306,7 @@ func TestExactGroupSplit(t *testing.T) {
 				}
 				worst = math.Max(worst, da+db)
 			}
-			if gap := 2 * 0.5 * o * trigamma(1e4-(o-1)); worst < bound-gap-1e-12 {
+			if gap := 2 * 0.5 * o * special.Trigamma(1e4-(o-1)); worst < bound-gap-1e-12 {
 				t.Errorf("λ=%g order %g: split maximum %g below RDP %g by more than %.3g", tg.order, o, worst, bound, gap)
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // Hellinger-distance exponential mechanisms over candidate posteriors
@@ -66,7 +68,7 @@ func (e *CandidateLimitError) Is(target error) bool {
 // maxAbsLgamma bounds |log Γ| on [lo, hi] ⊂ (0, ∞): log Γ is convex there,
 // so its maximum is at an end, and its minimum is ≈ −0.1215 (at 1.4616).
 func maxAbsLgamma(lo, hi float64) float64 {
-	return math.Max(math.Max(math.Abs(lgamma(lo)), math.Abs(lgamma(hi))), 0.1215)
+	return math.Max(math.Max(math.Abs(special.Lgamma(lo)), math.Abs(special.Lgamma(hi))), 0.1215)
 }
 
 // hellingerLog returns L = log of the Bhattacharyya coefficient
@@ -80,14 +82,14 @@ func hellingerLog(a, b []float64) (l, e float64) {
 		if a[i] == b[i] {
 			continue
 		}
-		m := lgamma((a[i] + b[i]) / 2)
-		la, lb := lgamma(a[i]), lgamma(b[i])
+		m := special.Lgamma((a[i] + b[i]) / 2)
+		la, lb := special.Lgamma(a[i]), special.Lgamma(b[i])
 		s.add(m - la/2 - lb/2)
 		mag.add(math.Abs(m) + math.Abs(la)/2 + math.Abs(lb)/2)
 	}
 	if ta != tb {
-		m := lgamma((ta + tb) / 2)
-		la, lb := lgamma(ta), lgamma(tb)
+		m := special.Lgamma((ta + tb) / 2)
+		la, lb := special.Lgamma(ta), special.Lgamma(tb)
 		s.add(-(m - la/2 - lb/2))
 		mag.add(math.Abs(m) + math.Abs(la)/2 + math.Abs(lb)/2)
 	}
@@ -146,7 +148,9 @@ func Hellinger(a, b []float64) (float64, error) {
 // increasing on (0, ∞): (log r)′ = ψ(v+½) − ψ(v) − 1/(2v), and by DLMF
 // 5.9.16, ψ(v+½) − ψ(v) = ∫_0^∞ e^{−vt}(1 − e^{−t/2})/(1 − e^{−t}) dt
 // = ∫_0^∞ e^{−vt}/(1 + e^{−t/2}) dt > ∫_0^∞ e^{−vt}/2 dt = 1/(2v).
-func logR(v float64) float64 { return lgamma(v+0.5) - lgamma(v)/2 - lgamma(v+1)/2 }
+func logR(v float64) float64 {
+	return special.Lgamma(v+0.5) - special.Lgamma(v)/2 - special.Lgamma(v+1)/2
+}
 
 // neighbourHellinger is H between the posteriors Dir(u) and
 // Dir(u − e_i + e_j) of neighbouring data (one observation moved from bin i
@@ -227,8 +231,8 @@ func localSensitivity(prior, u []float64) (ls, tau float64) {
 		l := neighbourLog(u[i], u[j])
 		if l < best {
 			best = l
-			bestMag = math.Abs(lgamma(u[i]-0.5)) + math.Abs(lgamma(u[i]-1))/2 + math.Abs(lgamma(u[i]))/2 +
-				math.Abs(lgamma(u[j]+0.5)) + math.Abs(lgamma(u[j]))/2 + math.Abs(lgamma(u[j]+1))/2
+			bestMag = math.Abs(special.Lgamma(u[i]-0.5)) + math.Abs(special.Lgamma(u[i]-1))/2 + math.Abs(special.Lgamma(u[i]))/2 +
+				math.Abs(special.Lgamma(u[j]+0.5)) + math.Abs(special.Lgamma(u[j]))/2 + math.Abs(special.Lgamma(u[j]+1))/2
 		}
 	}
 	if math.IsInf(best, 1) {

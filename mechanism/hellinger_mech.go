@@ -3,6 +3,8 @@ package mechanism
 import (
 	"math"
 	"slices"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // hellingerMech holds what ehd and ehds share: the candidate posteriors
@@ -76,8 +78,8 @@ func newEHD(out Spec, p PosteriorSpec) (*ehdMech, error) {
 	a1, a2 := twoSmallest(p.Prior)
 	// Rounding of gs itself: same allowance as any score.
 	l := neighbourLog(a1+1, a2)
-	mag := math.Abs(lgamma(a1+0.5)) + math.Abs(lgamma(a1))/2 + math.Abs(lgamma(a1+1))/2 +
-		math.Abs(lgamma(a2+0.5)) + math.Abs(lgamma(a2))/2 + math.Abs(lgamma(a2+1))/2
+	mag := math.Abs(special.Lgamma(a1+0.5)) + math.Abs(special.Lgamma(a1))/2 + math.Abs(special.Lgamma(a1+1))/2 +
+		math.Abs(special.Lgamma(a2+0.5)) + math.Abs(special.Lgamma(a2))/2 + math.Abs(special.Lgamma(a2+1))/2
 	_, tauGS := hellingerFromLog(l, hellRound*(mag+1)+0x1p-52)
 	delta := (gs + tauGS + 2*base.tau) * (1 + 1e-9)
 	scale := p.Epsilon / (2 * delta)

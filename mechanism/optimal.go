@@ -2,6 +2,8 @@ package mechanism
 
 import (
 	"math"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // This file is the `optimal` calibration of the Dirichlet mechanism: the
@@ -267,8 +269,8 @@ func gammaRenyiPlusR(order, alpha, r float64) float64 {
 		return gammaRenyiPlus(order, alpha)
 	}
 	s := order - 1
-	l1, m1 := lgammaDiff(alpha+r, s*r)
-	l2, m2 := lgammaDiff(alpha, r)
+	l1, m1 := special.LgammaDiff(alpha+r, s*r)
+	l2, m2 := special.LgammaDiff(alpha, r)
 	v := math.Max((l1-s*l2)/s, 0)
 	return v + roundingMargin*(m1+s*m2+math.Abs(l1)+s*math.Abs(l2))/s
 }
@@ -283,8 +285,8 @@ func gammaRenyiMinusR(order, alpha, r float64) float64 {
 	if !(alpha-s*r > 0) {
 		return math.Inf(1)
 	}
-	l1, m1 := lgammaDiff(alpha, r)
-	l2, m2 := lgammaDiff(alpha-s*r, s*r)
+	l1, m1 := special.LgammaDiff(alpha, r)
+	l2, m2 := special.LgammaDiff(alpha-s*r, s*r)
 	v := math.Max((s*l1-l2)/s, 0)
 	return v + roundingMargin*(s*m1+m2+s*math.Abs(l1)+math.Abs(l2))/s
 }

@@ -133,7 +133,7 @@ func TestOptimalPinned(t *testing.T) {
 //   - integer r (2, 3): the Gamma ratios are rational, so the closed forms
 //     are cancellation-free sums of log1p, and the reported values must be
 //     at or above them (they carry a rounding margin of 16 ulps of the
-//     magnitudes lgammaDiff adds, a few 1e-13 absolute) and within 1e-12;
+//     magnitudes special.LgammaDiff adds, a few 1e-13 absolute) and within 1e-12;
 //   - fractional r: against math.Lgamma, never below the closed form by
 //     more than its own rounding (a few ulps of the log Γ magnitudes it
 //     subtracts), and above it by at most the margin.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // The simplex Dirichlet mechanism of Gohari, Wu, Hawkins, Hale & Topcu,
@@ -223,19 +225,19 @@ func simplexEpsilonParts(s *SimplexSpec, m int, gamma float64) (beta, gam, pStar
 	c := 1 - s.EtaBar
 	bPrime = s.B / float64(s.Average)
 	pStar = math.Min(eta+bPrime/2, c/2)
-	fe, errE := lbetaErr(k*eta, k*(c-eta))
-	fp, errP := lbetaErr(k*pStar, k*(c-pStar))
+	fe, errE := special.LbetaErr(k*eta, k*(c-eta))
+	fp, errP := special.LbetaErr(k*pStar, k*(c-pStar))
 	beta = fe - fp
-	// Rounding allowance: lbetaErr's bounds of the two log-betas (which
-	// cover lgamma's error on the magnitudes of all six lgamma values, see
-	// simplex_delta.go), plus roundRel of their magnitudes and of lgamma(kc)
+	// Rounding allowance: special.LbetaErr's bounds of the two log-betas (which
+	// cover special.Lgamma's error on the magnitudes of all six special.Lgamma values, see
+	// simplex_delta.go), plus special.RoundRel of their magnitudes and of special.Lgamma(kc)
 	// for the subtraction and the rounding of the shapes k·t, k·(c − t).
-	beta += errE + errP + roundRel*(1+math.Abs(fe)+math.Abs(fp)+6*math.Abs(lgamma(k*c)))
+	beta += errE + errP + special.RoundRel*(1+math.Abs(fe)+math.Abs(fp)+6*math.Abs(special.Lgamma(k*c)))
 	fm := float64(m)
 	// log((1 − (m−1)γ)/γ) = log1p(−(m−1)γ) − log γ, ≥ 0 for γ ≤ 1/m.
 	l := math.Log1p(-(fm-1)*gamma) - math.Log(gamma)
 	gam = math.Max(0, k*bPrime/2*l)
-	gam += roundRel * (1 + gam)
+	gam += special.RoundRel * (1 + gam)
 	return beta, gam, pStar, bPrime
 }
 
@@ -256,7 +258,7 @@ func SimplexCalibrate(s SimplexSpec) (SimplexGuarantee, error) {
 		// With a fixed γ the width required is relative to δ itself, and
 		// δ ≥ P1 = I_γ(kη, k − kη).
 		gamma = s.Gamma
-		p1Lo, _, ok := incBeta(gamma, s.K*s.Eta, s.K-s.K*s.Eta)
+		p1Lo, _, ok := special.IncBeta(gamma, s.K*s.Eta, s.K-s.K*s.Eta)
 		tol := math.Max(simplexRelTol*p1Lo, 1e-300)
 		lo, hi, ok2 := simplexDelta(gamma, s.Eta, s.K, m, tol)
 		if !ok || !ok2 {
@@ -271,7 +273,7 @@ func SimplexCalibrate(s SimplexSpec) (SimplexGuarantee, error) {
 		// misses the required width is an error only if it straddles the
 		// target (the decision δ ≤ δ̂ depends on it).
 		eval := func(g float64) (lo, hi float64, err error) {
-			p1Lo, _, ok := incBeta(g, s.K*s.Eta, s.K-s.K*s.Eta)
+			p1Lo, _, ok := special.IncBeta(g, s.K*s.Eta, s.K-s.K*s.Eta)
 			if ok && p1Lo > target {
 				return p1Lo, 1, nil
 			}

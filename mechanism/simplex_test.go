@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/dpstage/stage/internal/special"
 )
 
 // The 003 §VII configurations (identity queries: η = η̄ = 0.05, |W| = 2,
@@ -14,7 +16,7 @@ import (
 // |W| = 2, b = 1 — the "1-adjacent" collections of §VII-B). The figures are
 // OURS (see docs/papers-examples.md for the printed ones: 2.30, 4.40, 8.53
 // and 1.18); they are pinned so that a change in the computation shows.
-// (The rigorous lbeta/lgamma allowances of simplex_delta.go moved them in
+// (The rigorous special.Lbeta/special.Lgamma allowances of simplex_delta.go moved them in
 // the 13th–16th significant digits: ε by ≤ 4.9e-13, δ by ≤ 1.6e-14, γ by
 // ≤ 2 ulps.)
 var simplexExamples = []struct {
@@ -81,7 +83,7 @@ func TestIncBetaAgainstMpmath(t *testing.T) {
 		{1e-5, 30, 3, 4.959904000465012e-148},
 	}
 	for _, c := range cases {
-		lo, hi, ok := incBeta(c.x, c.a, c.b)
+		lo, hi, ok := special.IncBeta(c.x, c.a, c.b)
 		if !ok || !(lo <= c.want*(1+1e-13) && c.want*(1-1e-13) <= hi) || hi-lo > 1e-10*c.want {
 			t.Errorf("I_%g(%g, %g): enclosure [%.17g, %.17g] ok=%v, mpmath %.15g", c.x, c.a, c.b, lo, hi, ok, c.want)
 		}
@@ -91,7 +93,7 @@ func TestIncBetaAgainstMpmath(t *testing.T) {
 // logDensityRatio is 003 eq. (8): log Dir_k(x; p)/Dir_k(x; q) for p, q that
 // differ only in coordinates i, j (here passed as the pair values).
 func logDensityRatio(k, pi, pj, qi, qj, xi, xj float64) float64 {
-	return lgamma(k*qi) + lgamma(k*qj) - lgamma(k*pi) - lgamma(k*pj) + k*(pi-qi)*math.Log(xi) + k*(pj-qj)*math.Log(xj)
+	return special.Lgamma(k*qi) + special.Lgamma(k*qj) - special.Lgamma(k*pi) - special.Lgamma(k*pj) + k*(pi-qi)*math.Log(xi) + k*(pj-qj)*math.Log(xj)
 }
 
 // Brute force over a grid of neighbouring (p, q) and outputs x ∈ Ω₁: the
@@ -133,7 +135,7 @@ func TestSimplexEpsilonBruteForce(t *testing.T) {
 		if worst > g.Epsilon {
 			t.Errorf("%+v: brute-force log ratio %.6f > reported ε %.6f", s, worst, g.Epsilon)
 		}
-		paperBeta := lbeta(s.K*s.Eta, s.K*(C-s.Eta)) - lbeta(s.K*(s.Eta+bp/2), s.K*(C-s.Eta-bp/2))
+		paperBeta := special.Lbeta(s.K*s.Eta, s.K*(C-s.Eta)) - special.Lbeta(s.K*(s.Eta+bp/2), s.K*(C-s.Eta-bp/2))
 		paper := paperBeta + g.EpsilonGamma
 		t.Logf("B=%g: brute force %.6f, ours %.6f, 003 Lemma 4 as printed %.6f", s.B, worst, g.Epsilon, paper)
 		if s.Eta+bp/2 > C/2 && !(worst > paper) {
@@ -491,15 +493,15 @@ func lgammaTestPoints() []float64 {
 }
 
 // Lgamma's error against the 320-bit reference, in units of
-// u·(1 + |log Γ|): the allowance lgammaErr is roundRel ≈ 90 such units; the
+// u·(1 + |log Γ|): the allowance special.LgammaErr is special.RoundRel ≈ 90 such units; the
 // measured error must stay below a quarter of it.
 func TestLgammaAccuracy(t *testing.T) {
 	worst, worstX := [2]float64{}, [2]float64{}
 	for _, x := range lgammaTestPoints() {
 		ref := refLgamma(x)
-		lg := lgamma(x)
+		lg := special.Lgamma(x)
 		d := math.Abs(refFloat(new(big.Float).Sub(newRef(lg), ref)))
-		r := d / (unitRound * (1 + math.Abs(lg)))
+		r := d / (special.UnitRound * (1 + math.Abs(lg)))
 		i := 0
 		if x >= 8 {
 			i = 1
@@ -507,12 +509,12 @@ func TestLgammaAccuracy(t *testing.T) {
 		if r > worst[i] {
 			worst[i], worstX[i] = r, x
 		}
-		if d > lgammaErr(lg)/4 {
-			t.Errorf("lgamma(%g) = %.17g, reference %.20g: error %.3g above roundRel/4·(1+|lgamma|)", x, lg, refFloat(ref), d)
+		if d > special.LgammaErr(lg)/4 {
+			t.Errorf("special.Lgamma(%g) = %.17g, reference %.20g: error %.3g above special.RoundRel/4·(1+|special.Lgamma|)", x, lg, refFloat(ref), d)
 		}
 	}
-	t.Logf("max |lgamma − log Γ| in u·(1+|lgamma|): %.3g below 8 (at x = %g), %.3g from 8 on (at x = %g); allowance %.1f",
-		worst[0], worstX[0], worst[1], worstX[1], roundRel/unitRound)
+	t.Logf("max |special.Lgamma − log Γ| in u·(1+|special.Lgamma|): %.3g below 8 (at x = %g), %.3g from 8 on (at x = %g); allowance %.1f",
+		worst[0], worstX[0], worst[1], worstX[1], special.RoundRel/special.UnitRound)
 }
 
 // refLbeta returns log B(a, b) at refPrec bits (a + b formed exactly).
@@ -558,22 +560,22 @@ func refLbeta(a, b float64) *big.Float {
 	return l.Sub(l, ls)
 }
 
-// lbetaErr's bound contains the exact log B(a, b), including the case that
-// broke the old allowance (lbeta(1, 999) = −log 999, off by ~1.4e-12 while
-// roundRel·(1 + |log B|) ≈ 8e-14) and shapes whose sum is not a float64.
+// special.LbetaErr's bound contains the exact log B(a, b), including the case that
+// broke the old allowance (special.Lbeta(1, 999) = −log 999, off by ~1.4e-12 while
+// special.RoundRel·(1 + |log B|) ≈ 8e-14) and shapes whose sum is not a float64.
 func TestLbetaErr(t *testing.T) {
 	exact := refLog(newRef(999))
 	exact.Neg(exact)
 	for _, f := range []struct {
 		name string
 		fn   func(a, b float64) (float64, float64)
-	}{{"lbetaErr", lbetaErr}, {"direct form", lbetaDirect}} {
+	}{{"special.LbetaErr", special.LbetaErr}, {"direct form", special.LbetaDirect}} {
 		v, e := f.fn(1, 999)
 		d := math.Abs(refFloat(new(big.Float).Sub(newRef(v), exact)))
 		if !(d <= e) {
-			t.Errorf("%s: lbeta(1, 999) = %.17g, exact %.17g: error %.3g > bound %.3g", f.name, v, refFloat(exact), d, e)
+			t.Errorf("%s: special.Lbeta(1, 999) = %.17g, exact %.17g: error %.3g > bound %.3g", f.name, v, refFloat(exact), d, e)
 		}
-		t.Logf("%s: lbeta(1, 999) error %.3g, bound %.3g (old allowance %.3g)", f.name, d, e, roundRel*(1+math.Abs(v)))
+		t.Logf("%s: special.Lbeta(1, 999) error %.3g, bound %.3g (old allowance %.3g)", f.name, d, e, special.RoundRel*(1+math.Abs(v)))
 	}
 	shapes := []float64{1e-300, 1e-12, 1e-3, 0.01, 0.15, 0.5, 1, 1.2, 2, 2.85, 3, 7.5, 15.99, 16, 22.8, 999, 1000, 12345.678, 1e6, 999999, 3.3e7, 1e9 - 0.1}
 	worst := map[string]float64{}
@@ -584,20 +586,20 @@ func TestLbetaErr(t *testing.T) {
 				v, e := f(a, b)
 				d := math.Abs(refFloat(new(big.Float).Sub(newRef(v), ref)))
 				if !(d <= e) {
-					t.Errorf("%s: lbeta(%g, %g) = %.17g: error %.3g > bound %.3g", name, a, b, v, d, e)
+					t.Errorf("%s: special.Lbeta(%g, %g) = %.17g: error %.3g > bound %.3g", name, a, b, v, d, e)
 				}
 				worst[name] = math.Max(worst[name], d/e)
 			}
-			check("direct", lbetaDirect)
+			check("direct", special.LbetaDirect)
 			if math.Max(a, b) >= 16 {
-				check("stirling", lbetaStirling)
+				check("stirling", special.LbetaStirling)
 			}
 		}
 	}
 	t.Logf("max error/bound over %d shape pairs: %v", len(shapes)*len(shapes), worst)
 }
 
-// I_x(1, b) = 1 − (1 − x)^b: the enclosure of incBeta must contain the
+// I_x(1, b) = 1 − (1 − x)^b: the enclosure of special.IncBeta must contain the
 // exact value (computed at refPrec bits) for b up to 1e6 and x on both
 // sides of the mean 1/(1+b), including where the complement underflows.
 func TestIncBetaClosedForm(t *testing.T) {
@@ -612,7 +614,7 @@ func TestIncBetaClosedForm(t *testing.T) {
 		}
 		xs = append(xs, 1e-12, 3.4e-11, 1e-6, 1e-3, 0.05, 0.2, 0.5, 0.7, 0.99)
 		for _, x := range xs {
-			lo, hi, ok := incBeta(x, 1, b)
+			lo, hi, ok := special.IncBeta(x, 1, b)
 			if !ok {
 				failed++
 				continue
