@@ -13,6 +13,27 @@
 // window (one message per declared group, or one status message when the
 // budget refused the release). The ledger is a bbolt database file under the
 // configured state directory.
+//
+// Invariant: a unit recorded is never recorded again (ErrAlreadyRecorded);
+// a period's recorded spend is the composition of its units' charges.
+//
+// # Why the RDP spend is stored absolute and the (ε, δ) spend as sums
+//
+// The (ε, δ) charges of a period are added in the record's transaction
+// (ApproxSpent: plain sums, order-free). The RDP spend is stored as the
+// period's whole curve after the window (RecordWindow's spentAfter), not
+// added here from the units' Charge curves, although each unit carries its
+// charge: the curve is composed by the budget book (budget.Book.After),
+// which adds order by order with upward rounding (budget.AddUp) on its grid
+// of orders and aligns a charge made on another grid (an order changed
+// between two windows of a period). Adding in the ledger would repeat that
+// arithmetic in a second place that must agree with the book bit for bit
+// (the stage checks it: "budget book disagrees with ledger"), for no gain in
+// crash safety — the absolute curve is written in the same transaction as
+// the units, so it is always the spend of exactly the units recorded, and
+// every unit's own Charge stays in the log for audits (the crash test sums
+// them and compares). Old state directories keep opening: the schema is
+// unchanged.
 package ledger
 
 import (

@@ -1,5 +1,3 @@
-// Package layering holds the test of the stage's package layout: one
-// package per step of the data flow, with Kafka only at the edges.
 package layering
 
 import (
