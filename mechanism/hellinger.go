@@ -245,7 +245,7 @@ func localSensitivity(prior, u []float64) (ls, tau float64) {
 // counts c (whole numbers ≥ 0): the largest Hellinger distance between the
 // posterior Dir(α + c) and the posterior of a neighbouring dataset. It is
 // NOT a differentially private quantity; it is exported for evaluations
-// (EHDL, internal/evalposterior) and tests.
+// (EHDL, internal/eval/posterior.go) and tests.
 func LocalHellingerSensitivity(prior, counts []float64) (float64, error) {
 	if len(prior) < 2 {
 		return 0, paramErr("prior", len(prior), "must have at least 2 entries")

@@ -1,4 +1,4 @@
-package evalposterior
+package eval
 
 import (
 	"context"
@@ -32,8 +32,8 @@ func TestCorollaries(t *testing.T) {
 		{0.8, 1000, false},
 	}
 	for _, c := range cases {
-		st := Setting{Model: "beta-binomial", Prior: []float64{1, 1}, Counts: []float64{float64(c.n / 2), float64(c.n - c.n/2)}, Epsilon: c.eps, Delta: 1e-8, Reps: 4000}
-		rows, err := Evaluate(rng, st)
+		st := PosteriorSetting{Model: "beta-binomial", Prior: []float64{1, 1}, Counts: []float64{float64(c.n / 2), float64(c.n - c.n/2)}, Epsilon: c.eps, Delta: 1e-8, Reps: 4000}
+		rows, err := EvaluatePosterior(rng, st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestCorollaries(t *testing.T) {
 			if math.Abs(r.Mean-r.Exact) > 5*r.StdErr+1e-12 {
 				t.Errorf("ε=%g n=%d %s: Monte Carlo %.4f ± %.4f vs exact %.4f", c.eps, c.n, r.Mechanism, r.Mean, r.StdErr, r.Exact)
 			}
-			if r.Mechanism == EHDL && r.DP {
+			if r.Mechanism == PosteriorEHDL && r.DP {
 				t.Error("EHDL labelled differentially private")
 			}
 		}
@@ -61,11 +61,11 @@ func TestCorollaries(t *testing.T) {
 
 func TestRunWritesCSVs(t *testing.T) {
 	dir := t.TempDir()
-	s, err := RunSettings(context.Background(), dir, 3, DefaultSettings(50))
+	s, err := RunPosteriorSettings(context.Background(), dir, 3, DefaultPosteriorSettings(50))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Files) != 2 || len(s.Rows) != 4*len(DefaultSettings(1)) || len(s.Comparisons) != len(DefaultSettings(1)) {
+	if len(s.Files) != 2 || len(s.Rows) != 4*len(DefaultPosteriorSettings(1)) || len(s.Comparisons) != len(DefaultPosteriorSettings(1)) {
 		t.Fatalf("summary: %d files, %d rows, %d comparisons", len(s.Files), len(s.Rows), len(s.Comparisons))
 	}
 	for _, f := range s.Files {
@@ -81,7 +81,7 @@ func TestRunWritesCSVs(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Run(ctx, "", 1); err == nil {
+	if _, err := RunPosterior(ctx, "", 1); err == nil {
 		t.Error("cancelled context not reported")
 	}
 }

@@ -1,10 +1,11 @@
-// Package evalposterior compares the utility of the private-posterior
-// mechanisms — laplace-posterior (002 LSHist), ehd (002 EHD), ehds (002
-// EHDS) and, for reference only, EHDL (002 Algorithm 4: the exponential
-// mechanism with LOCAL sensitivity, which is NOT differentially private) —
-// by the Hellinger distance between the released posterior and the true
-// one, as in 004 §6, and checks 002 Corollaries 4.5.1–4.5.2 qualitatively
-// (LSHist more accurate than EHD for large n, EHD better for small n).
+// This file (folded in from internal/evalposterior, which had no importers)
+// compares the utility of the private-posterior mechanisms — laplace-
+// posterior (002 LSHist), ehd (002 EHD), ehds (002 EHDS) and, for reference
+// only, EHDL (002 Algorithm 4: the exponential mechanism with LOCAL
+// sensitivity, which is NOT differentially private) — by the Hellinger
+// distance between the released posterior and the true one, as in 004 §6,
+// and checks 002 Corollaries 4.5.1–4.5.2 qualitatively (LSHist more accurate
+// than EHD for large n, EHD better for small n).
 //
 // Every figure is computed twice: exactly (the output laws of all four
 // mechanisms are known in closed form: the clamped discrete Laplace of
@@ -12,14 +13,15 @@
 // Monte Carlo runs through the mechanisms' own samplers, whose mean and
 // standard error are reported next to the exact value.
 //
-// EHDL is built here from exported helpers (mechanism.LocalHellingerSensitivity,
-// mechanism.SampleByWeight); it is deliberately not a mechanism.Kind and
-// cannot be constructed through mechanism.New or used by the stage.
-package evalposterior
+// EHDL is built here from exported helpers
+// (mechanism.LocalHellingerSensitivity, mechanism.SampleByWeight); it is
+// deliberately not a mechanism.Kind and cannot be constructed through
+// mechanism.New or used by the stage.
+
+package eval
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"math"
@@ -30,27 +32,27 @@ import (
 	"github.com/dpstage/stage/mechanism"
 )
 
-// Mechanism names in the CSVs and Summary.
+// Mechanism names in the CSVs and PosteriorSummary.
 const (
-	LSHist = "lshist"
-	EHD    = "ehd"
-	EHDS   = "ehds"
-	EHDL   = "ehdl-NOT-DP" // 002 Algorithm 4: local sensitivity, not differentially private
+	PosteriorLSHist = "lshist"
+	PosteriorEHD    = "ehd"
+	PosteriorEHDS   = "ehds"
+	PosteriorEHDL   = "ehdl-NOT-DP" // 002 Algorithm 4: local sensitivity, not differentially private
 )
 
-// Setting is one comparison point: a model (prior), a dataset (counts) and
+// PosteriorSetting is one comparison point: a model (prior), a dataset (counts) and
 // privacy parameters.
-type Setting struct {
+type PosteriorSetting struct {
 	Model   string    // "beta-binomial" or "dirichlet-multinomial"
 	Prior   []float64 // α
 	Counts  []float64 // c, Σc = n
 	Epsilon float64
-	Delta   float64 // for EHDS
+	Delta   float64 // for PosteriorEHDS
 	Reps    int     // Monte Carlo releases per mechanism
 }
 
 // N returns Σcounts.
-func (s Setting) N() int {
+func (s PosteriorSetting) N() int {
 	var n float64
 	for _, c := range s.Counts {
 		n += c
@@ -58,14 +60,14 @@ func (s Setting) N() int {
 	return int(n)
 }
 
-// Row is one mechanism's utility at one setting.
-type Row struct {
+// PosteriorRow is one mechanism's utility at one setting.
+type PosteriorRow struct {
 	Model     string
 	N         int
 	Counts    []float64
 	Epsilon   float64
 	Mechanism string
-	DP        bool    // false for EHDL
+	DP        bool    // false for PosteriorEHDL
 	Exact     float64 // exact E[H(true posterior, released)]
 	Mean      float64 // Monte Carlo mean of H over Reps releases
 	StdErr    float64 // its standard error
@@ -73,10 +75,10 @@ type Row struct {
 	PExact    float64 // exact P[released = true posterior]
 }
 
-// Comparison is LSHist versus EHD at one setting (002 Corollaries
+// PosteriorComparison is LSHist versus EHD at one setting (002 Corollaries
 // 4.5.1–4.5.2): Diff = E_EHD[H] − E_LSHist[H] (exact, and Monte Carlo with
 // its standard error; Z = DiffMC/DiffSE).
-type Comparison struct {
+type PosteriorComparison struct {
 	Model          string
 	N              int
 	Counts         []float64
@@ -87,51 +89,51 @@ type Comparison struct {
 	Better         string // "lshist" or "ehd" (by the exact difference)
 }
 
-// Summary is what Run returns.
-type Summary struct {
-	Rows        []Row
-	Comparisons []Comparison
+// PosteriorSummary is what RunPosterior returns.
+type PosteriorSummary struct {
+	Rows        []PosteriorRow
+	Comparisons []PosteriorComparison
 	Files       []string
 }
 
-// DefaultSettings are the settings Run evaluates: the Beta–Binomial model
+// DefaultPosteriorSettings are the settings RunPosterior evaluates: the Beta–Binomial model
 // with a Beta(1, 1) prior at ε = 0.8 (004 §6's prior and ε; δ = 1e-8 for
 // EHDS) and at ε = 0.2, on balanced data (half ones, so that clamping at 0
 // and n favours neither mechanism) for n from 2 to 1000; 004 §6's
 // unbalanced data (10% ones) at ε = 0.8 for n = 10, 100, 1000; and the
 // Dirichlet–Multinomial model with a Dir(1, 1, 1) prior on data split
 // 20/30/50% (004 §6) for n = 4, 10, 30 at both ε.
-func DefaultSettings(reps int) []Setting {
-	var out []Setting
+func DefaultPosteriorSettings(reps int) []PosteriorSetting {
+	var out []PosteriorSetting
 	for _, eps := range []float64{0.2, 0.8} {
 		for _, n := range []int{2, 4, 10, 30, 100, 300, 1000} {
-			out = append(out, Setting{Model: "beta-binomial", Prior: []float64{1, 1}, Counts: []float64{float64(n / 2), float64(n - n/2)}, Epsilon: eps, Delta: 1e-8, Reps: reps})
+			out = append(out, PosteriorSetting{Model: "beta-binomial", Prior: []float64{1, 1}, Counts: []float64{float64(n / 2), float64(n - n/2)}, Epsilon: eps, Delta: 1e-8, Reps: reps})
 		}
 	}
 	for _, n := range []int{10, 100, 1000} {
 		ones := math.Round(0.1 * float64(n))
-		out = append(out, Setting{Model: "beta-binomial", Prior: []float64{1, 1}, Counts: []float64{ones, float64(n) - ones}, Epsilon: 0.8, Delta: 1e-8, Reps: reps})
+		out = append(out, PosteriorSetting{Model: "beta-binomial", Prior: []float64{1, 1}, Counts: []float64{ones, float64(n) - ones}, Epsilon: 0.8, Delta: 1e-8, Reps: reps})
 	}
 	for _, eps := range []float64{0.2, 0.8} {
 		for _, n := range []int{4, 10, 30} {
 			a, b := math.Round(0.2*float64(n)), math.Round(0.3*float64(n))
-			out = append(out, Setting{Model: "dirichlet-multinomial", Prior: []float64{1, 1, 1}, Counts: []float64{a, b, float64(n) - a - b}, Epsilon: eps, Delta: 1e-8, Reps: reps})
+			out = append(out, PosteriorSetting{Model: "dirichlet-multinomial", Prior: []float64{1, 1, 1}, Counts: []float64{a, b, float64(n) - a - b}, Epsilon: eps, Delta: 1e-8, Reps: reps})
 		}
 	}
 	return out
 }
 
-// Run evaluates DefaultSettings(2000) with randomness from seed (a
+// RunPosterior evaluates DefaultPosteriorSettings(2000) with randomness from seed (a
 // simulation: mechanism.NewSeededRand, never used for real data), writes
 // outDir/posterior_utility.csv and outDir/posterior_comparison.csv, and
 // returns the summary. It stops early with ctx's error if ctx is done.
-func Run(ctx context.Context, outDir string, seed uint64) (Summary, error) {
-	return RunSettings(ctx, outDir, seed, DefaultSettings(2000))
+func RunPosterior(ctx context.Context, outDir string, seed uint64) (PosteriorSummary, error) {
+	return RunPosteriorSettings(ctx, outDir, seed, DefaultPosteriorSettings(2000))
 }
 
-// RunSettings is Run on the given settings.
-func RunSettings(ctx context.Context, outDir string, seed uint64, settings []Setting) (Summary, error) {
-	var sum Summary
+// RunPosteriorSettings is RunPosterior on the given settings.
+func RunPosteriorSettings(ctx context.Context, outDir string, seed uint64, settings []PosteriorSetting) (PosteriorSummary, error) {
+	var sum PosteriorSummary
 	var s [32]byte
 	for i := 0; i < 8; i++ {
 		s[i] = byte(seed >> (8 * i))
@@ -142,32 +144,32 @@ func RunSettings(ctx context.Context, outDir string, seed uint64, settings []Set
 		if err := ctx.Err(); err != nil {
 			return sum, err
 		}
-		rows, err := Evaluate(rng, st)
+		rows, err := EvaluatePosterior(rng, st)
 		if err != nil {
 			return sum, fmt.Errorf("evalposterior: %s n=%d: %w", st.Model, st.N(), err)
 		}
 		sum.Rows = append(sum.Rows, rows...)
-		var lap, ehd *Row
+		var lap, ehd *PosteriorRow
 		for i := range rows {
 			switch rows[i].Mechanism {
-			case LSHist:
+			case PosteriorLSHist:
 				lap = &rows[i]
-			case EHD:
+			case PosteriorEHD:
 				ehd = &rows[i]
 			}
 		}
-		c := Comparison{Model: st.Model, N: st.N(), Counts: st.Counts, Epsilon: st.Epsilon,
+		c := PosteriorComparison{Model: st.Model, N: st.N(), Counts: st.Counts, Epsilon: st.Epsilon,
 			DiffExact: ehd.Exact - lap.Exact, DiffMC: ehd.Mean - lap.Mean,
 			DiffSE: math.Hypot(ehd.StdErr, lap.StdErr)}
 		c.Z = c.DiffMC / c.DiffSE
-		c.Better = LSHist
+		c.Better = PosteriorLSHist
 		if c.DiffExact < 0 {
-			c.Better = EHD
+			c.Better = PosteriorEHD
 		}
 		sum.Comparisons = append(sum.Comparisons, c)
 	}
 	if outDir != "" {
-		files, err := writeCSVs(outDir, sum)
+		files, err := writePosteriorCSVs(outDir, sum)
 		sum.Files = files
 		if err != nil {
 			return sum, err
@@ -176,8 +178,8 @@ func RunSettings(ctx context.Context, outDir string, seed uint64, settings []Set
 	return sum, nil
 }
 
-// Evaluate returns the four mechanisms' rows at one setting.
-func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
+// EvaluatePosterior returns the four mechanisms' rows at one setting.
+func EvaluatePosterior(rng *mechanism.Rand, st PosteriorSetting) ([]PosteriorRow, error) {
 	n := st.N()
 	if n < 1 || st.Reps < 2 {
 		return nil, errors.New("need n ≥ 1 and at least 2 repetitions")
@@ -204,9 +206,9 @@ func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
 		}
 	}
 	ps := mechanism.PosteriorSpec{Prior: st.Prior, N: n, Epsilon: st.Epsilon}
-	var rows []Row
+	var rows []PosteriorRow
 	row := func(name string, dp bool, exact, pTruth float64, draw func() ([]float64, error)) error {
-		r := Row{Model: st.Model, N: n, Counts: st.Counts, Epsilon: st.Epsilon, Mechanism: name, DP: dp, Reps: st.Reps, Exact: exact, PExact: pTruth}
+		r := PosteriorRow{Model: st.Model, N: n, Counts: st.Counts, Epsilon: st.Epsilon, Mechanism: name, DP: dp, Reps: st.Reps, Exact: exact, PExact: pTruth}
 		var s, s2 float64
 		for k := 0; k < st.Reps; k++ {
 			a, err := draw()
@@ -253,7 +255,7 @@ func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := row(LSHist, true, le, lt, release(lp)); err != nil {
+	if err := row(PosteriorLSHist, true, le, lt, release(lp)); err != nil {
 		return nil, err
 	}
 	// EHD: exponent ε/(2Δ), Δ the sensitivity the mechanism uses.
@@ -262,7 +264,7 @@ func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
 		return nil, err
 	}
 	ee, et := gibbs(st.Epsilon / (2 * eh.Params().HellingerSensitivity))
-	if err := row(EHD, true, ee, et, release(eh)); err != nil {
+	if err := row(PosteriorEHD, true, ee, et, release(eh)); err != nil {
 		return nil, err
 	}
 	// EHDS: exponent t/S(c), t = ε/4 (1 − 1e-9) as in mechanism.newEHDS.
@@ -279,7 +281,7 @@ func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
 		return nil, err
 	}
 	se, stt := gibbs(st.Epsilon / 4 * (1 - 1e-9) / sm)
-	if err := row(EHDS, true, se, stt, release(es)); err != nil {
+	if err := row(PosteriorEHDS, true, se, stt, release(es)); err != nil {
 		return nil, err
 	}
 	// EHDL — NOT DIFFERENTIALLY PRIVATE (002 Algorithm 4, 004 §4.1.2): the
@@ -290,7 +292,7 @@ func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
 	}
 	scale := st.Epsilon / (2 * ls)
 	le2, lt2 := gibbs(scale)
-	if err := row(EHDL, false, le2, lt2, func() ([]float64, error) {
+	if err := row(PosteriorEHDL, false, le2, lt2, func() ([]float64, error) {
 		i, err := mechanism.SampleByWeight(rng, nc, func(i int) float64 { return math.Exp(-scale * hTruth[i]) })
 		if err != nil {
 			return nil, err
@@ -307,7 +309,7 @@ func Evaluate(rng *mechanism.Rand, st Setting) ([]Row, error) {
 // exactly: the first d−1 noisy counts are independent clamp(c_i + Z_i, 0, n)
 // with Z_i discrete Laplace of scale b, the last is clamp(n − Σ, 0, n) (002
 // Algorithm 2), enumerated over the (n+1)^(d−1) values (small domains).
-func lshistExact(st Setting, b float64) (eh, pTruth float64, err error) {
+func lshistExact(st PosteriorSetting, b float64) (eh, pTruth float64, err error) {
 	d := len(st.Prior)
 	n := st.N()
 	if math.Pow(float64(n+1), float64(d-1)) > 5e6 {
@@ -382,43 +384,30 @@ func clampedPMF(c, n int, b float64) []float64 {
 	return out
 }
 
-func writeCSVs(dir string, s Summary) ([]string, error) {
+func writePosteriorCSVs(dir string, s PosteriorSummary) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	f1 := filepath.Join(dir, "posterior_utility.csv")
 	rows := [][]string{{"model", "n", "counts", "epsilon", "mechanism", "differentially_private", "exact_mean_hellinger", "mc_mean_hellinger", "mc_stderr", "reps", "exact_p_truth"}}
 	for _, r := range s.Rows {
-		rows = append(rows, []string{r.Model, strconv.Itoa(r.N), fmtVec(r.Counts), f(r.Epsilon), r.Mechanism, strconv.FormatBool(r.DP), f(r.Exact), f(r.Mean), f(r.StdErr), strconv.Itoa(r.Reps), f(r.PExact)})
+		rows = append(rows, []string{r.Model, strconv.Itoa(r.N), fmtVec(r.Counts), posteriorFloat(r.Epsilon), r.Mechanism, strconv.FormatBool(r.DP), posteriorFloat(r.Exact), posteriorFloat(r.Mean), posteriorFloat(r.StdErr), strconv.Itoa(r.Reps), posteriorFloat(r.PExact)})
 	}
-	if err := writeCSV(f1, rows); err != nil {
+	if err := writeCSV(f1, rows[0], rows[1:]); err != nil {
 		return nil, err
 	}
 	f2 := filepath.Join(dir, "posterior_comparison.csv")
 	rows = [][]string{{"model", "n", "counts", "epsilon", "ehd_minus_lshist_exact", "ehd_minus_lshist_mc", "mc_stderr", "z", "better"}}
 	for _, c := range s.Comparisons {
-		rows = append(rows, []string{c.Model, strconv.Itoa(c.N), fmtVec(c.Counts), f(c.Epsilon), f(c.DiffExact), f(c.DiffMC), f(c.DiffSE), f(c.Z), c.Better})
+		rows = append(rows, []string{c.Model, strconv.Itoa(c.N), fmtVec(c.Counts), posteriorFloat(c.Epsilon), posteriorFloat(c.DiffExact), posteriorFloat(c.DiffMC), posteriorFloat(c.DiffSE), posteriorFloat(c.Z), c.Better})
 	}
-	if err := writeCSV(f2, rows); err != nil {
+	if err := writeCSV(f2, rows[0], rows[1:]); err != nil {
 		return []string{f1}, err
 	}
 	return []string{f1, f2}, nil
 }
 
-func writeCSV(path string, rows [][]string) error {
-	fh, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(fh)
-	if err := w.WriteAll(rows); err != nil {
-		fh.Close()
-		return err
-	}
-	return fh.Close()
-}
-
-func f(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
+func posteriorFloat(x float64) string { return strconv.FormatFloat(x, 'g', 8, 64) }
 
 func fmtVec(v []float64) string {
 	s := ""
