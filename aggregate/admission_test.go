@@ -54,30 +54,47 @@ func TestAdmissionsMatchDefinition(t *testing.T) {
 		got := map[uint64][]int{}
 		recorded := map[uint64]uint16{} // what the ledger would hold
 		const period = 7
+		// Events of later windows arrive early (up to 3 windows ahead,
+		// before the earlier windows close), in random order: a user can be
+		// tentatively present in several open windows at once.
+		added := make([]int, windows) // events of w added so far
+		present := make([][]uint64, windows)
+		seen := make([]map[uint64]bool, windows)
+		for w := range seen {
+			seen[w] = map[uint64]bool{}
+		}
+		add := func(w int) {
+			u := events[w][added[w]]
+			added[w]++
+			if !a.Admissible(u, period) {
+				if slices.Contains(want[u], w) {
+					t.Fatalf("trial %d: user %x refused at add time in window %d it is admitted to", trial, u, w)
+				}
+				return
+			}
+			if !seen[w][u] {
+				seen[w][u] = true
+				present[w] = append(present[w], u)
+			}
+		}
 		for w := 0; w < windows; w++ {
 			if w == restartAt {
+				// A restart: the open windows' state is lost and re-read.
 				a, _ = NewAdmissions(k)
 				a.Restore(period, recorded)
-			}
-			// Add time: events of w in random order; Admissible never
-			// refuses a user that the definition admits in w.
-			evs := slices.Clone(events[w])
-			r.Shuffle(len(evs), func(i, j int) { evs[i], evs[j] = evs[j], evs[i] })
-			var present []uint64
-			seen := map[uint64]bool{}
-			for _, u := range evs {
-				if !a.Admissible(u, period) {
-					if slices.Contains(want[u], w) {
-						t.Fatalf("trial %d: user %x refused at add time in window %d it is admitted to", trial, u, w)
-					}
-					continue
-				}
-				if !seen[u] {
-					seen[u] = true
-					present = append(present, u)
+				for v := w; v < windows; v++ {
+					added[v], present[v], seen[v] = 0, nil, map[uint64]bool{}
 				}
 			}
-			for _, u := range a.Close(period, present) {
+			for v := w + 1; v < min(w+4, windows); v++ {
+				for n := r.IntN(len(events[v]) - added[v] + 1); n > 0; n-- {
+					add(v)
+				}
+			}
+			for added[w] < len(events[w]) {
+				add(w)
+			}
+			for _, u := range a.Close(period, present[w]) {
 				got[u] = append(got[u], w)
 				recorded[u]++
 			}
