@@ -53,7 +53,7 @@ type Config struct {
 	// Users is the generator's user population (Zipf-skewed). Default
 	// 100,000.
 	Users int
-	// Rounds of the consumer passes, in alternating order. Default 3.
+	// Rounds of the consumer passes, in alternating order. Default 5.
 	Rounds int
 	// LiveDuration is how long the live latency phase produces. Default 20s.
 	LiveDuration time.Duration
@@ -119,7 +119,7 @@ func (c *Config) defaults() error {
 		c.Users = 100_000
 	}
 	if c.Rounds <= 0 {
-		c.Rounds = 3
+		c.Rounds = 5
 	}
 	if c.LiveDuration <= 0 {
 		c.LiveDuration = 20 * time.Second

@@ -31,7 +31,7 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.Partitions, "partitions", 4, "partitions of the input topic")
 	fs.IntVar(&c.Windows, "windows", 100, "one-minute event-time windows the events span")
 	fs.IntVar(&c.Users, "users", 100_000, "generator user population (Zipf-skewed)")
-	fs.IntVar(&c.Rounds, "rounds", 3, "rounds of consumer passes, in alternating order (figures are medians)")
+	fs.IntVar(&c.Rounds, "rounds", 5, "rounds of consumer passes, in alternating order (figures are medians)")
 	fs.IntVar(&c.MemoryUsers, "memory-users", 1_000_000, "distinct users of the memory phase")
 	fs.BoolVar(&c.SkipReader, "skip-reader", false, "skip the bare kafka-go Reader consumer")
 	fs.BoolVar(&c.SkipKgo, "skip-kgo", false, "skip the bare franz-go (kgo) consumer")
