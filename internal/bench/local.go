@@ -10,7 +10,6 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/pipeline/decode"
 )
 
@@ -100,11 +99,10 @@ func releases(cfg Config, res *Results) error {
 	if err != nil {
 		return err
 	}
-	plan, err := pipeline.DerivePlan(lc)
+	m, err := countMechanism(lc)
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)
 	}
-	m := plan.Count.Mechanism // localConfig has count histograms only
 	rng, err := mechanism.NewRand()
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)
