@@ -1,27 +1,31 @@
-// Package bench is the stage's benchmark harness (`stage bench`). In one
-// process and one run it puts the full stage beside a bare kafka-go consumer
-// reading the same events from the same embedded broker over loopback, so
-// that the figures that matter are ratios measured side by side: on a shared,
-// noisy machine an absolute events/s alone means little.
+// Package bench is the stage's benchmark harness (`stage bench`). It puts
+// the full stage beside two bare consumers — kafka-go's Reader, the client
+// the stage's group membership and output use, and franz-go's kgo, the
+// fastest Go client — reading the same pre-produced topic from the same
+// broker, each consumer in an OS process of its own and the broker (the
+// embedded kfake broker, internal/embedded) in another, so that each side's
+// CPU time is its own (see child.go). On a shared, noisy machine an absolute
+// events/s alone means little: the figures that matter are ratios measured
+// side by side in one run, in alternating passes, as medians.
 //
 // Phases (each can be skipped):
 //
-//  1. produce: N synthetic events (internal/generator, ~120-byte JSON) into a
-//     topic of P partitions, plus one flush event per partition whose event
-//     time closes the last window;
-//  2. ceiling: a kafka-go ConsumerGroup with one kafka.Reader per partition,
-//     configured as the stage's readers are, fetching and discarding every
-//     message;
-//  3. stage: pipeline.New + Run over the same topic until the last window is
-//     released (pipeline.Options.OnRelease);
-//     ceiling and stage run Rounds times in ABBA order (ceiling, stage, stage,
-//     ceiling, ...) so that a linear drift in machine load cancels out;
-//  4. in-process: decode + bound + aggregate of the same N message values on
-//     one goroutine, without Kafka;
-//  5. release: Dirichlet releases per second for d = 10, 1,000, 100,000;
-//  6. latency: close-to-publish p50/p99 over the stage run's windows;
-//  7. memory: live heap per tracked (user, window) in the bounder at
-//     1,000,000 users, and the cap of contribution.max_tracked_users.
+//  1. memory: live heap per tracked (user, window) in the bounder at
+//     1,000,000 users, and the cap of contribution.max_tracked_users;
+//  2. in-process: decode + bound + aggregate of N message values on one
+//     goroutine, without Kafka;
+//  3. release: Dirichlet releases per second for d = 10, 1,000, 100,000;
+//  4. produce: N synthetic events (internal/generator, ~125-byte JSON) into
+//     a topic of P partitions of the broker process, plus one flush event
+//     per partition whose event time closes the last window;
+//  5. passes: Rounds times, in alternating order (reader, kgo, stage; then
+//     stage, kgo, reader; ...), a child process per pass reads every record
+//     of the topic: the kafka-go Reader, the kgo consumer, or the full stage
+//     (pipeline.New + Run until the last window's releases are
+//     acknowledged); the first stage pass then measures scrapes of its
+//     /metrics;
+//  6. live: close-to-publish latency of a stage (in this process) while
+//     events are produced at a steady rate.
 package bench
 
 import (
@@ -32,6 +36,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -47,7 +53,7 @@ type Config struct {
 	// Users is the generator's user population (Zipf-skewed). Default
 	// 100,000.
 	Users int
-	// Rounds of the ceiling/stage pair, in ABBA order. Default 3.
+	// Rounds of the consumer passes, in alternating order. Default 5.
 	Rounds int
 	// LiveDuration is how long the live latency phase produces. Default 20s.
 	LiveDuration time.Duration
@@ -63,35 +69,43 @@ type Config struct {
 	// ReleaseMinTime is how long each release dimension is timed at least.
 	// Default 500ms.
 	ReleaseMinTime time.Duration
+	// MetricsScrapes is how many /metrics scrapes the first stage pass
+	// times (per variant, see MetricsFigures). Default 200.
+	MetricsScrapes int
 
-	SkipCeiling   bool
+	// ChildCommand is the command line that starts a child process (the
+	// broker, a consumer), to which the role and its flags are appended;
+	// the executable must hand them to ChildMain (`stage bench child`
+	// does). Default: this executable with "bench child".
+	ChildCommand []string
+
+	SkipReader    bool
+	SkipKgo       bool
 	SkipStage     bool
-	SkipConnBatch bool
+	SkipMetrics   bool
 	SkipLive      bool
 	SkipInProcess bool
 	SkipRelease   bool
 	SkipMemory    bool
 
-	// CPUProfile, when set, receives a CPU profile of the (first) stage run.
-	CPUProfile string
-	// AllocProfile, when set, receives the allocation profile after the
-	// first stage run, and AllocProfile+".base" the one just before it:
-	// `go tool pprof -sample_index=alloc_space -base FILE.base FILE` shows
-	// what the stage run allocated.
-	AllocProfile string
-	// CeilingCPUProfile, when set, receives a CPU profile of the (first)
-	// ceiling run.
-	CeilingCPUProfile string
-	// MutexProfile and BlockProfile, when set, receive the mutex contention
-	// and blocking profiles of the first stage pass (sampling every event
-	// slows the pass: use them for diagnosis, not for figures).
-	MutexProfile, BlockProfile string
+	// CPUProfile, when set, receives a CPU profile of the first stage pass
+	// (the stage child, from its first record to the last release), and
+	// AllocProfile its allocation profile after that pass (AllocProfile +
+	// ".base": before it; `go tool pprof -sample_index=alloc_space -base
+	// FILE.base FILE`).
+	CPUProfile, AllocProfile string
+	// ReaderCPUProfile and KgoCPUProfile, when set, receive CPU profiles of
+	// the first kafka-go Reader and kgo passes (first record to last).
+	ReaderCPUProfile, KgoCPUProfile string
+	// MetricsCPUProfile, when set, receives a CPU profile of the timed
+	// /metrics scrapes.
+	MetricsCPUProfile string
 
 	// Progress, when set, receives one line per phase as it ends.
 	Progress io.Writer
 }
 
-func (c *Config) defaults() {
+func (c *Config) defaults() error {
 	if c.Events <= 0 {
 		c.Events = 2_000_000
 	}
@@ -105,7 +119,7 @@ func (c *Config) defaults() {
 		c.Users = 100_000
 	}
 	if c.Rounds <= 0 {
-		c.Rounds = 3
+		c.Rounds = 5
 	}
 	if c.LiveDuration <= 0 {
 		c.LiveDuration = 20 * time.Second
@@ -122,13 +136,27 @@ func (c *Config) defaults() {
 	if c.ReleaseMinTime <= 0 {
 		c.ReleaseMinTime = 500 * time.Millisecond
 	}
+	if c.MetricsScrapes <= 0 {
+		c.MetricsScrapes = 200
+	}
+	if len(c.ChildCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: this executable, to start the child processes: %w", err)
+		}
+		c.ChildCommand = []string{exe, "bench", "child"}
+	}
+	return nil
 }
 
-// Results are the figures of one run. Rates are per second of wall time;
-// the ceiling and stage rates are measured from the first message fetched
-// to the last message fetched (ceiling) or to the acknowledgement of the
-// last window's release (stage), so the consumer-group join is left out of
-// both (it is reported separately).
+// Results are the figures of one run. Rates are per second of wall time,
+// from a consumer's first record to its last (the stage: to the
+// acknowledgement of the last window's releases), so the group join and
+// the process's start are left out (JoinSeconds). CPU figures are user +
+// system time of the consumer's own process over the same span, per record
+// (µs); ratios X_vs_Y of rates are X's over Y's, ratios X_vs_Y_cpu are Y's
+// CPU per record over X's, so that for both a value ≥ 1 means X is at least
+// as good.
 type Results struct {
 	Events        int     `json:"events"`
 	Partitions    int     `json:"partitions"`
@@ -138,40 +166,48 @@ type Results struct {
 	NumCPU        int     `json:"num_cpu"`
 	GoVersion     string  `json:"go_version"`
 	Rounds        int     `json:"rounds"`
+	// LoadAvgStart and LoadAvgEnd: the machine's 1, 5 and 15 minute load
+	// averages at the start and the end of the run (Linux; absent
+	// elsewhere).
+	LoadAvgStart []float64 `json:"load_avg_start,omitempty"`
+	LoadAvgEnd   []float64 `json:"load_avg_end,omitempty"`
 
 	ProduceSeconds      float64 `json:"produce_seconds"`
 	ProduceEventsPerSec float64 `json:"produce_events_per_sec"`
 
-	// Medians over rounds; the per-round figures follow.
-	CeilingEventsPerSec float64 `json:"ceiling_events_per_sec,omitempty"`
-	StageEventsPerSec   float64 `json:"stage_events_per_sec,omitempty"`
-	// StageVsCeiling is StageEventsPerSec / CeilingEventsPerSec.
-	StageVsCeiling float64 `json:"stage_vs_ceiling,omitempty"`
-	// StageVsCeilingPairs is the median over rounds of the ratio of the
-	// stage pass to the ceiling pass next to it.
-	StageVsCeilingPairs float64 `json:"stage_vs_ceiling_pairs,omitempty"`
-	// StageVsCeilingBest is the fastest stage pass over the fastest ceiling
-	// pass: other processes' load only ever slows a pass down, so the best
-	// of several is the least disturbed.
-	StageVsCeilingBest float64 `json:"stage_vs_ceiling_best,omitempty"`
-	// StageReadEventsPerSec counts the stage's time only until it had read
-	// the last message (the windows still open then are released after):
-	// the hot path without the release tail.
-	StageReadEventsPerSec float64 `json:"stage_read_events_per_sec,omitempty"`
-	StageReadVsCeiling    float64 `json:"stage_read_vs_ceiling,omitempty"`
-	// StageVsCeilingCPU is the ceiling's process CPU time per event over the
-	// stage's (medians): the ratio the wall-clock one tends to on a machine
-	// where the pass has every core to itself and is CPU-bound. Other
-	// processes' load changes it much less than the wall-clock ratios.
-	StageVsCeilingCPU float64 `json:"stage_vs_ceiling_cpu,omitempty"`
-	CeilingRounds     []Pass  `json:"ceiling_rounds,omitempty"`
-	StageRounds       []Pass  `json:"stage_rounds,omitempty"`
+	// The headline, medians over the rounds (details in Reader, Kgo, Stage).
+	ReaderEventsPerSec       float64 `json:"reader_events_per_sec,omitempty"`
+	KgoEventsPerSec          float64 `json:"kgo_events_per_sec,omitempty"`
+	StageEventsPerSec        float64 `json:"stage_events_per_sec,omitempty"`
+	StageReadEventsPerSec    float64 `json:"stage_read_events_per_sec,omitempty"`
+	ReaderCPUMicrosPerRecord float64 `json:"reader_cpu_us_per_record,omitempty"`
+	KgoCPUMicrosPerRecord    float64 `json:"kgo_cpu_us_per_record,omitempty"`
+	StageCPUMicrosPerRecord  float64 `json:"stage_cpu_us_per_record,omitempty"`
+	// StageReadCPUMicrosPerRecord: the stage's CPU until it had read the
+	// last record (the windows still open then are released after).
+	StageReadCPUMicrosPerRecord float64 `json:"stage_read_cpu_us_per_record,omitempty"`
 
-	// ConnBatch is a third reader: kafka.Conn.ReadBatch per partition
-	// (no ConsumerGroup, no Reader goroutine and channel), message values
-	// read into one reused buffer. It shows what kafka-go's Reader costs.
-	ConnBatchEventsPerSec float64 `json:"conn_batch_events_per_sec,omitempty"`
-	ConnBatchVsCeiling    float64 `json:"conn_batch_vs_ceiling,omitempty"`
+	// StageVsReader: stage events/s over the kafka-go Reader's (target
+	// ≥ 0.9); _pairs: the median over rounds of the stage pass over the
+	// Reader pass of the same round; _cpu: Reader CPU per record over the
+	// stage's (target ≥ 0.9). StageRead*: the stage until it had read the
+	// last record.
+	StageVsReader        float64          `json:"stage_vs_reader,omitempty"`
+	StageVsReaderPairs   float64          `json:"stage_vs_reader_pairs,omitempty"`
+	StageVsReaderCPU     float64          `json:"stage_vs_reader_cpu,omitempty"`
+	StageReadVsReader    float64          `json:"stage_read_vs_reader,omitempty"`
+	StageReadVsReaderCPU float64          `json:"stage_read_vs_reader_cpu,omitempty"`
+	StageVsKgo           float64          `json:"stage_vs_kgo,omitempty"`
+	StageVsKgoCPU        float64          `json:"stage_vs_kgo_cpu,omitempty"`
+	StageReadVsKgo       float64          `json:"stage_read_vs_kgo,omitempty"`
+	StageReadVsKgoCPU    float64          `json:"stage_read_vs_kgo_cpu,omitempty"`
+	ReaderVsKgo          float64          `json:"reader_vs_kgo,omitempty"`
+	ReaderVsKgoCPU       float64          `json:"reader_vs_kgo_cpu,omitempty"`
+	BrokerCPUShareMax    float64          `json:"broker_cpu_share_max,omitempty"`
+	BrokerCPUSeconds     float64          `json:"broker_cpu_seconds,omitempty"`
+	Reader               *ConsumerFigures `json:"reader,omitempty"`
+	Kgo                  *ConsumerFigures `json:"kgo,omitempty"`
+	Stage                *ConsumerFigures `json:"stage,omitempty"`
 
 	// From the first stage pass.
 	StageWindowsReleased int   `json:"stage_windows_released,omitempty"`
@@ -182,6 +218,8 @@ type Results struct {
 	// of a backlog close much faster than they are released and queue.
 	CatchupLatencyP50Ms float64 `json:"catchup_latency_p50_ms,omitempty"`
 	CatchupLatencyP99Ms float64 `json:"catchup_latency_p99_ms,omitempty"`
+	// Metrics: /metrics scrapes in the first stage pass's process.
+	Metrics *MetricsFigures `json:"metrics,omitempty"`
 
 	// Close-to-publish latency (pipeline.Options.OnRelease) of the live
 	// phase: events produced at a steady rate while the stage runs, a
@@ -219,37 +257,131 @@ type Results struct {
 // Drops maps a drop reason to its count.
 type Drops map[string]int64
 
-// Pass is one timed pass of a reader over the topic.
+// ConsumerFigures are one consumer's passes and their medians.
+type ConsumerFigures struct {
+	EventsPerSec              float64 `json:"events_per_sec"`
+	CPUMicrosPerRecord        float64 `json:"cpu_us_per_record"`
+	ReadEventsPerSec          float64 `json:"read_events_per_sec,omitempty"`
+	ReadCPUMicrosPerRecord    float64 `json:"read_cpu_us_per_record,omitempty"`
+	ProcessCPUMicrosPerRecord float64 `json:"process_cpu_us_per_record"`
+	AllocsPerRecord           float64 `json:"allocs_per_record"`
+	BrokerCPUShare            float64 `json:"broker_cpu_share"`
+	BrokerCPUMicrosPerRecord  float64 `json:"broker_cpu_us_per_record"`
+	Passes                    []Pass  `json:"passes"`
+}
+
+// Pass is one consumer process's pass over the topic.
 type Pass struct {
-	// Order is the pass's position in the run (0-based, over both kinds).
+	// Order is the pass's position in the run (0-based, over all kinds);
+	// Round its round.
 	Order int `json:"order"`
-	// JoinSeconds: from creating the consumer group to the first message.
+	Round int `json:"round"`
+	// JoinSeconds: from the child process's start to its first record
+	// (the group join, and the stage's state and output setup).
 	JoinSeconds float64 `json:"join_seconds"`
-	// Seconds: from the first message to the end (last message fetched, or
-	// last window's release acknowledged).
+	// Seconds: from the first record to the end (last record fetched, or
+	// last window's releases acknowledged).
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"events_per_sec"`
-	// AllocsPerEvent counts every heap allocation in the process during the
-	// pass (the in-process broker's included) per event.
-	AllocsPerEvent float64 `json:"allocs_per_event"`
-	// CPUSecondsPerMillion is process CPU time (user+system, the broker's
-	// included) per million events, where the platform reports it.
-	CPUSecondsPerMillion float64 `json:"cpu_seconds_per_million,omitempty"`
-	// ReadSeconds (stage only): from the first message to the last one
-	// read (polled every 2 ms); Seconds − ReadSeconds is the release tail.
-	ReadSeconds float64 `json:"read_seconds,omitempty"`
+	// CPUMicrosPerRecord: the consumer process's user+system CPU over
+	// Seconds, per record.
+	CPUMicrosPerRecord float64 `json:"cpu_us_per_record"`
+	// ProcessCPUMicrosPerRecord: the consumer process's whole CPU time
+	// (start, join and exit included), per record.
+	ProcessCPUMicrosPerRecord float64 `json:"process_cpu_us_per_record"`
+	// AllocsPerRecord: heap allocations of the consumer process over
+	// Seconds, per record.
+	AllocsPerRecord float64 `json:"allocs_per_record"`
+	// BrokerCPUShare: the broker process's CPU time over the pass's wall
+	// time (1 = one core busy); BrokerCPUMicrosPerRecord the same CPU per
+	// record.
+	BrokerCPUShare           float64 `json:"broker_cpu_share"`
+	BrokerCPUMicrosPerRecord float64 `json:"broker_cpu_us_per_record"`
+	// Stage only: from the first record to the last one read (polled every
+	// 2 ms); Seconds − ReadSeconds is the release tail.
+	ReadSeconds            float64 `json:"read_seconds,omitempty"`
+	ReadEventsPerSec       float64 `json:"read_events_per_sec,omitempty"`
+	ReadCPUMicrosPerRecord float64 `json:"read_cpu_us_per_record,omitempty"`
+	BrokerReadCPUShare     float64 `json:"broker_read_cpu_share,omitempty"`
+}
+
+// summarize fills the medians and ratios from the passes.
+func (r *Results) summarize() {
+	for _, f := range []*ConsumerFigures{r.Reader, r.Kgo, r.Stage} {
+		if f == nil {
+			continue
+		}
+		col := func(get func(Pass) float64) float64 {
+			var xs []float64
+			for _, p := range f.Passes {
+				xs = append(xs, get(p))
+			}
+			return median(xs)
+		}
+		f.EventsPerSec = col(func(p Pass) float64 { return p.EventsPerSec })
+		f.CPUMicrosPerRecord = col(func(p Pass) float64 { return p.CPUMicrosPerRecord })
+		f.ReadEventsPerSec = col(func(p Pass) float64 { return p.ReadEventsPerSec })
+		f.ReadCPUMicrosPerRecord = col(func(p Pass) float64 { return p.ReadCPUMicrosPerRecord })
+		f.ProcessCPUMicrosPerRecord = col(func(p Pass) float64 { return p.ProcessCPUMicrosPerRecord })
+		f.AllocsPerRecord = col(func(p Pass) float64 { return p.AllocsPerRecord })
+		f.BrokerCPUShare = col(func(p Pass) float64 { return p.BrokerCPUShare })
+		f.BrokerCPUMicrosPerRecord = col(func(p Pass) float64 { return p.BrokerCPUMicrosPerRecord })
+		for _, p := range f.Passes {
+			r.BrokerCPUShareMax = max(r.BrokerCPUShareMax, p.BrokerCPUShare)
+		}
+	}
+	ratio := func(a, b float64) float64 {
+		if a <= 0 || b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	if f := r.Reader; f != nil {
+		r.ReaderEventsPerSec, r.ReaderCPUMicrosPerRecord = f.EventsPerSec, f.CPUMicrosPerRecord
+	}
+	if f := r.Kgo; f != nil {
+		r.KgoEventsPerSec, r.KgoCPUMicrosPerRecord = f.EventsPerSec, f.CPUMicrosPerRecord
+	}
+	if f := r.Stage; f != nil {
+		r.StageEventsPerSec, r.StageCPUMicrosPerRecord = f.EventsPerSec, f.CPUMicrosPerRecord
+		r.StageReadEventsPerSec, r.StageReadCPUMicrosPerRecord = f.ReadEventsPerSec, f.ReadCPUMicrosPerRecord
+	}
+	r.StageVsReader = ratio(r.StageEventsPerSec, r.ReaderEventsPerSec)
+	r.StageVsReaderCPU = ratio(r.ReaderCPUMicrosPerRecord, r.StageCPUMicrosPerRecord)
+	r.StageReadVsReader = ratio(r.StageReadEventsPerSec, r.ReaderEventsPerSec)
+	r.StageReadVsReaderCPU = ratio(r.ReaderCPUMicrosPerRecord, r.StageReadCPUMicrosPerRecord)
+	r.StageVsKgo = ratio(r.StageEventsPerSec, r.KgoEventsPerSec)
+	r.StageVsKgoCPU = ratio(r.KgoCPUMicrosPerRecord, r.StageCPUMicrosPerRecord)
+	r.StageReadVsKgo = ratio(r.StageReadEventsPerSec, r.KgoEventsPerSec)
+	r.StageReadVsKgoCPU = ratio(r.KgoCPUMicrosPerRecord, r.StageReadCPUMicrosPerRecord)
+	r.ReaderVsKgo = ratio(r.ReaderEventsPerSec, r.KgoEventsPerSec)
+	r.ReaderVsKgoCPU = ratio(r.KgoCPUMicrosPerRecord, r.ReaderCPUMicrosPerRecord)
+	if r.Reader != nil && r.Stage != nil {
+		var pairs []float64
+		for _, s := range r.Stage.Passes {
+			for _, c := range r.Reader.Passes {
+				if c.Round == s.Round {
+					pairs = append(pairs, s.EventsPerSec/c.EventsPerSec)
+				}
+			}
+		}
+		r.StageVsReaderPairs = median(pairs)
+	}
 }
 
 // Run runs the selected phases and returns their figures.
 func Run(ctx context.Context, cfg Config) (*Results, error) {
-	cfg.defaults()
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
 	res := &Results{
-		Events:     cfg.Events,
-		Partitions: cfg.Partitions,
-		GOMAXPROCS: runtime.GOMAXPROCS(0),
-		NumCPU:     runtime.NumCPU(),
-		GoVersion:  runtime.Version(),
-		Rounds:     cfg.Rounds,
+		LoadAvgStart: loadAvg(),
+		Events:       cfg.Events,
+		Partitions:   cfg.Partitions,
+		GOMAXPROCS:   runtime.GOMAXPROCS(0),
+		NumCPU:       runtime.NumCPU(),
+		GoVersion:    runtime.Version(),
+		Rounds:       cfg.Rounds,
 	}
 	w, err := newWorkload(cfg)
 	if err != nil {
@@ -278,11 +410,12 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 		cfg.progress("release: d=10 %.0f/s, d=1000 %.0f/s, d=100000 %.1f/s", res.ReleasePerSecD10, res.ReleasePerSecD1000, res.ReleasePerSecD100000)
 	}
-	if !cfg.SkipCeiling || !cfg.SkipStage || !cfg.SkipConnBatch || !cfg.SkipLive {
+	if cfg.anyPass() || !cfg.SkipLive {
 		if err := runKafkaPhases(ctx, cfg, w, res); err != nil {
 			return res, err
 		}
 	}
+	res.LoadAvgEnd = loadAvg()
 	return res, nil
 }
 
@@ -319,26 +452,25 @@ func percentile(xs []float64, p float64) float64 {
 	return s[min(max(k, 0), len(s)-1)]
 }
 
-// startCPUProfile starts a CPU profile into path; the returned stop ends it.
-func startCPUProfile(path string) (stop func() error, err error) {
-	if path == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(path)
+// loadAvg returns the 1, 5 and 15 minute load averages (Linux), nil where
+// they cannot be read.
+func loadAvg() []float64 {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return nil, err
+		return nil
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return nil
 	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
+	out := make([]float64, 3)
+	for i := range out {
+		if out[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+			return nil
+		}
+	}
+	return out
 }
-
-func writeAllocProfile(path string) error { return writeProfile("allocs", path) }
 
 // writeProfile writes the named runtime profile to path (nothing for "").
 func writeProfile(name, path string) error {

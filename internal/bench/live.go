@@ -7,11 +7,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/pipeline"
 )
 
 // livePhase measures close-to-publish latency in the steady state: the stage
@@ -37,20 +35,15 @@ func livePhase(ctx context.Context, cfg Config, addr, dir string, res *Results) 
 		return fmt.Errorf("bench: live: %w", err)
 	}
 	var (
-		mu      sync.Mutex
+		mu      sync.Mutex // guards latMs and windows (OnRelease runs on the releaser)
 		latMs   []float64
 		windows = map[int64]bool{}
 	)
-	st, err := pipeline.New(pipeline.Options{
-		Config: scfg,
-		Log:    zap.NewNop(),
-		OnRelease: func(u *ledger.Unit, lat time.Duration) {
-			mu.Lock()
-			latMs = append(latMs, float64(lat)/float64(time.Millisecond))
-			windows[u.WindowStart] = true
-			mu.Unlock()
-		},
-		DrainTimeout: 5 * time.Second,
+	st, err := newStage(scfg, func(u *ledger.Unit, lat time.Duration) {
+		mu.Lock()
+		latMs = append(latMs, float64(lat)/float64(time.Millisecond))
+		windows[u.WindowStart] = true
+		mu.Unlock()
 	})
 	if err != nil {
 		return fmt.Errorf("bench: live: %w", err)

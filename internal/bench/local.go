@@ -12,7 +12,6 @@ import (
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
-	"github.com/dpstage/stage/plan"
 )
 
 // localConfig is the stage phase's configuration, for the phases that do not
@@ -101,11 +100,10 @@ func releases(cfg Config, res *Results) error {
 	if err != nil {
 		return err
 	}
-	plan, err := plan.DerivePlan(lc)
+	m, err := countMechanism(lc)
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)
 	}
-	m := plan.Count.Mechanism // localConfig has count histograms only
 	rng, err := mechanism.NewRand()
 	if err != nil {
 		return fmt.Errorf("bench: release: %w", err)

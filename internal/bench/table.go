@@ -9,56 +9,102 @@ import (
 	"text/tabwriter"
 )
 
-// Targets of issue 5; the table marks each measured figure against its
-// target.
+// Targets (issues 5 and 16); the table marks each measured figure against
+// its target.
 const (
-	TargetStageVsCeiling     = 0.7
+	TargetStageVsReader      = 0.9
 	TargetInProcessPerSec    = 1_000_000
 	TargetLatencyP99Ms       = 100
 	TargetBytesPerActiveUser = 100
 )
 
+// consumerNames are the table's names of the consumers.
+var consumerNames = map[string]string{roleReader: "kafka-go Reader", roleKgo: "franz-go kgo", roleStage: "stage"}
+
 // WriteTable prints the results as a human-readable table.
 func WriteTable(out io.Writer, r *Results) error {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	row := func(name, value, note string) { fmt.Fprintf(tw, "%s\t%s\t%s\n", name, value, note) }
+	fmt.Fprintf(out, "stage bench: %d events (%.0f bytes avg), %d partitions, %d windows, %d rounds, GOMAXPROCS %d (%d CPUs), %s%s\n",
+		r.Events, r.AvgEventBytes, r.Partitions, r.Windows, r.Rounds, r.GOMAXPROCS, r.NumCPU, r.GoVersion, loadNote(r))
 	check := func(ok bool, target string) string {
 		if ok {
 			return "target " + target + ": met"
 		}
 		return "target " + target + ": NOT met"
 	}
-	fmt.Fprintf(tw, "stage bench: %d events (%.0f bytes avg), %d partitions, %d windows, GOMAXPROCS %d (%d CPUs), %s\n",
-		r.Events, r.AvgEventBytes, r.Partitions, r.Windows, r.GOMAXPROCS, r.NumCPU, r.GoVersion)
+	if r.Reader != nil || r.Kgo != nil || r.Stage != nil {
+		fmt.Fprintf(out, "\nEach consumer and the broker in a process of its own; medians of %d passes each (CPU: the consumer's process only).\n", r.Rounds)
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "consumer\tevents/s\tCPU µs/record\tprocess CPU µs/record\tallocs/record\tbroker CPU (share of a core)\tbroker CPU µs/record\t\n")
+		for _, k := range passKinds {
+			f := r.figures(k)
+			if f == nil {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.2f\t%.2f\t%.3f\t\n", consumerNames[k], rate(f.EventsPerSec), f.CPUMicrosPerRecord,
+				f.ProcessCPUMicrosPerRecord, f.AllocsPerRecord, f.BrokerCPUShare, f.BrokerCPUMicrosPerRecord)
+			if k == roleStage {
+				fmt.Fprintf(tw, "stage, until all read\t%s\t%.3f\t\t\t\t\t\n", rate(f.ReadEventsPerSec), f.ReadCPUMicrosPerRecord)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(out)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	row := func(name, value, note string) { fmt.Fprintf(tw, "%s\t%s\t%s\n", name, value, note) }
 	fmt.Fprintf(tw, "figure\tvalue\tnote\n")
 	if r.ProduceSeconds > 0 {
-		row("produce", rate(r.ProduceEventsPerSec), fmt.Sprintf("%.2f s (kafka-go Writer → embedded broker)", r.ProduceSeconds))
+		row("produce", rate(r.ProduceEventsPerSec), fmt.Sprintf("%.2f s (kafka-go Writer → broker process)", r.ProduceSeconds))
 	}
-	for _, p := range r.CeilingRounds {
-		row(fmt.Sprintf("ceiling (pass %d)", p.Order), rate(p.EventsPerSec), passNote(p))
+	var passes []struct {
+		kind string
+		p    Pass
 	}
-	for _, p := range r.StageRounds {
-		row(fmt.Sprintf("stage (pass %d)", p.Order), rate(p.EventsPerSec), passNote(p))
+	for _, k := range passKinds {
+		if f := r.figures(k); f != nil {
+			for _, p := range f.Passes {
+				passes = append(passes, struct {
+					kind string
+					p    Pass
+				}{k, p})
+			}
+		}
 	}
-	if r.CeilingEventsPerSec > 0 {
-		row("ceiling_events_per_sec", rate(r.CeilingEventsPerSec), medianNote(len(r.CeilingRounds)))
+	slices.SortFunc(passes, func(a, b struct {
+		kind string
+		p    Pass
+	}) int {
+		return a.p.Order - b.p.Order
+	})
+	for _, x := range passes {
+		row(fmt.Sprintf("%s (pass %d)", consumerNames[x.kind], x.p.Order), rate(x.p.EventsPerSec), passNote(x.p))
 	}
-	if r.StageEventsPerSec > 0 {
-		row("stage_events_per_sec", rate(r.StageEventsPerSec), medianNote(len(r.StageRounds)))
+	if r.StageVsReader > 0 {
+		row("stage_vs_reader", fmt.Sprintf("%.3f", r.StageVsReader), check(r.StageVsReader >= TargetStageVsReader, "≥ 0.9")+
+			fmt.Sprintf("; events/s, to the last release; pairs %.3f; until all read %.3f", r.StageVsReaderPairs, r.StageReadVsReader))
+		row("stage_vs_reader_cpu", fmt.Sprintf("%.3f", r.StageVsReaderCPU), check(r.StageVsReaderCPU >= TargetStageVsReader, "≥ 0.9")+
+			fmt.Sprintf("; Reader CPU per record / stage's; until all read %.3f", r.StageReadVsReaderCPU))
 	}
-	if r.StageVsCeiling > 0 {
-		row("stage_vs_ceiling", fmt.Sprintf("%.3f", r.StageVsCeiling), check(r.StageVsCeiling >= TargetStageVsCeiling, "≥ 0.7")+"; ratio of the medians")
-		row("stage_vs_ceiling_pairs", fmt.Sprintf("%.3f", r.StageVsCeilingPairs), "median over rounds of stage pass / ceiling pass next to it")
-		row("stage_vs_ceiling_best", fmt.Sprintf("%.3f", r.StageVsCeilingBest), "fastest stage pass / fastest ceiling pass")
-		row("stage_read_events_per_sec", rate(r.StageReadEventsPerSec), fmt.Sprintf("stage until the last message was read (release tail left out): %.3f × ceiling", r.StageReadVsCeiling))
-		row("stage_vs_ceiling_cpu", fmt.Sprintf("%.3f", r.StageVsCeilingCPU), "ceiling CPU per event / stage CPU per event (broker included)")
+	if r.StageVsKgo > 0 {
+		row("stage_vs_kgo", fmt.Sprintf("%.3f", r.StageVsKgo), fmt.Sprintf("until all read %.3f", r.StageReadVsKgo))
+		row("stage_vs_kgo_cpu", fmt.Sprintf("%.3f", r.StageVsKgoCPU), fmt.Sprintf("kgo CPU per record / stage's; until all read %.3f", r.StageReadVsKgoCPU))
 	}
-	if r.ConnBatchEventsPerSec > 0 {
-		row("conn_batch_events_per_sec", rate(r.ConnBatchEventsPerSec), fmt.Sprintf("kafka.Conn.ReadBatch, no Reader: %.2f × ceiling", r.ConnBatchVsCeiling))
+	if r.ReaderVsKgo > 0 {
+		row("reader_vs_kgo", fmt.Sprintf("%.3f", r.ReaderVsKgo), fmt.Sprintf("CPU: %.3f", r.ReaderVsKgoCPU))
+	}
+	if r.BrokerCPUShareMax > 0 {
+		row("broker_cpu_share_max", fmt.Sprintf("%.2f", r.BrokerCPUShareMax), "the broker process's busiest pass, in cores: below 1, it is not the bound")
 	}
 	if r.StageWindowsReleased > 0 {
 		row("stage windows released", fmt.Sprint(r.StageWindowsReleased), fmt.Sprintf("%d units; %d contributions counted; dropped %s", r.StageUnitsReleased, r.StageCounted, dropsNote(r.StageDropped)))
 		row("catchup_latency_p50/p99_ms", fmt.Sprintf("%.1f / %.1f", r.CatchupLatencyP50Ms, r.CatchupLatencyP99Ms), "close-to-publish in the first stage pass (a backlog: windows queue for the releaser)")
+	}
+	if m := r.Metrics; m != nil {
+		row("metrics_scrape_cpu_ms", fmt.Sprintf("%.3f", m.CPUMs), fmt.Sprintf("one /metrics scrape (gzip, %d samples, %d bytes, %d gzipped); first scrape %.3f ms; uncompressed %.3f ms; wall %.3f ms",
+			m.Samples, m.Bytes, m.GzipBytes, m.FirstCPUMs, m.PlainCPUMs, m.WallMs))
+		row("metrics_gather_cpu_ms", fmt.Sprintf("%.3f", m.GatherCPUMs), fmt.Sprintf("Registry.Gather alone; of it Go collector %.3f, process collector %.3f (each alone)",
+			m.GoCollectorCPUMs, m.ProcessCollectorCPUMs))
 	}
 	if r.ReleaseLatencyUnits > 0 {
 		row("release_latency_p50_ms", fmt.Sprintf("%.1f", r.ReleaseLatencyP50Ms), fmt.Sprintf("live: %d events/s, a window closing every %.0f ms; %d units of %d windows",
@@ -85,18 +131,33 @@ func WriteTable(out io.Writer, r *Results) error {
 }
 
 func passNote(p Pass) string {
-	s := fmt.Sprintf("%.2f s after a %.2f s join", p.Seconds, p.JoinSeconds)
+	s := fmt.Sprintf("%.2f s after %.2f s to the first record", p.Seconds, p.JoinSeconds)
 	if p.ReadSeconds > 0 {
-		s += fmt.Sprintf(" (all read at %.2f s)", p.ReadSeconds)
+		s += fmt.Sprintf(" (all read at %.2f s, %.3f µs CPU/record)", p.ReadSeconds, p.ReadCPUMicrosPerRecord)
 	}
-	return s + fmt.Sprintf("; %.2f allocs/event; %.2f CPU-s per 1M events", p.AllocsPerEvent, p.CPUSecondsPerMillion)
+	return s + fmt.Sprintf("; %.3f µs CPU/record; broker %.2f of a core", p.CPUMicrosPerRecord, p.BrokerCPUShare)
 }
 
-func medianNote(n int) string {
-	if n <= 1 {
+func (r *Results) figures(kind string) *ConsumerFigures {
+	switch kind {
+	case roleReader:
+		return r.Reader
+	case roleKgo:
+		return r.Kgo
+	default:
+		return r.Stage
+	}
+}
+
+func loadNote(r *Results) string {
+	if len(r.LoadAvgStart) < 3 {
 		return ""
 	}
-	return fmt.Sprintf("median of %d passes", n)
+	s := fmt.Sprintf(", load average %.2f %.2f %.2f", r.LoadAvgStart[0], r.LoadAvgStart[1], r.LoadAvgStart[2])
+	if len(r.LoadAvgEnd) >= 3 {
+		s += fmt.Sprintf(" → %.2f %.2f %.2f", r.LoadAvgEnd[0], r.LoadAvgEnd[1], r.LoadAvgEnd[2])
+	}
+	return s
 }
 
 func dropsNote(d Drops) string {

@@ -1,0 +1,162 @@
+package aggregate
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+)
+
+// reference: each user's admitted windows are the K earliest windows of the
+// period in which it has an eligible event.
+func admittedReference(eligible map[uint64][]int, k int) map[uint64][]int {
+	out := map[uint64][]int{}
+	for u, ws := range eligible {
+		s := slices.Clone(ws)
+		slices.Sort(s)
+		s = slices.Compact(s)
+		if len(s) > k {
+			s = s[:k]
+		}
+		out[u] = s
+	}
+	return out
+}
+
+// Admissions admits each user to exactly its K earliest eligible windows,
+// whatever the order in which events arrive (Admissible is asked at add time
+// in a random interleaving), and a restart at any window — closed_u
+// restored from the windows recorded before it — changes nothing.
+func TestAdmissionsMatchDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for trial := 0; trial < 300; trial++ {
+		k := 1 + r.IntN(6)
+		windows := 1 + r.IntN(30)
+		users := 1 + r.IntN(40)
+		// eligible[u] = windows with an eligible event of u; events[w] =
+		// the users with an event in w (with repeats: several events).
+		eligible := map[uint64][]int{}
+		events := make([][]uint64, windows)
+		for u := 0; u < users; u++ {
+			uh := r.Uint64()
+			for w := 0; w < windows; w++ {
+				if r.IntN(3) == 0 {
+					eligible[uh] = append(eligible[uh], w)
+					for n := 1 + r.IntN(3); n > 0; n-- {
+						events[w] = append(events[w], uh)
+					}
+				}
+			}
+		}
+		want := admittedReference(eligible, k)
+		restartAt := r.IntN(windows + 1)
+		a, _ := NewAdmissions(k)
+		got := map[uint64][]int{}
+		recorded := map[uint64]uint16{} // what the ledger would hold
+		const period = 7
+		// Events of later windows arrive early (up to 3 windows ahead,
+		// before the earlier windows close), in random order: a user can be
+		// tentatively present in several open windows at once.
+		added := make([]int, windows) // events of w added so far
+		present := make([][]uint64, windows)
+		seen := make([]map[uint64]bool, windows)
+		for w := range seen {
+			seen[w] = map[uint64]bool{}
+		}
+		add := func(w int) {
+			u := events[w][added[w]]
+			added[w]++
+			if !a.Admissible(u, period) {
+				if slices.Contains(want[u], w) {
+					t.Fatalf("trial %d: user %x refused at add time in window %d it is admitted to", trial, u, w)
+				}
+				return
+			}
+			if !seen[w][u] {
+				seen[w][u] = true
+				present[w] = append(present[w], u)
+			}
+		}
+		for w := 0; w < windows; w++ {
+			if w == restartAt {
+				// A restart: the open windows' state is lost and re-read.
+				a, _ = NewAdmissions(k)
+				a.Restore(period, recorded)
+				for v := w; v < windows; v++ {
+					added[v], present[v], seen[v] = 0, nil, map[uint64]bool{}
+				}
+			}
+			for v := w + 1; v < min(w+4, windows); v++ {
+				for n := r.IntN(len(events[v]) - added[v] + 1); n > 0; n-- {
+					add(v)
+				}
+			}
+			for added[w] < len(events[w]) {
+				add(w)
+			}
+			for _, u := range a.Close(period, present[w]) {
+				got[u] = append(got[u], w)
+				recorded[u]++
+			}
+		}
+		for u, ws := range want {
+			if !slices.Equal(got[u], ws) {
+				t.Fatalf("trial %d (k=%d, restart at %d): user %x admitted to %v, want %v", trial, k, restartAt, u, got[u], ws)
+			}
+		}
+		for u, ws := range got {
+			if len(ws) > k {
+				t.Fatalf("user %x admitted to %d > k=%d windows", u, len(ws), k)
+			}
+		}
+	}
+}
+
+func TestAdmissionsPeriodsAreApart(t *testing.T) {
+	a, _ := NewAdmissions(1)
+	if got := a.Close(1, []uint64{5}); !slices.Equal(got, []uint64{5}) {
+		t.Fatalf("first window of period 1: %v", got)
+	}
+	if a.Admissible(5, 1) || a.Close(1, []uint64{5}) != nil && len(a.Close(1, []uint64{5})) != 0 {
+		t.Errorf("user 5 admitted twice in period 1 with k = 1")
+	}
+	if !a.Admissible(5, 2) {
+		t.Errorf("a new period must start afresh")
+	}
+	a.Forget(2)
+	if a.Closed(5, 1) != 0 || a.Users() != 0 {
+		t.Errorf("Forget(2) kept period 1")
+	}
+	if _, err := NewAdmissions(0); err == nil {
+		t.Errorf("k = 0 accepted")
+	}
+}
+
+// Memory per (user, period) entry, reported for the README.
+func TestAdmissionsMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates ~100 MB")
+	}
+	const n = 1_000_000
+	users := make([]uint64, n)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range users {
+		users[i] = r.Uint64()
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	a, _ := NewAdmissions(5)
+	a.Close(0, users)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("admission state: %.1f bytes per (user, period) at %d users", per, n)
+	if a.Users() != n {
+		t.Fatalf("%d entries, want %d", a.Users(), n)
+	}
+	if per > 100 {
+		t.Errorf("%.1f bytes per user: more than expected of a map entry of 10 bytes", per)
+	}
+	runtime.KeepAlive(a)
+}
