@@ -211,7 +211,7 @@ func TestCreateTimeAheadCannotCloseWindows(t *testing.T) {
 
 	a := h.ProduceBulk("a", 1000)
 	// Not even valid events: the frontier used to move before decoding.
-	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: "events-" + h.Name, Balancer: &kafka.RoundRobin{},
+	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Transport: e2e.NewTransport(t), Topic: "events-" + h.Name, Balancer: &kafka.RoundRobin{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	var msgs []kafka.Message
 	for i := 0; i < 8; i++ {

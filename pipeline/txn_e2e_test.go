@@ -255,7 +255,7 @@ func TestCompressedInput(t *testing.T) {
 	var all []e2e.Event
 	for i, c := range codecs {
 		evs := users("kafka-go-"+c.name, 200, i%2, cycle(e2e.Pages), cycle([]string{"US", "DE"}), cycle(e2e.Devices))
-		w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: "events-" + h.Name, Balancer: &kafka.Hash{},
+		w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Transport: e2e.NewTransport(t), Topic: "events-" + h.Name, Balancer: &kafka.Hash{},
 			RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000, Compression: c.kafka}
 		msgs := make([]kafka.Message, len(evs))
 		for j, e := range evs {

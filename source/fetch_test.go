@@ -25,7 +25,7 @@ func fetchBroker(t *testing.T) *embedded.Broker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Transport: &kafka.Transport{}, Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	for i := 0; i < 10; i++ {
 		if err := w.WriteMessages(context.Background(), kafka.Message{Value: []byte{byte(i)}}); err != nil {
@@ -171,7 +171,7 @@ func TestFetchReadCommitted(t *testing.T) {
 	}
 	defer b.Close()
 	plain := func(vs []string) {
-		w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+		w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Transport: &kafka.Transport{}, Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 		defer w.Close()
 		for _, v := range vs {
 			if err := w.WriteMessages(context.Background(), kafka.Message{Value: []byte(v)}); err != nil {
@@ -304,7 +304,7 @@ func TestFetchFollowsLeaderMove(t *testing.T) {
 	if err := c.MoveTopicPartition("t", 0, node); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Transport: &kafka.Transport{}, Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	for i := 10; i < 15; i++ {
 		if err := w.WriteMessages(ctx, kafka.Message{Value: []byte{byte(i)}}); err != nil {
 			t.Fatal(err)

@@ -214,7 +214,7 @@ func crashRecovery(t *testing.T, run crashRun) {
 
 	// Producer: one window of events at a time while the stage is killed
 	// and restarted around it.
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "events-crash", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Transport: &kafka.Transport{}, Topic: "events-crash", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond, MaxAttempts: 20}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

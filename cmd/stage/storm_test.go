@@ -175,7 +175,7 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 	// All events up front: a few windows and a flush, so the last instance
 	// has (almost) nothing left to do.
 	const windows = 4
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: "events-crash", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Transport: &kafka.Transport{}, Topic: "events-crash", Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: time.Millisecond, MaxAttempts: 20}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -199,7 +199,7 @@ func TestBrokerProcess(t *testing.T) {
 	if b.c.cmd.Process.Pid == os.Getpid() {
 		t.Fatal("the broker runs in the test's process")
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(b.addr), Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Addr: kafka.TCP(b.addr), Transport: &kafka.Transport{}, Topic: "t", RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	var msgs []kafka.Message
 	for i := range 2000 {

@@ -56,7 +56,7 @@ func Log() *zap.Logger {
 // in-sync replicas.
 func Produce(t testing.TB, addr, topic string, msgs ...kafka.Message) {
 	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, Balancer: &kafka.Hash{},
+	w := &kafka.Writer{Addr: kafka.TCP(addr), Transport: NewTransport(t), Topic: topic, Balancer: &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -173,4 +173,16 @@ func ConsoleLog(w io.Writer) *zap.Logger {
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.TimeKey = ""
 	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), zapcore.InfoLevel))
+}
+
+// NewTransport returns a kafka-go transport of the test's own, its idle
+// connections closed when the test ends. Writers must not share
+// kafka.DefaultTransport across tests: it caches each address's metadata,
+// and a broker started later on a reused loopback port would be answered
+// from the earlier broker's cache ("Unknown Topic Or Partition" for a
+// topic the new broker has).
+func NewTransport(t testing.TB) *kafka.Transport {
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }

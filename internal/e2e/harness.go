@@ -221,7 +221,7 @@ func (h *Harness) ProduceEvents(evs []Event) {
 // ProduceTo writes evs to one input partition, in order.
 func (h *Harness) ProduceTo(partition int, evs []Event) {
 	h.T.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: h.Input(),
+	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Transport: NewTransport(h.T), Topic: h.Input(),
 		Balancer:     kafka.BalancerFunc(func(kafka.Message, ...int) int { return partition }),
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000}
 	defer w.Close()

@@ -88,7 +88,7 @@ func TestBrowserDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(e.broker.Addr()), Topic: "events-" + e.name, Balancer: &kafka.Hash{},
+	w := &kafka.Writer{Addr: kafka.TCP(e.broker.Addr()), Transport: &kafka.Transport{}, Topic: "events-" + e.name, Balancer: &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond}
 	gctx, stopGen := context.WithCancel(context.Background())
 	genDone := make(chan error, 1)
