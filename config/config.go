@@ -252,6 +252,17 @@ type Contribution struct {
 	// add_remove the stage charges the replace sensitivity
 	// (pipeline/plan.go). Default 2,000,000.
 	MaxTrackedUsers int `yaml:"max_tracked_users"`
+	// MaxWindowsPerUser (K) bounds the windows of one budget period a
+	// user's events count in: the user's K earliest windows of the period
+	// in which the user has an event that passes decoding and the arrival
+	// rule; the user's events in later windows of the period are dropped
+	// (bound_windows). The budget then composes K windows' charges per
+	// period instead of all of the period's windows (the batch analogue is
+	// Privacy on Beam's MaxPartitionsContributed). 0 (the default): no
+	// bound. K > 0 cannot be combined with max_tracked_users (which then
+	// defaults to 0): a capped window's displacement would depend on users
+	// the cross-window bound later drops.
+	MaxWindowsPerUser int `yaml:"max_windows_per_user"`
 }
 
 // Privacy configures the mechanism and the budget.

@@ -96,7 +96,9 @@ func (c *Config) ApplyDefaults() {
 
 	num(&c.Contribution.MaxEventsPerUser, "contribution.max_events_per_user", DefaultMaxEventsPerUser)
 	num(&c.Contribution.MaxGroupsPerUser, "contribution.max_groups_per_user", DefaultMaxGroupsPerUser)
-	num(&c.Contribution.MaxTrackedUsers, "contribution.max_tracked_users", DefaultMaxTrackedUsers)
+	if c.Contribution.MaxWindowsPerUser <= 0 {
+		num(&c.Contribution.MaxTrackedUsers, "contribution.max_tracked_users", DefaultMaxTrackedUsers)
+	} // with the cross-window bound an absent cap stays 0 (no cap; see Contribution)
 
 	str(&c.Privacy.Mechanism, "privacy.mechanism", DefaultMechanism)
 	if c.Privacy.Mechanism == MechanismDirichlet {

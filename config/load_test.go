@@ -136,6 +136,25 @@ func collectKeys(n *yaml.Node, prefix string, out map[string]bool) {
 
 // With privacy.expected_events_per_release the Dirichlet mechanism's
 // default calibration is optimal; an explicit one is kept.
+// TestMaxWindowsPerUserDefaultsTheCapOff: with the cross-window bound an
+// absent max_tracked_users is 0 (no cap), not the default cap; without it
+// the default cap stays.
+func TestMaxWindowsPerUserDefaultsTheCapOff(t *testing.T) {
+	for _, tc := range []struct {
+		extra string
+		want  int
+	}{
+		{"", DefaultMaxTrackedUsers},
+		{"contribution:\n  max_windows_per_user: 5\n", 0},
+		{"contribution:\n  max_windows_per_user: 0\n", DefaultMaxTrackedUsers},
+	} {
+		cfg := mustParse(t, minimal+tc.extra, nil)
+		if cfg.Contribution.MaxTrackedUsers != tc.want {
+			t.Errorf("%q: max_tracked_users %d, want %d", tc.extra, cfg.Contribution.MaxTrackedUsers, tc.want)
+		}
+	}
+}
+
 func TestDefaultCalibrationOptimal(t *testing.T) {
 	for _, tc := range []struct{ extra, want string }{
 		{"", "concentrated"},

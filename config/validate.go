@@ -440,7 +440,20 @@ func (k *checker) contribution() {
 	if c.MaxTrackedUsers < 0 {
 		k.add("contribution.max_tracked_users", "must be ≥ 0 (0: no cap)")
 	}
+	switch w := c.MaxWindowsPerUser; {
+	case w < 0:
+		k.add("contribution.max_windows_per_user", "must be ≥ 0 (0: no bound)")
+	case w > maxWindowsPerUser:
+		k.add("contribution.max_windows_per_user", "must be at most %d", maxWindowsPerUser)
+	}
+	if c.MaxWindowsPerUser > 0 && c.MaxTrackedUsers > 0 {
+		k.add("contribution.max_tracked_users", "cannot be combined with contribution.max_windows_per_user: a user the cross-window bound later drops could have displaced another user from a capped window; remove max_tracked_users (with max_windows_per_user the bounder keeps every user of a window)")
+	}
 }
+
+// maxWindowsPerUser is the largest cross-window bound accepted (the
+// admission state counts a user's windows of a period in a uint16).
+const maxWindowsPerUser = 65535
 
 func (k *checker) privacy() {
 	p := k.c.Privacy

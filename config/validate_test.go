@@ -133,6 +133,9 @@ func TestValidateRules(t *testing.T) {
 		{"max events per user", func(c *Config) { c.Contribution.MaxEventsPerUser = 0 }, "contribution.max_events_per_user", "at least 1"},
 		{"max groups per user", func(c *Config) { c.Contribution.MaxGroupsPerUser = -1 }, "contribution.max_groups_per_user", "at least 1"},
 		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = -1 }, "contribution.max_tracked_users", "≥ 0"},
+		{"max windows per user", func(c *Config) { c.Contribution.MaxWindowsPerUser = -1 }, "contribution.max_windows_per_user", "≥ 0"},
+		{"max windows per user too large", func(c *Config) { c.Contribution.MaxWindowsPerUser = 1 << 16 }, "contribution.max_windows_per_user", "at most 65535"},
+		{"max windows with tracked cap", func(c *Config) { c.Contribution.MaxWindowsPerUser = 5; c.Contribution.MaxTrackedUsers = 1000 }, "contribution.max_tracked_users", "cannot be combined with contribution.max_windows_per_user"},
 		// privacy
 		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, laplace-posterior, got "exponential"`},
 		{"prior_alpha with dirichlet", func(c *Config) { c.Privacy.PriorAlpha = 1 }, "privacy.prior_alpha", "only applies to mechanism laplace-posterior"},

@@ -117,6 +117,11 @@ func New(opts Options) (*Stage, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("pipeline: no brokers (start the embedded broker or set kafka.brokers)")
 	}
+	if cfg.Contribution.MaxWindowsPerUser > 0 {
+		// Until the bounder enforces it, the plan's K-window accounting
+		// would be unsound: refuse rather than under-charge.
+		return nil, errors.New("pipeline: contribution.max_windows_per_user is not enforced by this build yet; remove it")
+	}
 	pl, err := plan.DerivePlan(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)

@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/dpstage/stage/budget"
@@ -215,6 +216,9 @@ func ChangeShape(neighbour string, capped bool) mechanism.Neighbour {
 
 // DerivePlan derives the privacy plan of a validated config.
 func DerivePlan(cfg *config.Config) (*Plan, error) {
+	if cfg.Contribution.MaxWindowsPerUser > 0 {
+		return nil, errors.New("derive privacy plan: contribution.max_windows_per_user is not accounted by this build yet; remove it")
+	}
 	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, cfg.Contribution.MaxEventsPerUser, cfg.Contribution.MaxTrackedUsers > 0)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
