@@ -179,10 +179,6 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	switch spec.Kind {
 	case mechanism.Dirichlet:
 		fmt.Fprintf(tw, "parameters\tα=%.6g r=%.6g (release Dir(r·x + α))\n", params.Alpha, params.R)
-		if em, ok := m.(mechanism.ErrorModel); ok {
-			fmt.Fprintf(tw, "expected error\tℓ2 ≈ %.4g at %g events per release (the optimal calibration's model: root mean square over a flat prior on the histogram)\n",
-				em.ExpectedError(), spec.ExpectedEvents)
-		}
 		if spec.Calibration == mechanism.Exact {
 			if ok, why := mechanism.ExactCovers(spec); !ok {
 				fmt.Fprintf(tw, "note\t%s\n", why)
@@ -193,6 +189,8 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	case mechanism.Laplace:
 		fmt.Fprintf(tw, "parameters\tb=%.6g per count\n", params.Scale)
 	}
+	printUtilities(tw, "", cfg, plan)
+	fmt.Fprintf(tw, "\t(root-mean-square ℓ2 distance of a release from the true histogram, over a flat prior on the histogram; plan/utility.go)\n")
 	tw.Flush()
 }
 

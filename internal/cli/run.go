@@ -154,7 +154,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	if web != nil {
 		web.Attach(st)
 	}
-	for _, w := range cfg.Warnings() {
+	for _, w := range append(cfg.Warnings(), plan.Warnings(cfg, st.Plan())...) {
 		log.Warn("config: "+w.Message, zap.String("path", w.Path))
 	}
 	logPlan(log, cfg, st.Plan())

@@ -11,7 +11,6 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
 )
 
@@ -29,12 +28,12 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stage validate: --config is required")
 		return 2
 	}
-	cfg, plan, code := loadPlan(*path, stderr)
-	if plan == nil {
+	cfg, pl, code := loadPlan(*path, stderr)
+	if pl == nil {
 		return code
 	}
-	printPlan(stdout, cfg, plan)
-	if ws := cfg.Warnings(); len(ws) > 0 {
+	printPlan(stdout, cfg, pl)
+	if ws := append(cfg.Warnings(), plan.Warnings(cfg, pl)...); len(ws) > 0 {
 		fmt.Fprintf(stdout, "\nwarnings\n")
 		for _, w := range ws {
 			fmt.Fprintf(stdout, "  %s\n", w)
@@ -127,14 +126,12 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	switch {
 	case params.Alpha > 0:
 		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
-		if em, ok := cp.Mechanism.(mechanism.ErrorModel); ok {
-			fmt.Fprintf(tw, "  expected error\tℓ2 ≈ %.4g at %g events per release (optimal calibration's model)\n", em.ExpectedError(), spec.ExpectedEvents)
-		}
 	case params.Sigma > 0:
 		fmt.Fprintf(tw, "  parameters\tσ=%.6g\n", params.Sigma)
 	case params.Scale > 0:
 		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
 	}
+	printUtilities(tw, "  ", cfg, plan)
 	units := cp.Units
 	if cp.FitUnits > 0 && cp.FitUnits < cp.Units {
 		units = cp.FitUnits
@@ -157,4 +154,18 @@ func deltaUsers(cfg *config.Config) string {
 	}
 	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours)",
 		config.DeltaUsersWarn, strconv.FormatFloat(math.Round(config.DeltaUsersWarn/d), 'f', 0, 64))
+}
+
+// printUtilities prints each count histogram's expected release error at
+// the planning figure (plan.Utilities) beside the error of answering
+// "uniform".
+func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
+	for _, u := range plan.Utilities(cfg, p) {
+		at := fmt.Sprintf("%g events per release", u.N)
+		if u.Assumed {
+			at += " (assumed; set privacy.expected_events_per_release)"
+		}
+		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%)\n",
+			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio())
+	}
 }

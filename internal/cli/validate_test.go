@@ -56,6 +56,15 @@ privacy:
 			"warnings",
 			"privacy.budget.delta: δ·expected_users = 0.05",
 		}, nil},
+		{"near-uniform releases", good, 0, []string{
+			"expected error   pages: ℓ2 ≈ 0.405 at 1000 events per release (assumed; set privacy.expected_events_per_release); \"uniform\" scores 0.408 (99%)",
+			"warnings",
+			"histograms[0]: releases will be near-uniform",
+			"set contribution.max_windows_per_user (the budget is now split over all 1440 windows of the period)",
+		}, nil},
+		{"informative releases", strings.Replace(good, "epsilon: 1", "epsilon: 1\n  expected_events_per_release: 10000\ncontribution:\n  max_events_per_user: 1\nwindow:\n  size: 1h", 1), 0, []string{
+			"expected error   pages: ℓ2 ≈ 0.0",
+		}, nil},
 		{"delta without users", good, 0, []string{
 			"config OK",
 			"δ·users ≤ 0.01 up to 10000 users per period (set privacy.expected_users to check yours)",
@@ -72,8 +81,11 @@ privacy:
 			}
 			inOrder(t, "stdout", out.String(), tc.stdout)
 			inOrder(t, "stderr", errb.String(), tc.stderr)
-			if tc.name == "delta without users" && strings.Contains(out.String(), "warnings") {
-				t.Errorf("unexpected warnings:\n%s", out.String())
+			if tc.name == "informative releases" && strings.Contains(out.String(), "near-uniform") {
+				t.Errorf("unexpected near-uniform warning:\n%s", out.String())
+			}
+			if tc.name == "delta without users" && strings.Contains(out.String(), "privacy.budget.delta:") {
+				t.Errorf("unexpected δ warning:\n%s", out.String())
 			}
 		})
 	}

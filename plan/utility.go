@@ -1,0 +1,152 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/mechanism"
+)
+
+// DefaultPlanningEvents is the events per release the error figures assume
+// when privacy.expected_events_per_release is not given.
+const DefaultPlanningEvents = 1000
+
+// NearUniformRatio is the error ratio above which a release is called
+// near-uniform: its expected ℓ2 error is more than this fraction of the
+// error of answering "uniform" without looking at the data.
+const NearUniformRatio = 0.5
+
+// Utility is what one count histogram's release is expected to show at a
+// planning figure of N events per release (one histogram, one group, one
+// window).
+type Utility struct {
+	Histogram string
+	Bins      int
+	// N is the planning figure; Assumed is set when the config did not give
+	// one and DefaultPlanningEvents is used.
+	N       float64
+	Assumed bool
+	// L2 is the root-mean-square ℓ2 distance between a release and the true
+	// normalized histogram x/N, averaged over histograms drawn from the flat
+	// prior on the simplex (the model of 000 §4 / mechanism/optimal.go for
+	// Dirichlet draws; a first-order model for the additive mechanisms, see
+	// ExpectedL2).
+	L2 float64
+	// UniformL2 is the same figure for the constant answer "uniform":
+	// √((d−1)/(d(d+1))), what a release that ignores the data scores.
+	UniformL2 float64
+}
+
+// Ratio is L2 / UniformL2: 0 is exact, 1 is no better than "uniform".
+func (u Utility) Ratio() float64 { return u.L2 / u.UniformL2 }
+
+// NearUniform reports whether releases are expected to be near-uniform
+// (Ratio > NearUniformRatio).
+func (u Utility) NearUniform() bool { return !(u.Ratio() <= NearUniformRatio) }
+
+// UniformL2 is the root-mean-square ℓ2 distance between the uniform
+// distribution and a histogram p drawn from the flat prior Dir(1,…,1) on d
+// bins: E‖p − u‖² = Σᵢ Var(pᵢ) = d·(d−1)/(d²(d+1)) = (d−1)/(d(d+1)).
+func UniformL2(d int) float64 {
+	df := float64(d)
+	return math.Sqrt((df - 1) / (df * (df + 1)))
+}
+
+// ExpectedL2 is the root-mean-square ℓ2 error of one release of m over d
+// bins at n events, averaged over the flat prior on the simplex:
+//
+//   - Dirichlet (every calibration): Dir(r·x + α) with its calibrated (r, α),
+//     mechanism.DirichletExpectedError — exact for the draw under the
+//     prior (the release grid adds at most 1/Q per bin, ignored).
+//   - Gaussian / Laplace: noisy counts x + z (Var zᵢ = s², s² = σ² or 2b²),
+//     clipped at 0 and normalized. To first order in z/n the error is
+//     eᵢ = (zᵢ − pᵢ·Σz)/n, so E‖e‖² = s²·(d − 2 + d·Σpᵢ²)/n², and under the
+//     flat prior E Σpᵢ² = 2/(d+1). Clipping is ignored: the figure is
+//     accurate while s ≪ n/d and an upper-side estimate beyond.
+//
+// NaN when the mechanism has no model here.
+func ExpectedL2(m mechanism.Mechanism, d int, n float64) float64 {
+	if d < 2 || !(n > 0) {
+		return math.NaN()
+	}
+	p := m.Params()
+	df := float64(d)
+	var s2 float64
+	switch {
+	case p.Alpha > 0:
+		r := p.R
+		if !(r > 0) {
+			r = 1
+		}
+		return math.Sqrt(mechanism.DirichletExpectedError(d, n, r, p.Alpha))
+	case p.Sigma > 0:
+		s2 = p.Sigma * p.Sigma
+	case p.Scale > 0:
+		s2 = 2 * p.Scale * p.Scale
+	default:
+		return math.NaN()
+	}
+	return math.Sqrt(s2*(df-2+2*df/(df+1))) / n
+}
+
+// Utilities returns the expected error of every count histogram's release
+// under p at the config's planning figure (or DefaultPlanningEvents). Nil
+// without count histograms.
+func Utilities(cfg *config.Config, p *Plan) []Utility {
+	if p.Count == nil {
+		return nil
+	}
+	n, assumed := cfg.Privacy.ExpectedEventsPerRelease, false
+	if !(n > 0) {
+		n, assumed = DefaultPlanningEvents, true
+	}
+	var out []Utility
+	for _, h := range cfg.Histograms {
+		if h.IsAverage() {
+			continue
+		}
+		d := len(h.Bins)
+		out = append(out, Utility{Histogram: h.Name, Bins: d, N: n, Assumed: assumed,
+			L2: ExpectedL2(p.Count.Mechanism, d, n), UniformL2: UniformL2(d)})
+	}
+	return out
+}
+
+// Warnings are the plan's warnings: a count histogram whose releases are
+// expected to be near-uniform at the planning figure, said in plain words
+// with what to change. `stage validate` prints them, `stage run` logs them.
+func Warnings(cfg *config.Config, p *Plan) []config.Warning {
+	var out []config.Warning
+	for _, u := range Utilities(cfg, p) {
+		if !u.NearUniform() {
+			continue
+		}
+		at := fmt.Sprintf("%g events per release (privacy.expected_events_per_release)", u.N)
+		if u.Assumed {
+			at = fmt.Sprintf("%g events per release (assumed: set privacy.expected_events_per_release to your traffic)", u.N)
+		}
+		fix := "raise privacy.budget.epsilon or window.size"
+		if cfg.Contribution.MaxWindowsPerUser == 0 {
+			fix += ", or set contribution.max_windows_per_user (the budget is now split over all " +
+				fmt.Sprint(p.WindowsPerPeriod) + " windows of the period)"
+		}
+		if cfg.Privacy.Mechanism == config.MechanismDirichlet && cfg.Privacy.Calibration != config.CalibrationOptimal {
+			fix += ", or use privacy.calibration: optimal"
+		}
+		out = append(out, config.Warning{Path: fmt.Sprintf("histograms[%d]", histIndex(cfg, u.Histogram)), Message: fmt.Sprintf(
+			"releases will be near-uniform: at this budget a release is expected to be ℓ2 ≈ %.3g from the true histogram at %s, "+
+				"while answering \"uniform\" without looking at the data is ≈ %.3g off (%.0f%% of it); %s",
+			u.L2, at, u.UniformL2, 100*u.Ratio(), fix)})
+	}
+	return out
+}
+
+func histIndex(cfg *config.Config, name string) int {
+	for i, h := range cfg.Histograms {
+		if h.Name == name {
+			return i
+		}
+	}
+	return -1
+}
