@@ -135,3 +135,23 @@ func BenchmarkCalibrate(b *testing.B) {
 		}
 	})
 }
+
+// TestPlanReleasesUsesTheBudgetAtEveryCount: for every release count from
+// 1 to 64 the planned composition reaches the budget (above 0.99·ε), for
+// every template. A calibration that spuriously refuses a target between
+// the bracket's ends used to end the bisection early: the Gaussian refused
+// ε̂ = 0.003125·(1 − 2⁻⁵³) (σ² rounded to a dyadic 640 evaluates an ulp
+// above ε̂), and 5 releases of ε = 1 were planned to ε = 0.377.
+func TestPlanReleasesUsesTheBudgetAtEveryCount(t *testing.T) {
+	for _, tmpl := range planTemplates {
+		for k := 1; k <= 64; k++ {
+			p, err := PlanReleases(tmpl, 1, 1e-6, k)
+			if err != nil {
+				t.Fatalf("%s %s k=%d: %v", tmpl.Kind, tmpl.Calibration, k, err)
+			}
+			if !(p.Epsilon > 0.99 && p.Epsilon <= 1) {
+				t.Errorf("%s %s k=%d: planned ε = %.6g, want in (0.99, 1]", tmpl.Kind, tmpl.Calibration, k, p.Epsilon)
+			}
+		}
+	}
+}

@@ -52,15 +52,26 @@ func newGaussian(spec Spec) (*gaussianMech, error) {
 	if sigma2 < minSigma2 {
 		sigma2 = minSigma2
 	}
-	dg, ok := newDGauss(sigma2)
-	if !ok {
-		return nil, errOutOfRange(eps)
+	// λΔ2²/(2ε) is rounded to the nearest float64, so the σ² above can be
+	// an ulp below the exact solution, and when it is (or rounds up to) a
+	// dyadic rational already, RDP(λ) = λΔ2²/(2σ²) evaluates an ulp above
+	// ε. Then σ² grows by 2^-40 relative and is calibrated again (at most
+	// twice; the privacy check below is what decides). Before, such targets
+	// were refused, and budget.PlanReleases' bisection, taking a refusal for
+	// "too much", stopped at a quarter of the budget (issue #13: 5 units of
+	// ε = 1 planned to ε = 0.377).
+	for try := 0; try < 3; try++ {
+		dg, ok := newDGauss(sigma2)
+		if !ok {
+			return nil, errOutOfRange(eps)
+		}
+		m := &gaussianMech{spec: spec, l2sq: l2sq, dg: dg}
+		if m.RDP(lambda) <= eps {
+			return m, nil
+		}
+		sigma2 *= 1 + 0x1p-40
 	}
-	m := &gaussianMech{spec: spec, l2sq: l2sq, dg: dg}
-	if !(m.RDP(lambda) <= eps) {
-		return nil, errOutOfRange(eps)
-	}
-	return m, nil
+	return nil, errOutOfRange(eps)
 }
 
 func (m *gaussianMech) Spec() Spec { return m.spec }
