@@ -80,7 +80,7 @@ var (
 	// Pruned with the period (not with the units): a period's later units
 	// stay covered after the unit that made the reservation is pruned.
 	bucketReservations = []byte("reservations")
-	keySchema     = []byte("schema")
+	keySchema          = []byte("schema")
 )
 
 // Status says what a unit recorded.
