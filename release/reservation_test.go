@@ -306,4 +306,3 @@ func TestReservationChargedWithTheFirstUnit(t *testing.T) {
 		t.Errorf("OnExhausted called %d times, want 2", g.exh)
 	}
 }
-
