@@ -79,6 +79,18 @@ import (
 // point, so ε_rdp(δ − Σδ_i) ≤ ε_rdp(δ − δ_a), which the plan keeps within
 // ε − ε_a.
 //
+// # Period reservations
+//
+// With the cross-window bound (contribution.max_windows_per_user) a
+// histogram's whole period is charged once, with its first release of the
+// period: a [Charge] with Reservation set (plan's package doc, "Charging:
+// the period reservation"). The Book records the reservation keys a
+// period holds (Spend.Reservations, restored from the store with the
+// spend), refuses to charge a held key again, and answers [Book.Reserved]
+// for the releases the reservation covers, which charge nothing. A
+// reservation is an ordinary charge for everything above: checked against
+// the whole period, composed, rounded up.
+//
 // # Rounding: never above ε
 //
 // The check is exact (total ≤ ε, no tolerance above it); composition rounds
