@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
+	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
@@ -304,5 +307,81 @@ func TestReservationChargedWithTheFirstUnit(t *testing.T) {
 	}
 	if g.exh != 2 {
 		t.Errorf("OnExhausted called %d times, want 2", g.exh)
+	}
+}
+
+// TestAverageReservation: an average histogram's period reservation is
+// min(2K, W) releases' (ε_r, δ_r) under replace, charged (ε, δ) with its
+// first unit of the period; the later units are covered and add nothing
+// to the period's (ε, δ) spend.
+func TestAverageReservation(t *testing.T) {
+	y := fmt.Sprintf(`
+kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
+events: {time_field: ts, user_field: user_id}
+window: {size: 1m, watermark: event, start: "2026-01-01T00:00:00Z"}
+histograms:
+  - {name: pages, field: page, bins: [home, cart]}
+  - name: interests
+    kind: average
+    field: interests
+    bins: [news, sport, music]
+    average: {users: 1000000, k: 1000, eta: 0.01}
+contribution: {max_windows_per_user: 2}
+privacy:
+  mechanism: gaussian
+  neighbour: replace
+  budget: {epsilon: 100, delta: 1.0e-6, period: 10m}
+state: {dir: %q}
+`, t.TempDir())
+	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, cfg)
+	p := mustPlan(t, cfg)
+	ap := p.Averages[0]
+	if p.Bound.AverageReleases != 4 || !(ap.ReserveEpsilon >= 4*ap.Epsilon) {
+		t.Fatalf("bound %+v, reservation ε %v for ε_r %v", p.Bound, ap.ReserveEpsilon, ap.Epsilon)
+	}
+	avg, err := aggregate.NewAverager(pipeline.AverageHists(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	period := int64(29_000_000) * minute // a multiple of 10m
+	var key string
+	for k := int64(0); k < 3; k++ {
+		w := period + k*minute
+		counts, err := f.agg.Close(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		units, err := f.rel.Record(w, counts, avg.Close(w))
+		counts.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := units[1]
+		if u.Histogram != "interests" || u.Status != ledger.StatusReleased {
+			t.Fatalf("unit %s %s", u.Histogram, u.Status)
+		}
+		var r release.Release
+		if err := json.Unmarshal(u.Messages[0].Value, &r); err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			key = u.Reservation
+			if key == "" || u.Approx == nil || u.Approx.Epsilon != ap.ReserveEpsilon || u.Approx.Delta != ap.ReserveDelta {
+				t.Errorf("first unit: reservation %q approx %+v; want (%v, %v)", u.Reservation, u.Approx, ap.ReserveEpsilon, ap.ReserveDelta)
+			}
+		} else if u.CoveredBy != key || u.Approx != nil || u.Reservation != "" {
+			t.Errorf("window %d: covered by %q approx %+v reservation %q", k, u.CoveredBy, u.Approx, u.Reservation)
+		}
+		if r.Privacy.ChargeID != key || r.Privacy.ChargeWindows != 4 || r.Privacy.ReleaseEpsilon != ap.Epsilon {
+			t.Errorf("window %d: privacy %+v", k, r.Privacy)
+		}
+	}
+	a, ok, err := f.led.ApproxSpent(period)
+	if err != nil || !ok || a.Epsilon != ap.ReserveEpsilon || a.Delta != ap.ReserveDelta || a.Releases != 1 {
+		t.Errorf("period (ε, δ) spend %+v (%v %v), want the one reservation (%v, %v)", a, ok, err, ap.ReserveEpsilon, ap.ReserveDelta)
 	}
 }
