@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/dpstage/stage/aggregate"
@@ -383,5 +384,57 @@ state: {dir: %q}
 	a, ok, err := f.led.ApproxSpent(period)
 	if err != nil || !ok || a.Epsilon != ap.ReserveEpsilon || a.Delta != ap.ReserveDelta || a.Releases != 1 {
 		t.Errorf("period (ε, δ) spend %+v (%v %v), want the one reservation (%v, %v)", a, ok, err, ap.ReserveEpsilon, ap.ReserveDelta)
+	}
+}
+
+// TestReservationRefusedForThePeriod: with privacy.rdp_epsilon fixing a
+// calibration whose budget holds one of the two count histograms' period
+// reservations (plan: FitUnits = min(K, W), whole reservations), the first
+// histogram is released in every window of the period and the second is
+// budget_exhausted in every window (its reservation is tried again and
+// refused each time); the next period starts over.
+func TestReservationRefusedForThePeriod(t *testing.T) {
+	cfg := testConfig(t, "")
+	cfg.Contribution.MaxWindowsPerUser = 2
+	cfg.Contribution.MaxTrackedUsers = 0
+	cfg.Privacy.Budget.Epsilon = 1
+	fit := 0
+	lo, hi := 1e-4, 1e3
+	for i := 0; i < 200 && fit != 2; i++ {
+		mid := math.Sqrt(lo * hi)
+		cfg.Privacy.RDPEpsilon = mid
+		fit = 0
+		if p, err := plan.DerivePlan(cfg); err == nil {
+			fit = p.Count.FitUnits
+			if fit%p.Bound.CountWindows != 0 {
+				t.Fatalf("FitUnits %d is not whole reservations of %d windows", fit, p.Bound.CountWindows)
+			}
+		}
+		switch {
+		case fit > 2:
+			lo = mid
+		case fit < 2:
+			hi = mid
+		}
+	}
+	if fit != 2 {
+		t.Fatalf("no rdp_epsilon fits one reservation of 2 windows (last %d)", fit)
+	}
+	f := newFixture(t, cfg)
+	period := int64(29_000_000) * minute
+	var got []string
+	for k := int64(0); k < 6; k++ {
+		if k == 5 {
+			got = append(got, "|")
+		}
+		for _, u := range f.window(t, period+k*minute, oneEvent) {
+			got = append(got, u.Histogram[:1]+":"+string(u.Status)[:1])
+		}
+	}
+	if want := "[p:r d:b p:r d:b p:r d:b p:r d:b p:r d:b | p:r d:b]"; fmt.Sprint(got) != want {
+		t.Errorf("statuses %v\nwant     %s", got, want)
+	}
+	if f.exh != 6 {
+		t.Errorf("OnExhausted %d times, want 6", f.exh)
 	}
 }
