@@ -127,6 +127,11 @@ func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 // transaction, or finds the window already recorded. It returns the units
 // still to publish: all of a window recorded now, the unpublished ones of
 // a window recorded before (with their recorded values, never redrawn).
+//
+// With contribution.max_windows_per_user a histogram's first unit of the
+// period charges the histogram's period reservation instead of one
+// window's curve, and the later units of the period are covered by it
+// (charge, reservation.go).
 func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggregate.AverageWindow) ([]*ledger.Unit, error) {
 	// A window is recorded whole, in one ledger transaction (all its
 	// histograms' units and their charges) or not at all; if any unit of
