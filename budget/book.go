@@ -3,6 +3,7 @@ package budget
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -78,6 +79,18 @@ import (
 // point, so ε_rdp(δ − Σδ_i) ≤ ε_rdp(δ − δ_a), which the plan keeps within
 // ε − ε_a.
 //
+// # Period reservations
+//
+// With the cross-window bound (contribution.max_windows_per_user) a
+// histogram's whole period is charged once, with its first release of the
+// period: a [Charge] with Reservation set (plan's package doc, "Charging:
+// the period reservation"). The Book records the reservation keys a
+// period holds (Spend.Reservations, restored from the store with the
+// spend), refuses to charge a held key again, and answers [Book.Reserved]
+// for the releases the reservation covers, which charge nothing. A
+// reservation is an ordinary charge for everything above: checked against
+// the whole period, composed, rounded up.
+//
 // # Rounding: never above ε
 //
 // The check is exact (total ≤ ε, no tolerance above it); composition rounds
@@ -132,15 +145,27 @@ type Spend struct {
 	// of it and its own, so a budget raised in the middle of a period
 	// takes effect from the next period only; a lowered one at once.
 	LimitEpsilon, LimitDelta float64
+	// Reservations are the keys of the period reservations charged in the
+	// period (Charge.Reservation), in the order they were made. Never
+	// written in place: add copies.
+	Reservations []string
 }
 
 // Charge is what one release (one histogram, one window) costs: an RDP
 // curve on the Book's grid, or an (ε, δ)-DP pair (RDP empty when the
 // release has no RDP curve), never both.
+//
+// With Reservation set it is a period reservation (plan's package doc,
+// "Charging: the period reservation"): the cost of every release the
+// reservation will cover in the period, charged once, with the first of
+// them. A period holds each reservation key at most once: Check and Commit
+// refuse a key the period (or a pending charge) already holds
+// ([ErrInvalidArgument]); [Book.Reserved] says whether a unit is covered.
 type Charge struct {
-	RDP     Curve
-	Epsilon float64
-	Delta   float64
+	RDP         Curve
+	Epsilon     float64
+	Delta       float64
+	Reservation string
 }
 
 // Total is a period's spend composed into one (ε, δ) guarantee and its
@@ -215,6 +240,7 @@ func (b *Book) period(p int64) (*period, error) {
 		if rec.LimitDelta > 0 {
 			st.delta = math.Min(st.delta, rec.LimitDelta)
 		}
+		st.spend.Reservations = slices.Clone(rec.Reservations)
 	}
 	st.spend.LimitEpsilon, st.spend.LimitDelta = st.epsilon, st.delta
 	b.periods[p] = st
@@ -266,7 +292,31 @@ func (s Spend) add(c Charge) Spend {
 		out.ApproxDelta = AddUp(s.ApproxDelta, c.Delta)
 		out.ApproxReleases++
 	}
+	if c.Reservation != "" {
+		out.Reservations = append(slices.Clip(s.Reservations), c.Reservation)
+	}
 	return out
+}
+
+// reserved reports whether s holds the reservation key.
+func (s *Spend) reserved(key string) bool { return slices.Contains(s.Reservations, key) }
+
+// checkReservations refuses a reservation key that the period's spend s or
+// an earlier charge of cs already holds: a reservation is charged once.
+func checkReservations(s *Spend, cs ...Charge) error {
+	for i, c := range cs {
+		if c.Reservation == "" {
+			continue
+		}
+		dup := s.reserved(c.Reservation)
+		for _, d := range cs[:i] {
+			dup = dup || d.Reservation == c.Reservation
+		}
+		if dup {
+			return fmt.Errorf("%w: reservation %q is already held by the period: a unit it covers is not charged again", ErrInvalidArgument, c.Reservation)
+		}
+	}
+	return nil
 }
 
 // check validates c against the grid.
@@ -315,6 +365,9 @@ func (b *Book) Check(p int64, c Charge, pending ...Charge) (after Total, err err
 	if err != nil {
 		return Total{}, err
 	}
+	if err := checkReservations(&st.spend, append(pending, c)...); err != nil {
+		return Total{}, err
+	}
 	prev := st.spend
 	for _, x := range pending {
 		prev = prev.add(x)
@@ -342,8 +395,24 @@ func (b *Book) Commit(p int64, c Charge) (Total, error) {
 	if err != nil {
 		return Total{}, err
 	}
+	if err := checkReservations(&st.spend, c); err != nil {
+		return Total{}, err
+	}
 	st.spend = st.spend.add(c)
 	return st.compose(&st.spend), nil
+}
+
+// Reserved reports whether period p holds the period reservation key
+// (restoring the period from the store on first use): a unit it covers is
+// released without a charge of its own.
+func (b *Book) Reserved(p int64, key string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, err := b.period(p)
+	if err != nil {
+		return false, err
+	}
+	return st.spend.reserved(key), nil
 }
 
 // Spent returns the spend of period p (restored from the store on first

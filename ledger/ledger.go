@@ -37,6 +37,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -74,7 +75,12 @@ var (
 	bucketPeriods = []byte("periods")
 	bucketApprox  = []byte("approx")
 	bucketLimits  = []byte("limits")
-	keySchema     = []byte("schema")
+	// bucketReservations holds the period reservations made: key period
+	// key (8 bytes) + reservation key, value the unit key that made it.
+	// Pruned with the period (not with the units): a period's later units
+	// stay covered after the unit that made the reservation is pruned.
+	bucketReservations = []byte("reservations")
+	keySchema          = []byte("schema")
 )
 
 // Status says what a unit recorded.
@@ -148,6 +154,15 @@ type Unit struct {
 	// without an RDP curve (an average histogram's simplex Dirichlet
 	// release); nil otherwise. Record adds it to the period's ApproxSpend.
 	Approx *Approx `json:"approx,omitempty"`
+	// Reservation is the key of the period reservation this unit charged
+	// (contribution.max_windows_per_user: its Charge or Approx is the
+	// reservation's, covering the histogram's later units of the period);
+	// RecordWindow records it in the period's reservations. Empty otherwise.
+	Reservation string `json:"reservation,omitempty"`
+	// CoveredBy is the key of the period reservation that covers this
+	// released unit, which charged nothing itself (empty Charge, nil
+	// Approx); empty otherwise.
+	CoveredBy string `json:"covered_by,omitempty"`
 	// Limit is the period budget (ε, δ) in force when the unit was
 	// recorded. Record keeps the first one recorded for each period
 	// (PeriodLimit): a budget raised in the middle of a period takes effect
@@ -212,7 +227,7 @@ func Open(dir string) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: open %q: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods, bucketApprox, bucketLimits} {
+		for _, b := range [][]byte{bucketMeta, bucketUnits, bucketPeriods, bucketApprox, bucketLimits, bucketReservations} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -329,6 +344,11 @@ func (l *Ledger) RecordWindow(units []*Unit, spentAfter Curve) error {
 					return err
 				}
 			}
+			if u.Reservation != "" {
+				if err := putReservation(tx.Bucket(bucketReservations), u); err != nil {
+					return err
+				}
+			}
 		}
 		if released && len(spentAfter.Orders) > 0 {
 			return tx.Bucket(bucketPeriods).Put(periodKey(units[0].Period), spent)
@@ -405,6 +425,34 @@ func addApprox(b *bolt.Bucket, p int64, c Approx) error {
 		return err
 	}
 	return b.Put(periodKey(p), v)
+}
+
+// putReservation records the period reservation u made (in tx); a key the
+// period already holds is an error (a reservation is charged once).
+func putReservation(b *bolt.Bucket, u *Unit) error {
+	k := append(periodKey(u.Period), u.Reservation...)
+	if b.Get(k) != nil {
+		return fmt.Errorf("%s: period reservation %q is already recorded", u.Histogram, u.Reservation)
+	}
+	return b.Put(k, u.Key())
+}
+
+// Reservations returns the keys of the period reservations recorded in the
+// period starting at period (Unix ms), in key order.
+func (l *Ledger) Reservations(period int64) ([]string, error) {
+	var keys []string
+	pk := periodKey(period)
+	err := l.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketReservations).Cursor()
+		for k, _ := c.Seek(pk); k != nil && bytes.HasPrefix(k, pk); k, _ = c.Next() {
+			keys = append(keys, string(k[len(pk):]))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read reservations of period %d: %w", period, err)
+	}
+	return keys, nil
 }
 
 // PeriodLimit returns the budget recorded with the first released unit of
@@ -679,8 +727,10 @@ func (l *Ledger) Prune(before int64) (units, periods int, err error) {
 		if _, err = prunePeriods(tx.Bucket(bucketApprox), meta.PeriodMs, before); err != nil {
 			return err
 		}
-		_, err = prunePeriods(tx.Bucket(bucketLimits), meta.PeriodMs, before)
-		return err
+		if _, err = prunePeriods(tx.Bucket(bucketLimits), meta.PeriodMs, before); err != nil {
+			return err
+		}
+		return pruneReservations(tx.Bucket(bucketReservations), meta.PeriodMs, before)
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("ledger: prune before %d: %w", before, err)
@@ -709,4 +759,26 @@ func prunePeriods(b *bolt.Bucket, periodMs, before int64) (int, error) {
 		}
 	}
 	return len(del), nil
+}
+
+// pruneReservations deletes the reservations of the periods that ended
+// before `before` (keys: period key + reservation key).
+func pruneReservations(b *bolt.Bucket, periodMs, before int64) error {
+	c := b.Cursor()
+	var del [][]byte
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 8 {
+			return fmt.Errorf("malformed reservation key %x", k)
+		}
+		if int64(binary.BigEndian.Uint64(k[:8])^(1<<63))+periodMs > before {
+			break
+		}
+		del = append(del, append([]byte(nil), k...))
+	}
+	for _, k := range del {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,5 +9,108 @@
 //
 // Invariant: sensitivities are derived from the bounds, never assumed, and
 // a planned period — every window's charges composed — converts to at most
-// the period's (ε, δ) budget (TestPlannedScheduleFitsTheBook).
+// the period's (ε, δ) budget (TestPlannedScheduleFitsTheBook,
+// TestWindowBoundScheduleFitsTheBook).
+//
+// # The cross-window bound (contribution.max_windows_per_user = K)
+//
+// Admission (aggregate/admission.go): a user's events count only in the K
+// earliest windows of the budget period in which the user has an eligible
+// event (an event that passed decoding and the arrival rule), for every
+// histogram of those windows; the events of its later windows are dropped
+// before counting. Which windows a user is admitted to is a function of
+// that user's own events (ground rule 7). Let W be the windows of a period
+// and K′ = min(K, W).
+//
+// Claim. Let c_r(λ) and c_a(λ) be one (histogram, window) unit's RDP curve
+// of the calibrated mechanism under the replace and the add_remove
+// sensitivities (the per-window bound of "What one window charges" below,
+// same noise parameters). Then one count histogram's releases of a whole
+// period are (λ, ε(λ))-RDP with
+//
+//	add_remove: ε(λ) = K′·c_a(λ);   replace: ε(λ) = K′·c(λ),  c = max(c_r, 2·c_a),
+//
+// and H count histograms K′·H times that curve (000 Lemma 2).
+//
+// Proof. Fix a neighbouring pair of streams D, D′ and an order λ. Every
+// other user's admitted windows and bounded contributions are the same in
+// D and D′ (they depend on that user's own events only), so a window's
+// count vector differs between D and D′ only through the one user that
+// differs. The period's releases are independent draws given their inputs
+// (one per group and window; the calibration is fixed by the config, not
+// by the data), so the Rényi divergence of the whole period is the sum of
+// the windows' divergences, and a window whose inputs are equal adds 0.
+//
+//   - add_remove (D′ = D plus user u): the windows whose inputs differ are
+//     among u's admitted windows S, |S| ≤ K′; in each the change is u's
+//     bounded contribution added, within the add_remove sensitivities:
+//     divergence ≤ c_a(λ). Total ≤ K′·c_a(λ).
+//   - replace (u in D replaced by u′ in D′): u is admitted to S, u′ to S′,
+//     |S|, |S′| ≤ K′. A window of S ∩ S′ sees x − v + w (≤ c_r(λ)); one of
+//     S \ S′ sees only v removed and one of S′ \ S only w added (each
+//     ≤ c_a(λ)); the others nothing. With a = |S ∩ S′|,
+//     |S △ S′| = |S| + |S′| − 2a ≤ 2K′ − 2a, so the total is at most
+//     a·c_r + (2K′ − 2a)·c_a ≤ a·c + (K′ − a)·c = K′·c(λ),
+//     since c_r ≤ c and 2·c_a ≤ c.
+//
+// The per-window curve of each mechanism under both relations:
+//
+//   - Dirichlet with 000 Corollary 3's curve (concentrated, closed-form,
+//     diffuse, optimal off the exact frontier): ½λr²Δ2²ψ′(α − (λ−1)rΔ∞) is
+//     linear in Δ2² at equal Δ∞ = m, and replace has Δ2² = 2m², add_remove
+//     m²: c_r = 2·c_a = c. The Gaussian's λΔ2²/(2σ²) likewise.
+//   - Laplace (and laplace-posterior, its post-processing): the curve
+//     n·f(Δ∞) + f(Δ1 − n·Δ∞), n = ⌊Δ1/Δ∞⌋ (mechanism/additive.go), is
+//     2·f(m) for replace (Δ1 = 2m) and f(m) for add_remove: c_r = 2·c_a.
+//   - Dirichlet exact (and optimal on the exact frontier; unit changes,
+//     m = 1): with the per-bin worst cases h₊, h₋ (mechanism/exact.go),
+//     c_r = min(h₊ + h₋, C) and c_a = min(max(h₊, h₋), C/2), C the
+//     Corollary 3 bound under replace. So c = min(2·max(h₊, h₋), C) > c_r
+//     in general: the exact curve of the same (r, α) over every change
+//     with at most two unit changes (p + q ≤ 2) — the spec's any-pair
+//     relation with the replace sensitivities.
+//
+// So under replace with K > 0 the planner calibrates the count mechanism
+// on the any-pair relation (mechanism.AnyNeighbour; only the exact curves
+// read it), whose curve is exactly c for every kind, and under add_remove
+// on its own spec (curve c_a). Either way CountPlan.Charge is the curve a
+// window composes and the calibration spreads the budget over
+// Units = K′·H of it — not W·H. mechanism/windowbound_test.go checks the
+// claim by brute force with the exact divergence (000 eq. (19)) on random
+// periods (TestWindowBoundBruteForce) and that the any-pair curve equals
+// max(c_r, 2·c_a) for every calibration (TestWindowBoundChargeCurve).
+//
+// Average histograms (the simplex Dirichlet, (ε_r, δ_r)-DP per release
+// whatever the neighbour changes of the padded mean, ≤ 2/users): the
+// windows whose input differs are at most K′ under add_remove and
+// |S ∪ S′| ≤ min(2K, W) under replace, so a period composes
+// WindowBound.AverageReleases releases' (ε_r, δ_r) by basic composition.
+//
+// # Charging: the period reservation
+//
+// With the bound the period's cost does not grow with the windows
+// released, so it is not charged per window. The first unit of histogram h
+// in period p under a given configuration charges the book h's whole
+// period reservation (CountPlan.Reservation = K′ copies of Charge composed,
+// rounded up; for an average histogram AveragePlan.ReserveEpsilon,
+// ReserveDelta) before any value of that unit leaves the process; later
+// units of (h, p) under the same configuration charge nothing and record
+// the reservation that covers them (release/, ledger.Unit.CoveredBy). A
+// reservation the book refuses leaves the unit budget_exhausted, as a
+// refused per-window charge does. At every point of the period each
+// released unit is covered by a reservation made no later than it, and a
+// reservation bounds every release it will ever cover, so the book's total
+// bounds the period's releases so far and to come.
+//
+// A reservation is keyed by the histogram and the configuration that
+// fixes its cost (K, the neighbour relation, the reservation's curve or
+// (ε, δ)). A config change in the middle of a period makes a new key, and
+// so a new reservation with its first unit. That is sound because
+// admission is monotone and shared: a user's admitted windows released
+// under one configuration are at most that configuration's K, so the
+// period's releases split into per-configuration parts each bounded by its
+// own reservation, and the reservations add. After a restart the book
+// restores which reservations a period holds from the ledger (written in
+// the same transaction as the unit that made them), so the later units
+// are covered and no reservation is made twice.
 package plan

@@ -76,7 +76,9 @@ import (
 // than Theorem 2's bound, the same conclusion is proven in mechanism/exact.go
 // from the per-bin gamma bound, given the spec's Neighbour), and max_groups_per_user
 // does not enter the charge. A window charges one unit per histogram; a
-// period composes windows_per_period × histograms units.
+// period composes windows_per_period × histograms units — or, with the
+// cross-window bound, min(K, windows_per_period) × histograms units,
+// charged as one period reservation per histogram (package doc).
 //
 // # laplace-posterior
 //
@@ -127,11 +129,52 @@ type Plan struct {
 	// ApproxEpsilon and ApproxDelta are the period's reservation for the
 	// average releases: the basic composition of all of them.
 	ApproxEpsilon, ApproxDelta float64
+	// Bound is the cross-window bound contribution.max_windows_per_user
+	// and what it composes per period (Bound.K = 0: off, every window of
+	// the period is charged).
+	Bound WindowBound
 }
 
-// Charges is the number of (histogram, window) units charged per period:
-// the count histograms' and the average histograms'.
+// WindowBound is what the cross-window bound K =
+// contribution.max_windows_per_user makes a period compose (see the
+// package doc, "The cross-window bound", for the proof).
+type WindowBound struct {
+	// K is contribution.max_windows_per_user; 0 when the bound is off (the
+	// other fields are then 0).
+	K int
+	// CountWindows = min(K, W): the per-window RDP curves a count
+	// histogram's period reservation composes.
+	CountWindows int
+	// AverageReleases is min(K, W) under add_remove, min(2K, W) under
+	// replace: the releases' (ε_r, δ_r) an average histogram's period
+	// reservation adds up.
+	AverageReleases int
+}
+
+// windowBound returns the WindowBound of k for a period of windows windows
+// under the neighbour relation.
+func windowBound(k, windows int, neighbour string) WindowBound {
+	if k <= 0 {
+		return WindowBound{}
+	}
+	avg := k
+	if neighbour == config.NeighbourReplace {
+		avg = 2 * k
+	}
+	return WindowBound{K: k, CountWindows: min(k, windows), AverageReleases: min(avg, windows)}
+}
+
+// Charges is the number of charges made per period: one per (histogram,
+// window) unit, or with the cross-window bound one period reservation per
+// histogram.
 func (p *Plan) Charges() int {
+	if p.Bound.K > 0 {
+		n := len(p.Averages)
+		if p.Count != nil {
+			n += p.Count.UnitsPerWindow
+		}
+		return n
+	}
 	n := p.WindowsPerPeriod * len(p.Averages)
 	if p.Count != nil {
 		n += p.Count.Units
@@ -144,14 +187,24 @@ func (p *Plan) Charges() int {
 type CountPlan struct {
 	Sensitivity    mechanism.Sensitivity
 	UnitsPerWindow int // = number of count histograms
-	Units          int // composed RDP units per period
+	// Units is the number of per-window curves (Charge) composed per
+	// period: windows × count histograms, or with the cross-window bound
+	// min(K, windows) × count histograms.
+	Units int
 	// FitUnits is how many units the budget covers per period, when
 	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
-	// budget over all Units.
+	// budget over all Units. With the cross-window bound it is a multiple
+	// of min(K, windows): whole reservations.
 	FitUnits  int
 	Mechanism mechanism.Mechanism
-	// Charge is the RDP curve charged per (histogram, window) unit.
+	// Charge is the RDP curve of one (histogram, window) unit: what it is
+	// charged without the cross-window bound; with it (replace), the curve
+	// max(c_r, 2·c_a) (see WindowBound).
 	Charge budget.Curve
+	// Reservation is, with the cross-window bound, the RDP curve one count
+	// histogram's period reservation charges (Charge composed
+	// min(K, windows) times, rounded up); empty without the bound.
+	Reservation budget.Curve
 	// PlannedEpsilon is what composing all planned RDP units converts to at
 	// RDPDelta (≤ RDPEpsilon).
 	PlannedEpsilon float64
@@ -168,6 +221,10 @@ type AveragePlan struct {
 	Mechanism *mechanism.SimplexAverage
 	// Epsilon and Delta are the (ε, δ)-DP of one release (one window).
 	Epsilon, Delta float64
+	// ReserveEpsilon and ReserveDelta are, with the cross-window bound, the
+	// histogram's period reservation: Bound.AverageReleases releases'
+	// (ε, δ), added up rounded up (budget.AddUp); 0 without the bound.
+	ReserveEpsilon, ReserveDelta float64
 }
 
 // Average returns the plan of the average histogram whose config index is
@@ -216,8 +273,9 @@ func ChangeShape(neighbour string, capped bool) mechanism.Neighbour {
 
 // DerivePlan derives the privacy plan of a validated config.
 func DerivePlan(cfg *config.Config) (*Plan, error) {
-	if cfg.Contribution.MaxWindowsPerUser > 0 {
-		return nil, errors.New("derive privacy plan: contribution.max_windows_per_user is not accounted by this build yet; remove it")
+	if cfg.Contribution.MaxWindowsPerUser > 0 && cfg.Contribution.MaxTrackedUsers > 0 {
+		// config validation refuses it; the accounting below assumes it.
+		return nil, errors.New("derive privacy plan: contribution.max_windows_per_user cannot be combined with contribution.max_tracked_users")
 	}
 	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, cfg.Contribution.MaxEventsPerUser, cfg.Contribution.MaxTrackedUsers > 0)
 	if err != nil {
@@ -235,8 +293,12 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 			counts++
 		}
 	}
+	bound := windowBound(cfg.Contribution.MaxWindowsPerUser, windows, cfg.Privacy.Neighbour)
 	units := windows * counts
-	avgs, aEps, aDelta, err := planAverages(cfg, windows, counts, len(cfg.Histograms)-counts)
+	if bound.K > 0 {
+		units = bound.CountWindows * counts
+	}
+	avgs, aEps, aDelta, err := planAverages(cfg, windows, bound, counts, len(cfg.Histograms)-counts)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
@@ -249,6 +311,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		Averages:         avgs,
 		ApproxEpsilon:    aEps,
 		ApproxDelta:      aDelta,
+		Bound:            bound,
 	}
 	if counts == 0 {
 		if plan.Orders, err = budget.WithOrder(budget.DefaultOrders(), cfg.Privacy.Order); err != nil {
@@ -263,6 +326,13 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		// The exact calibration maximizes over the pairs this relation
 		// admits (mechanism/exact.go); the others bound every pair.
 		Neighbour: ChangeShape(cfg.Privacy.Neighbour, cfg.Contribution.MaxTrackedUsers > 0),
+	}
+	if bound.K > 0 && cfg.Privacy.Neighbour == config.NeighbourReplace {
+		// The per-window curve a K-window period composes under replace is
+		// max(c_r, 2·c_a) (see WindowBound): the curve of the same
+		// mechanism over every change within the replace sensitivities,
+		// add/remove-shaped ones included — the any-pair relation.
+		spec.Neighbour = mechanism.AnyNeighbour
 	}
 	if spec.Kind == mechanism.Dirichlet {
 		spec.Calibration = mechanism.Calibration(cfg.Privacy.Calibration)
@@ -282,7 +352,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	}
 	var cp *CountPlan
 	if cfg.Privacy.RDPEpsilon > 0 {
-		if cp, err = explicitPlan(cfg, spec, windows, counts, rdpEps, rdpDelta); err != nil {
+		if cp, err = explicitPlan(cfg, spec, counts, units, bound, rdpEps, rdpDelta); err != nil {
 			return nil, err
 		}
 	} else {
@@ -303,6 +373,12 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, err
 	}
 	cp.RDPEpsilon, cp.RDPDelta = rdpEps, rdpDelta
+	if bound.K > 0 {
+		cp.Reservation = cp.Charge.Scale(float64(bound.CountWindows))
+		if err := cp.Reservation.Err(); err != nil {
+			return nil, fmt.Errorf("derive privacy plan: %w", err)
+		}
+	}
 	plan.Count = cp
 	plan.Orders = cp.Charge.Orders()
 	return plan, nil
@@ -311,19 +387,24 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 // planAverages calibrates the n average histograms and returns the period's
 // reservation for them. When counts > 0 count histograms share the budget
 // (they then need some of it left: both parts strictly positive).
-func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePlan, eps, delta float64, err error) {
+func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n int) (plans []AveragePlan, eps, delta float64, err error) {
 	if n == 0 {
 		return nil, 0, 0, nil
 	}
 	withCounts := counts > 0
 	budgetEps, budgetDelta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
 	// Planned: the book's checks are exact, and W·n charges of share/(W·n)
-	// are summed one at a time (rounded up).
+	// are summed one at a time (rounded up). With the cross-window bound a
+	// period composes AverageReleases releases per histogram, not W.
 	share := budget.Planned(budgetDelta)
 	if withCounts {
 		share /= 2
 	}
-	defDelta := share / float64(windows*n)
+	releases := windows
+	if bound.K > 0 {
+		releases = bound.AverageReleases
+	}
+	defDelta := share / float64(releases*n)
 	for i, h := range cfg.Histograms {
 		if !h.IsAverage() {
 			continue
@@ -345,17 +426,31 @@ func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePl
 	// The reservation is the sum the budget book will hold after every
 	// planned average charge of a period: the same additions, in the same
 	// order (window by window, histograms in config order), each rounded up
-	// (budget.AddUp) — not W·ε_r, which can be below it by rounding.
-	for w := 0; w < windows; w++ {
-		for _, p := range plans {
-			eps = budget.AddUp(eps, p.Epsilon)
-			delta = budget.AddUp(delta, p.Delta)
+	// (budget.AddUp) — not W·ε_r, which can be below it by rounding. With
+	// the cross-window bound each histogram charges one period reservation
+	// (its AverageReleases releases added up), in config order.
+	if bound.K > 0 {
+		for i := range plans {
+			p := &plans[i]
+			for j := 0; j < bound.AverageReleases; j++ {
+				p.ReserveEpsilon = budget.AddUp(p.ReserveEpsilon, p.Epsilon)
+				p.ReserveDelta = budget.AddUp(p.ReserveDelta, p.Delta)
+			}
+			eps = budget.AddUp(eps, p.ReserveEpsilon)
+			delta = budget.AddUp(delta, p.ReserveDelta)
+		}
+	} else {
+		for w := 0; w < windows; w++ {
+			for _, p := range plans {
+				eps = budget.AddUp(eps, p.Epsilon)
+				delta = budget.AddUp(delta, p.Delta)
+			}
 		}
 	}
 	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
 	if eps > budget.Planned(budgetEps) || (withCounts && eps >= budgetEps) {
-		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%d windows × %s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
-			eps, windows, averageEpsilons(plans), budgetEps, fix)
+		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%d releases × %s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
+			eps, releases, averageEpsilons(plans), budgetEps, fix)
 	}
 	if delta > budget.Planned(budgetDelta) || (withCounts && delta >= budgetDelta) {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to δ = %.6g per period, which leaves nothing of privacy.budget.delta = %g for the rest: lower average.delta", delta, budgetDelta)
@@ -392,9 +487,9 @@ func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechan
 // explicitPlan calibrates every release to privacy.rdp_epsilon. The budget is
 // then enforced release by release: the accountant refuses the first unit
 // that would take the period past (ε, δ), and the stage publishes a
-// budget_exhausted status instead. FitUnits says how many units fit.
-func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, eps, delta float64) (*CountPlan, error) {
-	units := windows * counts
+// budget_exhausted status instead. FitUnits says how many units fit (with
+// the cross-window bound: how many whole reservations, in units).
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, bound WindowBound, eps, delta float64) (*CountPlan, error) {
 	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
 	m, err := mechanism.New(spec)
 	if err != nil {
@@ -410,10 +505,15 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, 
 	}
 	// FitUnits is what the book will accept one charge at a time; its
 	// checks are exact, so count with the same rounding (Add, rounded up).
+	// With the cross-window bound the book is charged whole reservations.
+	step, each := 1, charge
+	if bound.K > 0 {
+		step, each = bound.CountWindows, charge.Scale(float64(bound.CountWindows))
+	}
 	fit := 0
 	total, _ := budget.ZeroCurve(orders)
-	for k := 1; k <= units; k++ {
-		total = total.Add(charge)
+	for k := step; k <= units; k += step {
+		total = total.Add(each)
 		e, _ := budget.ToEpsilon(total, delta)
 		if !(e <= eps) {
 			break
@@ -421,7 +521,11 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, 
 		fit = k
 	}
 	if fit == 0 {
-		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: a single release already exceeds the period budget left to count histograms (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, eps, delta)
+		what := "a single release"
+		if bound.K > 0 {
+			what = fmt.Sprintf("a single histogram's period reservation (%d windows)", bound.CountWindows)
+		}
+		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: %s already exceeds the period budget left to count histograms (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, what, eps, delta)
 	}
 	planned, _ := budget.ToEpsilon(charge.Scale(float64(fit)), delta)
 	return &CountPlan{

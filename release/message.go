@@ -84,8 +84,18 @@ type Privacy struct {
 	// (histogram, window), shared by the group releases of that histogram in
 	// that window (see budget charge derivation in plan.go).
 	ChargeID string `json:"charge_id"`
-	// ChargeRDPEpsilon is the RDP ε at Order charged for ChargeID.
+	// With contribution.max_windows_per_user ChargeID is instead the key
+	// of the histogram's period reservation, shared by every unit of the
+	// histogram it covers in the period, and charged once.
+	//
+	// ChargeRDPEpsilon is the RDP ε at Order charged for ChargeID (for a
+	// period reservation: the whole reservation's, charged once).
 	ChargeRDPEpsilon float64 `json:"charge_rdp_epsilon"`
+	// ChargeWindows is, for a period reservation, how many windows' (or
+	// average releases') cost it composes: min(K, windows per period), or
+	// for average histograms under replace min(2K, windows per period);
+	// omitted without the cross-window bound.
+	ChargeWindows int `json:"charge_windows,omitempty"`
 	// ReleaseEpsilon and ReleaseDelta are the (ε, δ)-DP guarantee of a
 	// release without an RDP curve (an average histogram's; Order,
 	// RDPEpsilon and ChargeRDPEpsilon are then 0), charged to the period by

@@ -115,7 +115,10 @@ func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 		return sp, false, err
 	}
 	sp.LimitEpsilon, sp.LimitDelta = lim.Epsilon, lim.Delta
-	return sp, okC || okA || okL, nil
+	if sp.Reservations, err = st.L.Reservations(p); err != nil {
+		return sp, false, err
+	}
+	return sp, okC || okA || okL || len(sp.Reservations) > 0, nil
 }
 
 // Record records every histogram's unit of window w — values drawn from
@@ -124,6 +127,11 @@ func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 // transaction, or finds the window already recorded. It returns the units
 // still to publish: all of a window recorded now, the unpublished ones of
 // a window recorded before (with their recorded values, never redrawn).
+//
+// With contribution.max_windows_per_user a histogram's first unit of the
+// period charges the histogram's period reservation instead of one
+// window's curve, and the later units of the period are covered by it
+// (charge, reservation.go).
 func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggregate.AverageWindow) ([]*ledger.Unit, error) {
 	// A window is recorded whole, in one ledger transaction (all its
 	// histograms' units and their charges) or not at all; if any unit of
@@ -161,7 +169,7 @@ func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggrega
 		if err != nil {
 			return nil, err
 		}
-		if u.Status == ledger.StatusReleased {
+		if u.Status == ledger.StatusReleased && u.CoveredBy == "" {
 			charges = append(charges, c)
 		}
 		units = append(units, u)
@@ -188,8 +196,65 @@ func (r *Releaser) newUnit(histogram string, w int64) *ledger.Unit {
 // book, after the window's charges accepted before it (pending). It returns
 // the period's total after the charge, or a refusal (errors.Is
 // budget.ErrBudgetExceeded) that the caller turns into budget_exhausted.
-func (r *Releaser) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (budget.Total, error) {
-	return r.book.Check(u.Period, c, pending...)
+//
+// With the cross-window bound c is the histogram's period reservation:
+// when the period already holds it, u is covered — it charges nothing
+// (covered = true, total the period's with the pending charges) and
+// records the reservation that covers it; otherwise u makes the
+// reservation, charged here before any value of u is drawn.
+func (r *Releaser) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (total budget.Total, covered bool, err error) {
+	if c.Reservation != "" {
+		held, err := r.book.Reserved(u.Period, c.Reservation)
+		if err != nil {
+			return budget.Total{}, false, err
+		}
+		if held {
+			u.CoveredBy = c.Reservation
+			total, err := r.totalWith(u.Period, pending)
+			return total, true, err
+		}
+	}
+	total, err = r.book.Check(u.Period, c, pending...)
+	if err == nil {
+		u.Reservation = c.Reservation
+	}
+	return total, false, err
+}
+
+// totalWith is the total of period p with the window's accepted charges
+// (pending) composed in.
+func (r *Releaser) totalWith(p int64, pending []budget.Charge) (budget.Total, error) {
+	if len(pending) == 0 {
+		return r.book.Status(p)
+	}
+	total, err := r.book.Check(p, pending[len(pending)-1], pending[:len(pending)-1]...)
+	if errors.Is(err, budget.ErrBudgetExceeded) {
+		err = nil // accepted one by one; reported as they are
+	}
+	return total, err
+}
+
+// countCharge is what a unit of a count histogram is charged: the
+// per-window curve, or with the cross-window bound the histogram's period
+// reservation.
+func (r *Releaser) countCharge(hist string) budget.Charge {
+	cp := r.plan.Count
+	if r.plan.Bound.K == 0 {
+		return budget.Charge{RDP: cp.Charge}
+	}
+	c := budget.Charge{RDP: cp.Reservation}
+	c.Reservation = ReservationKey(hist, r.plan.Bound.K, r.plan.Neighbour, c)
+	return c
+}
+
+// averageCharge is countCharge for the average histogram ap.
+func (r *Releaser) averageCharge(ap *plan.AveragePlan) budget.Charge {
+	if r.plan.Bound.K == 0 {
+		return budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
+	}
+	c := budget.Charge{Epsilon: ap.ReserveEpsilon, Delta: ap.ReserveDelta}
+	c.Reservation = ReservationKey(ap.Name, r.plan.Bound.K, r.plan.Neighbour, c)
+	return c
 }
 
 // recordWindow records the units of one window durably in one ledger
@@ -239,8 +304,8 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCoun
 	w := u.WindowStart
 	cp := r.plan.Count
 	period := u.Period
-	c := budget.Charge{RDP: cp.Charge}
-	total, err := r.charge(u, c, pending)
+	c := r.countCharge(hist.Name)
+	total, covered, err := r.charge(u, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err
@@ -251,7 +316,14 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCoun
 	params := cp.Mechanism.Params()
 	groups := hist.GroupNames()
 	u.Status = ledger.StatusReleased
-	u.Charge = toLedgerCurve(cp.Charge)
+	if !covered {
+		u.Charge = toLedgerCurve(c.RDP)
+	}
+	chargeID, chargeRDP := ReleaseID(hist.Name, "", w), cp.Mechanism.RDP(order)
+	if c.Reservation != "" {
+		chargeID = c.Reservation
+		chargeRDP, _ = c.RDP.At(order)
+	}
 	buf := make([]float64, len(hist.Bins))
 	out := make([]float64, len(hist.Bins))
 	// A floating-point draw is released rounded by the mechanism itself
@@ -294,8 +366,9 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCoun
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       cp.Mechanism.RDP(order),
-				ChargeID:         ReleaseID(hist.Name, "", w),
-				ChargeRDPEpsilon: cp.Mechanism.RDP(order),
+				ChargeID:         chargeID,
+				ChargeRDPEpsilon: chargeRDP,
+				ChargeWindows:    r.plan.Bound.CountWindows,
 				SpentEpsilon:     total.Epsilon,
 				BudgetEpsilon:    total.LimitEpsilon,
 				Delta:            total.LimitDelta,
@@ -328,17 +401,8 @@ func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge)
 		WindowEnd:   RFC3339(u.WindowEnd),
 		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
 	}
-	var total budget.Total
-	var err error
-	if len(pending) > 0 {
-		// The period's total with the window's accepted charges.
-		total, err = r.book.Check(u.Period, pending[len(pending)-1], pending[:len(pending)-1]...)
-		if errors.Is(err, budget.ErrBudgetExceeded) {
-			err = nil
-		}
-	} else {
-		total, err = r.book.Status(u.Period)
-	}
+	u.Charge, u.Reservation, u.CoveredBy = ledger.Curve{}, "", ""
+	total, err := r.totalWith(u.Period, pending) // with the window's accepted charges
 	if err != nil {
 		return err
 	}
@@ -373,8 +437,8 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindo
 	hist := r.cfg.Histograms[h]
 	w := u.WindowStart
 	period := u.Period
-	c := budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
-	total, err := r.charge(u, c, pending)
+	c := r.averageCharge(ap)
+	total, covered, err := r.charge(u, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err
@@ -388,6 +452,10 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindo
 	}
 	g := ap.Mechanism.Guarantee()
 	spec := ap.Mechanism.Spec()
+	chargeID := ReleaseID(hist.Name, "", w)
+	if c.Reservation != "" {
+		chargeID = c.Reservation
+	}
 	rel := Release{
 		ReleaseID:     ReleaseID(hist.Name, config.ImplicitGroup, w),
 		Histogram:     hist.Name,
@@ -399,7 +467,8 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindo
 		Mechanism:     MechanismSimplexAverage,
 		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
 		Privacy: Privacy{
-			ChargeID:       ReleaseID(hist.Name, "", w),
+			ChargeID:       chargeID,
+			ChargeWindows:  r.plan.Bound.AverageReleases,
 			ReleaseEpsilon: ap.Epsilon,
 			ReleaseDelta:   ap.Delta,
 			SpentEpsilon:   total.Epsilon,
@@ -414,7 +483,9 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindo
 		return budget.Charge{}, err
 	}
 	u.Status = ledger.StatusReleased
-	u.Approx = &ledger.Approx{Epsilon: ap.Epsilon, Delta: ap.Delta, Releases: 1}
+	if !covered {
+		u.Approx = &ledger.Approx{Epsilon: c.Epsilon, Delta: c.Delta, Releases: 1}
+	}
 	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
 	return c, nil
 }

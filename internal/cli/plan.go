@@ -124,6 +124,9 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 	}
 	cs := plan.Count.Mechanism.Spec()
 	title := fmt.Sprintf("%s %s, (λ=%g, ε=%.3g)-RDP per release", cs.Kind, cs.Calibration, cs.Order, cs.RDPEpsilon)
+	if k := plan.Bound.K; k > 0 {
+		title += fmt.Sprintf(", max_windows_per_user=%d", k)
+	}
 	for _, f := range []struct {
 		name string
 		fn   func(string) error
@@ -171,11 +174,11 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 		mech += " (" + string(spec.Calibration) + ")"
 	}
 	fmt.Fprintf(tw, "guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
-	fmt.Fprintf(tw, "composition\t%d windows × %d histograms = %d charges per period\n", plan.WindowsPerPeriod, cp.UnitsPerWindow, cp.Units)
+	fmt.Fprintf(tw, "composition\t%s\n", compositionLine(plan, "histograms"))
 	fmt.Fprintf(tw, "neighbour\t%s, max %d event(s) per user per window  (Δ1=%g Δ2²=%g Δ∞=%g)\n", plan.Neighbour,
 		cfg.Contribution.MaxEventsPerUser, cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "mechanism\t%s\n", mech)
-	fmt.Fprintf(tw, "per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
+	fmt.Fprintf(tw, "per release\t(λ=%g, ε=%.6g)-RDP%s\n", spec.Order, spec.RDPEpsilon, perReleaseNote(plan))
 	switch spec.Kind {
 	case mechanism.Dirichlet:
 		fmt.Fprintf(tw, "parameters\tα=%.6g r=%.6g (release Dir(r·x + α))\n", params.Alpha, params.R)

@@ -107,8 +107,13 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g)\n",
 			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma)
 	}
-	fmt.Fprintf(tw, "  average share\t%d windows × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period\n",
-		plan.WindowsPerPeriod, len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
+	if b := plan.Bound; b.K > 0 {
+		fmt.Fprintf(tw, "  average share\t%d releases (max_windows_per_user=%d of %d windows%s) × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
+			b.AverageReleases, b.K, plan.WindowsPerPeriod, replaceTwice(plan), len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
+	} else {
+		fmt.Fprintf(tw, "  average share\t%d windows × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period\n",
+			plan.WindowsPerPeriod, len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
+	}
 	if plan.Count != nil {
 		fmt.Fprintf(tw, "  count share\tthe rest: ε=%.6g, δ=%.3g for the count histograms (RDP), the two parts added\n", plan.Count.RDPEpsilon, plan.Count.RDPDelta)
 	}
@@ -120,9 +125,9 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	params := cp.Mechanism.Params()
 	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
-	fmt.Fprintf(tw, "  composition\t%d windows × %d count histograms = %d charges per period\n", plan.WindowsPerPeriod, cp.UnitsPerWindow, cp.Units)
+	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
-	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
+	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP%s\n", spec.Order, spec.RDPEpsilon, perReleaseNote(plan))
 	switch {
 	case params.Alpha > 0:
 		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
@@ -135,14 +140,58 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	units := cp.Units
 	if cp.FitUnits > 0 && cp.FitUnits < cp.Units {
 		units = cp.FitUnits
-		fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers %d of the %d charges per period (%.3g%% of windows); the rest get budget_exhausted status messages\n",
-			cp.FitUnits, cp.Units, 100*float64(cp.FitUnits)/float64(cp.Units))
+		if b := plan.Bound; b.K > 0 {
+			fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers the period reservations of %d of the %d count histograms; the others get budget_exhausted status messages for the whole period\n",
+				cp.FitUnits/b.CountWindows, cp.UnitsPerWindow)
+		} else {
+			fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers %d of the %d charges per period (%.3g%% of windows); the rest get budget_exhausted status messages\n",
+				cp.FitUnits, cp.Units, 100*float64(cp.FitUnits)/float64(cp.Units))
+		}
 	}
 	eps, order := budget.ToEpsilon(cp.Charge.Scale(float64(units)), cp.RDPDelta)
-	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d charges\n", eps, cp.RDPDelta, order, units)
+	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d %s\n", eps, cp.RDPDelta, order, units, unitWord(plan))
 	if math.IsInf(eps, 1) {
 		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
 	}
+}
+
+// compositionLine says what a period composes of the count (or all)
+// histograms: every window's unit, or with the cross-window bound
+// min(K, windows) windows' curves charged as one reservation per histogram.
+func compositionLine(plan *plan.Plan, what string) string {
+	cp := plan.Count
+	b := plan.Bound
+	if b.K == 0 {
+		return fmt.Sprintf("%d windows × %d %s = %d charges per period", plan.WindowsPerPeriod, cp.UnitsPerWindow, what, cp.Units)
+	}
+	return fmt.Sprintf("%d windows (max_windows_per_user=%d of %d) × %d %s = %d per-window curves per period, charged as one period reservation per histogram",
+		b.CountWindows, b.K, plan.WindowsPerPeriod, cp.UnitsPerWindow, what, cp.Units)
+}
+
+// perReleaseNote says, with the cross-window bound under replace, that the
+// per-release curve is max(c_r, 2·c_a) (plan's package doc).
+func perReleaseNote(plan *plan.Plan) string {
+	if plan.Bound.K > 0 && plan.Neighbour == config.NeighbourReplace {
+		return " charged per window (max of the replace curve and twice the add_remove curve)"
+	}
+	return ""
+}
+
+// unitWord names what "period total" composed.
+func unitWord(plan *plan.Plan) string {
+	if plan.Bound.K > 0 {
+		return "per-window curves"
+	}
+	return "charges"
+}
+
+// replaceTwice notes that under replace an average histogram's period
+// composes up to 2K releases.
+func replaceTwice(plan *plan.Plan) string {
+	if plan.Neighbour == config.NeighbourReplace {
+		return ", ×2 under replace"
+	}
+	return ""
 }
 
 // deltaUsers says how δ compares with the number of users: the guarantee

@@ -115,7 +115,7 @@ dpstage_mechanism_info{calibration="concentrated",mechanism="dirichlet",neighbou
 # HELP dpstage_budget_epsilon The period's total privacy budget ε (privacy.budget.epsilon).
 # TYPE dpstage_budget_epsilon gauge
 dpstage_budget_epsilon 10
-# HELP dpstage_budget_charges_per_period (histogram, window) charges the plan composes per period.
+# HELP dpstage_budget_charges_per_period charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram.
 # TYPE dpstage_budget_charges_per_period gauge
 dpstage_budget_charges_per_period 120
 `

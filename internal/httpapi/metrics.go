@@ -98,7 +98,7 @@ func newStageCollector(src func() Source) *stageCollector {
 		remaining: d(MetricBudgetRemaining, "Privacy budget left in the period, as ε at the configured δ.", period...),
 		total:     d(MetricBudgetTotal, "The period's total privacy budget ε (privacy.budget.epsilon)."),
 		delta:     d(MetricBudgetDelta, "The δ of the period's (ε, δ) guarantee (privacy.budget.delta)."),
-		charges:   d(MetricChargesPerPeriod, "(histogram, window) charges the plan composes per period."),
+		charges:   d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
 		lag:       d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
 		ready:     d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
 		condition: d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining): 1 when true.", "condition"),

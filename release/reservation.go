@@ -1,0 +1,52 @@
+package release
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"math"
+
+	"github.com/dpstage/stage/budget"
+)
+
+// With contribution.max_windows_per_user = K > 0 a histogram's period is
+// charged one period reservation (plan's package doc, "Charging: the
+// period reservation"): the first unit of the histogram in the period
+// charges it before any of its values leaves the process, the later units
+// of the period are covered by it and charge nothing (ledger.Unit.
+// Reservation, CoveredBy). The book says which reservations a period holds
+// (budget.Book.Reserved), restored after a restart from the ledger.
+
+// ReservationKey names the period reservation of histogram under the
+// configuration that fixes its cost: the cross-window bound k, the
+// neighbour relation and the reservation's charge — its RDP curve (count
+// histograms) or (ε, δ) (average histograms). A change of any of them in
+// the middle of a period makes a new key, and so a new reservation; the
+// same configuration after a restart gives the same key. The key is the
+// hex of the first 16 bytes of a SHA-256 over a length-prefixed encoding
+// of those fields (floats by their IEEE bits).
+func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) string {
+	h := sha256.New()
+	var n [8]byte
+	put := func(v uint64) {
+		binary.BigEndian.PutUint64(n[:], v)
+		h.Write(n[:])
+	}
+	str := func(s string) {
+		put(uint64(len(s)))
+		h.Write([]byte(s))
+	}
+	str("stage period reservation v1")
+	str(histogram)
+	put(uint64(k))
+	str(neighbour)
+	orders, eps := c.RDP.Orders(), c.RDP.Epsilons()
+	put(uint64(len(orders)))
+	for i := range orders {
+		put(math.Float64bits(orders[i]))
+		put(math.Float64bits(eps[i]))
+	}
+	put(math.Float64bits(c.Epsilon))
+	put(math.Float64bits(c.Delta))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
