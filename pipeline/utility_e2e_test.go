@@ -20,7 +20,7 @@ import (
 // windows); the test runs the first utilityWindows of them.
 const (
 	utilityUsersPerGroup = 10_000
-	utilityWindows       = 8
+	utilityWindows       = 16
 	utilityShift         = utilityUsersPerGroup / 4 // a user is in 4 consecutive windows
 )
 
