@@ -96,8 +96,12 @@
 // (ErrUnusable) — refuses every later call, reads included: its memory may
 // disagree with the committed log. The process must close it and exit, or
 // open a new Log (which restores from the topic) only if it still owns the
-// id. A fenced Log never re-initialises its producer id: kgo's own producer
-// id recovery is never reached, because the Log stops at the first error.
+// id. A fenced Log never initialises its producer id again: it sends no
+// abort (the newer owner's InitProducerID aborted its transaction) and no
+// later request. After any other error it tries one abort; if kgo then
+// re-initialises the producer id (its KIP-360 recovery, sending the old id
+// and epoch), the coordinator refuses a stale epoch, so that cannot fence a
+// newer owner either (brokers 2.5 or newer; transactions need them anyway).
 //
 // # What this does not cover
 //

@@ -3,10 +3,12 @@ package kafkalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -43,7 +45,7 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		{name: "window -1min", units: []*ledger.Unit{released("pages", -minute, 0.5, "a")}, spent: curve(0.5, 1)},
 		{name: "window 0", units: []*ledger.Unit{released("site/pages", 0, 0.3, "b"), averaged("avg", 0, 0.1, 1e-7)}, spent: curve(0.3, 0.4)},
 		{name: "reopen", reopen: true},
-		{name: "window 1min", units: []*ledger.Unit{released("site/pages", minute, 0.3, "c"), averaged("avg", minute, 0.2, 2e-7)}, spent: curve(0.6, 0.8)},
+		{name: "window 1min, budget raised", units: []*ledger.Unit{withLimit(released("site/pages", minute, 0.3, "c"), 2), averaged("avg", minute, 0.2, 2e-7)}, spent: curve(0.6, 0.8)},
 		{name: "window 2min exhausted", units: []*ledger.Unit{exhausted("site/pages", 2*minute), exhausted("avg", 2*minute)}, spent: curve(9, 9)},
 		{name: "window 0 again", units: []*ledger.Unit{released("site/pages", 0, 0.3, "other")}, spent: curve(0.9, 1.2), wantErr: ledger.ErrAlreadyRecorded},
 		{name: "one of a window again", units: []*ledger.Unit{released("new", minute, 0.3, "d"), released("site/pages", minute, 0.3, "e")}, spent: curve(0.9, 1.2), wantErr: ledger.ErrAlreadyRecorded},
@@ -402,4 +404,107 @@ func TestCheckSettings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withLimit sets u's budget to ε = eps (a budget changed in the middle of a
+// period: the period keeps its first).
+func withLimit(u *ledger.Unit, eps float64) *ledger.Unit {
+	u.Limit = &ledger.Limit{Epsilon: eps, Delta: 1e-6}
+	return u
+}
+
+// TestLeaderAndCoordinatorMoves: on three brokers, the log's partition
+// leader and the transaction coordinator move between windows; the owner
+// keeps recording, a new owner restores the same state, and the old one is
+// fenced.
+func TestLeaderAndCoordinatorMoves(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	must(t, err)
+	t.Cleanup(c.Close)
+	must(t, EnsureTopic(ctxT(t), c.ListenAddrs(), testTopic, 1, 3))
+	a := openLog(t, c)
+	leader, coord := c.LeaderFor(testTopic, 0), c.CoordinatorFor(testTxnID)
+	for i := int64(0); i < 4; i++ {
+		w := i * minute
+		must(t, a.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", w, 0.1, "v")}, curve(0.1*float64(i+1), 1)))
+		must(t, a.MarkPublished(ctxT(t), "pages", w))
+		must(t, c.MoveTopicPartition(testTopic, 0, (c.LeaderFor(testTopic, 0)+1)%3))
+		c.RehashCoordinators()
+	}
+	if c.LeaderFor(testTopic, 0) == leader && c.CoordinatorFor(testTxnID) == coord {
+		t.Fatal("neither the leader nor the coordinator moved")
+	}
+	want := dump(t, a, 0)
+	b := openLog(t, c)
+	if got := dump(t, b, 0); got != want {
+		t.Fatalf("restored:\n%s\nwant:\n%s", got, want)
+	}
+	if err := a.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", 4*minute, 0.1, "zombie")}, curve(1, 1)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old owner after the moves: got %v, want ErrFenced", err)
+	}
+}
+
+// TestPartitionsAreSeparateLogs: two owners on two partitions of one topic,
+// each with its own transactional id, record the same window with different
+// values; a new owner of partition 1 restores only partition 1's values and
+// fences partition 1's old owner, not partition 0's.
+func TestPartitionsAreSeparateLogs(t *testing.T) {
+	c, err := kfakeCluster(t)
+	must(t, err)
+	must(t, EnsureTopic(ctxT(t), c.ListenAddrs(), testTopic, 2, 1))
+	open := func(p int32) *Log {
+		cfg := testConfig(c)
+		cfg.Partition, cfg.TransactionalID = p, fmt.Sprintf("%s-%d", testTopic, p)
+		l, err := Open(ctxT(t), cfg)
+		must(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	l0, l1 := open(0), open(1)
+	must(t, l0.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", 0, 0.5, "owner-0")}, curve(0.5, 1)))
+	must(t, l1.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", 0, 0.5, "owner-1")}, curve(0.5, 1)))
+	n1 := open(1)
+	u, ok, err := n1.Lookup("pages", 0)
+	if err != nil || !ok || string(u.Messages[0].Value) != `{"v":"owner-1"}` {
+		t.Fatalf("partition 1 restored %+v ok=%v err=%v", u, ok, err)
+	}
+	if err := l1.MarkPublished(ctxT(t), "pages", 0); !errors.Is(err, ErrFenced) {
+		t.Fatalf("partition 1's old owner: got %v, want ErrFenced", err)
+	}
+	must(t, l0.MarkPublished(ctxT(t), "pages", 0))
+	must(t, n1.MarkPublished(ctxT(t), "pages", 0))
+}
+
+// TestTransactionOutlivesTimeout: the owner pauses inside a transaction
+// longer than its transaction timeout (a SIGSTOP, a GC pause); the broker
+// aborts the transaction. The commit must fail, the Log must be dead, the
+// draw must never be visible, and a new Log with the same id (the owner
+// restarting) records the window afresh.
+func TestTransactionOutlivesTimeout(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(c)
+	cfg.TransactionTimeout = time.Second
+	a, err := Open(ctxT(t), cfg)
+	must(t, err)
+	defer a.Close()
+	must(t, a.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", 0, 0.5, "w0")}, curve(0.5, 1)))
+	a.beforeCommit = func() { time.Sleep(2 * cfg.TransactionTimeout) }
+	err = a.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", minute, 0.5, "paused")}, curve(1, 2))
+	t.Logf("paused RecordWindow: %v", err)
+	if !errors.Is(err, ErrFenced) && !errors.Is(err, ErrUnusable) {
+		t.Fatalf("paused RecordWindow: got %v, want ErrFenced or ErrUnusable", err)
+	}
+	if _, _, err := a.Lookup("pages", 0); err == nil {
+		t.Fatal("the Log is still usable after its transaction was aborted")
+	}
+	if v := values(readRaw(t, c, true)); strings.Contains(v, "paused") {
+		t.Fatalf("read_committed sees the aborted draw:\n%s", v)
+	}
+	b, err := Open(ctxT(t), cfg)
+	must(t, err)
+	defer b.Close()
+	if u, ok, err := b.Lookup("pages", minute); err != nil || ok {
+		t.Fatalf("aborted unit restored: %+v ok=%v err=%v", u, ok, err)
+	}
+	must(t, b.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", minute, 0.5, "again")}, curve(1, 2)))
 }

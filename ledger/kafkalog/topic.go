@@ -14,7 +14,8 @@ import (
 
 // EnsureTopic creates topic with partitions partitions (one per owner),
 // replicationFactor replicas (-1: the broker's default) and
-// cleanup.policy=compact, unless it exists. It does not change an existing
+// cleanup.policy=compact (and min.insync.replicas=2 when replicationFactor
+// is 2 or more), unless it exists. It does not change an existing
 // topic; Open checks it. For tests and the embedded broker; in production
 // create the topic with the settings of the package doc.
 func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions int32, replicationFactor int16, opts ...kgo.Opt) error {
@@ -31,6 +32,11 @@ func EnsureTopic(ctx context.Context, brokers []string, topic string, partitions
 	c := kmsg.NewCreateTopicsRequestTopicConfig()
 	c.Name, c.Value = "cleanup.policy", kmsg.StringPtr("compact")
 	t.Configs = append(t.Configs, c)
+	if replicationFactor > 1 {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = "min.insync.replicas", kmsg.StringPtr("2")
+		t.Configs = append(t.Configs, c)
+	}
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
