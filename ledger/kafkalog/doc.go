@@ -13,7 +13,8 @@
 // records the units of one window and the period's spend after them, all or
 // nothing; [Log.Lookup] finds a recorded unit, which the caller republishes
 // with its recorded values instead of drawing again; [Log.MarkPublished]
-// records that a unit's messages were acknowledged. The invariant is the
+// records that a unit's messages were acknowledged. (The methods that write
+// take a context; the others read memory.) The invariant is the
 // ledger's: a unit recorded is never recorded again (ledger.ErrAlreadyRecorded),
 // across owners too, and a period's recorded spend is the spend of exactly
 // the units recorded.
@@ -54,7 +55,8 @@
 // at an offset above B, stops there as well: it is already fenced). An open
 // transaction of another transactional id on the partition holds the last
 // stable offset back, and Open waits for it to end (the broker aborts it at
-// its transaction timeout) or for ctx.
+// its transaction timeout) or for ctx. Open reads the whole partition:
+// compaction bounds it to one record per key, Prune bounds the keys.
 //
 // # Why a zombie owner cannot make a different value visible (fencing)
 //
@@ -115,10 +117,8 @@
 //     progress; ownership must come from a group assignment.
 //   - Two different transactional ids writing one ledger partition are not
 //     fenced against each other. The id must be a function of the partition.
-//   - Values already published by the zombie's output producer after a
-//     commit the new owner also restores: as above, identical. Nothing
-//     stops a caller that publishes before RecordWindow returns nil; the
-//     write-ahead order is the caller's part.
+//   - A caller that publishes before RecordWindow returned nil, or after it
+//     returned an error: the write-ahead order is the caller's part.
 //   - Lost committed records: the topic must not lose acknowledged data
 //     (see the settings below). The transactional producer always writes
 //     with acks=all.

@@ -508,3 +508,38 @@ func TestTransactionOutlivesTimeout(t *testing.T) {
 	}
 	must(t, b.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", minute, 0.5, "again")}, curve(1, 2)))
 }
+
+// TestForeignRecordRefused: a committed record the log did not write (no
+// format header, or an unknown key) makes Open fail instead of being
+// folded into the state.
+func TestForeignRecordRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  *kgo.Record
+	}{
+		{"no header", &kgo.Record{Key: []byte("unit/0/pages"), Value: []byte(`{"histogram":"pages"}`)}},
+		{"unknown key", newRecord("budget/0", []byte(`{}`))},
+		{"unit under another key", func() *kgo.Record {
+			r, err := unitRecord(released("pages", 0, 0.5, "x"))
+			must(t, err)
+			r.Key = []byte("unit/60000/pages")
+			return r
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(testTopic))
+			must(t, err)
+			defer cl.Close()
+			must(t, cl.ProduceSync(ctxT(t), tc.rec).FirstErr())
+			l, err := Open(ctxT(t), testConfig(c))
+			if err == nil {
+				l.Close()
+				t.Fatal("opened a log holding a foreign record")
+			}
+			if !errors.Is(err, ErrIncompatible) {
+				t.Fatalf("got %v, want ErrIncompatible", err)
+			}
+		})
+	}
+}
