@@ -78,6 +78,25 @@ import (
 // does not enter the charge. A window charges one unit per histogram; a
 // period composes windows_per_period × histograms units.
 //
+// # Per-histogram windows
+//
+// A histogram with its own window (histograms[].window = r·window.size,
+// dividing the period) is bounded per window of its own: one user
+// contributes at most m events per window of that histogram, over all its
+// groups (the bounder counts it in windows of that size), so the
+// sensitivities above hold for each of its releases unchanged, and its
+// windows are disjoint in time, so a user's events in different windows of
+// it are bounded separately, as for base windows. It releases
+// W_h = period / window_h units per period instead of W = period /
+// window.size. Units are composed by adding their curves (000 Lemma 2),
+// whatever their windows, so the count histograms compose Σ_h W_h units of
+// the one per-unit curve, and an average histogram W_h releases' (ε_r, δ_r).
+// One calibration still serves every count histogram (one mechanism, one
+// curve per unit): a daily histogram next to a minute one does not get a
+// larger share of the per-release budget; it costs 1/r_h of the units the
+// same histogram would in base windows, which is what frees budget for
+// every release.
+//
 // # laplace-posterior
 //
 // privacy.mechanism laplace-posterior is planned, calibrated and charged as
@@ -102,13 +121,15 @@ import (
 // is composed apart from the RDP units by basic composition, and the two
 // parts add (budget/book.go states why, for interleaved adaptive releases).
 // The plan reserves for the average releases of a period
-// ApproxEpsilon = Σ_h W·ε_r(h) and ApproxDelta = Σ_h W·δ_r(h) (W windows per
-// period), and gives the count histograms' RDP accountant and calibration
+// ApproxEpsilon = Σ_h W_h·ε_r(h) and ApproxDelta = Σ_h W_h·δ_r(h) (W_h
+// windows of histogram h per period), and gives the count histograms' RDP accountant and calibration
 // what is left: (ε − ApproxEpsilon, δ − ApproxDelta). A period's total is
 // then within (ε, δ). δ_r defaults to an even split of δ (of half of it when
 // count histograms share the budget).
 type Plan struct {
-	Neighbour        string
+	Neighbour string
+	// WindowsPerPeriod is the number of base windows (window.size) per
+	// period; a histogram with its own window has fewer (Units, AveragePlan).
 	WindowsPerPeriod int
 	// Epsilon and Delta are the period's total budget.
 	Epsilon, Delta float64
@@ -132,7 +153,10 @@ type Plan struct {
 // Charges is the number of (histogram, window) units charged per period:
 // the count histograms' and the average histograms'.
 func (p *Plan) Charges() int {
-	n := p.WindowsPerPeriod * len(p.Averages)
+	n := 0
+	for _, a := range p.Averages {
+		n += a.Windows
+	}
 	if p.Count != nil {
 		n += p.Count.Units
 	}
@@ -144,7 +168,10 @@ func (p *Plan) Charges() int {
 type CountPlan struct {
 	Sensitivity    mechanism.Sensitivity
 	UnitsPerWindow int // = number of count histograms
-	Units          int // composed RDP units per period
+	// Units is the number of RDP units composed per period: Σ over the count
+	// histograms of their windows per period (WindowsPerPeriod each, fewer
+	// for a histogram with its own window).
+	Units int
 	// FitUnits is how many units the budget covers per period, when
 	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
 	// budget over all Units.
@@ -168,6 +195,9 @@ type AveragePlan struct {
 	Mechanism *mechanism.SimplexAverage
 	// Epsilon and Delta are the (ε, δ)-DP of one release (one window).
 	Epsilon, Delta float64
+	// Windows is the number of the histogram's windows (releases) per
+	// period.
+	Windows int
 }
 
 // Average returns the plan of the average histogram whose config index is
@@ -229,13 +259,17 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, fmt.Errorf("derive privacy plan: privacy.budget.period (%s) must be a whole multiple of window.size (%s)", period, size)
 	}
 	windows := int(period / size)
-	counts := 0
-	for _, h := range cfg.Histograms {
+	counts, units := 0, 0
+	for i, h := range cfg.Histograms {
+		hw, err := HistWindows(cfg, i)
+		if err != nil {
+			return nil, fmt.Errorf("derive privacy plan: %w", err)
+		}
 		if !h.IsAverage() {
 			counts++
+			units += hw
 		}
 	}
-	units := windows * counts
 	avgs, aEps, aDelta, err := planAverages(cfg, windows, counts, len(cfg.Histograms)-counts)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
@@ -282,7 +316,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	}
 	var cp *CountPlan
 	if cfg.Privacy.RDPEpsilon > 0 {
-		if cp, err = explicitPlan(cfg, spec, windows, counts, rdpEps, rdpDelta); err != nil {
+		if cp, err = explicitPlan(cfg, spec, units, counts, rdpEps, rdpDelta); err != nil {
 			return nil, err
 		}
 	} else {
@@ -308,6 +342,19 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	return plan, nil
 }
 
+// HistWindows is the number of windows per budget period of the histogram
+// of config index i: period / its window (histograms[].window, or
+// window.size).
+func HistWindows(cfg *config.Config, i int) (int, error) {
+	h := cfg.Histograms[i]
+	size, period := h.WindowSize(cfg.Window.Size).D(), cfg.Privacy.Budget.Period.D()
+	base := cfg.Window.Size.D()
+	if size <= 0 || base <= 0 || size%base != 0 || period < size || period%size != 0 {
+		return 0, fmt.Errorf("histograms[%d].window (%s) must be a whole multiple of window.size (%s) dividing privacy.budget.period (%s)", i, size, base, period)
+	}
+	return int(period / size), nil
+}
+
 // planAverages calibrates the n average histograms and returns the period's
 // reservation for them. When counts > 0 count histograms share the budget
 // (they then need some of it left: both parts strictly positive).
@@ -323,11 +370,22 @@ func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePl
 	if withCounts {
 		share /= 2
 	}
-	defDelta := share / float64(windows*n)
+	releases := 0 // average releases per period
+	for i, h := range cfg.Histograms {
+		if h.IsAverage() {
+			hw, err := HistWindows(cfg, i)
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			releases += hw
+		}
+	}
+	defDelta := share / float64(releases)
 	for i, h := range cfg.Histograms {
 		if !h.IsAverage() {
 			continue
 		}
+		hw, _ := HistWindows(cfg, i)
 		path := fmt.Sprintf("histograms[%d].average", i)
 		d := h.Average.Delta
 		if d == 0 {
@@ -340,22 +398,25 @@ func planAverages(cfg *config.Config, windows, counts, n int) (plans []AveragePl
 			return nil, 0, 0, fmt.Errorf("%s (%s): %w", path, h.Name, err)
 		}
 		e, dr := m.DP()
-		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr})
+		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr, Windows: hw})
 	}
 	// The reservation is the sum the budget book will hold after every
 	// planned average charge of a period: the same additions, in the same
-	// order (window by window, histograms in config order), each rounded up
-	// (budget.AddUp) — not W·ε_r, which can be below it by rounding.
-	for w := 0; w < windows; w++ {
+	// order (base window by base window, the histograms whose windows end
+	// there in config order), each rounded up (budget.AddUp) — not
+	// W_h·ε_r, which can be below it by rounding.
+	for w := 1; w <= windows; w++ {
 		for _, p := range plans {
-			eps = budget.AddUp(eps, p.Epsilon)
-			delta = budget.AddUp(delta, p.Delta)
+			if w%(windows/p.Windows) == 0 {
+				eps = budget.AddUp(eps, p.Epsilon)
+				delta = budget.AddUp(delta, p.Delta)
+			}
 		}
 	}
 	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
 	if eps > budget.Planned(budgetEps) || (withCounts && eps >= budgetEps) {
-		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%d windows × %s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
-			eps, windows, averageEpsilons(plans), budgetEps, fix)
+		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
+			eps, averageEpsilons(plans), budgetEps, fix)
 	}
 	if delta > budget.Planned(budgetDelta) || (withCounts && delta >= budgetDelta) {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to δ = %.6g per period, which leaves nothing of privacy.budget.delta = %g for the rest: lower average.delta", delta, budgetDelta)
@@ -369,7 +430,7 @@ func averageEpsilons(plans []AveragePlan) string {
 		if i > 0 {
 			s += " + "
 		}
-		s += fmt.Sprintf("ε_r %.6g (%s)", p.Epsilon, p.Name)
+		s += fmt.Sprintf("%d windows × ε_r %.6g (%s)", p.Windows, p.Epsilon, p.Name)
 	}
 	return s
 }
@@ -393,8 +454,7 @@ func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechan
 // then enforced release by release: the accountant refuses the first unit
 // that would take the period past (ε, δ), and the stage publishes a
 // budget_exhausted status instead. FitUnits says how many units fit.
-func explicitPlan(cfg *config.Config, spec mechanism.Spec, windows, counts int, eps, delta float64) (*CountPlan, error) {
-	units := windows * counts
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, units, counts int, eps, delta float64) (*CountPlan, error) {
 	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
 	m, err := mechanism.New(spec)
 	if err != nil {
