@@ -477,7 +477,9 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 			o.DroppedUserEvents++
 			continue
 		}
-		a.bound(h, l, r, ev.User, x, g, &o)
+		// Groups are ranked by the histogram's index in the event (its
+		// config index), whichever Aggregator counts it.
+		a.bound(a.evIdx[h], l, r, ev.User, x, g, &o)
 	}
 	s.mu.Unlock()
 	return o
