@@ -1,9 +1,13 @@
 package pipeline_test
 
 import (
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/release"
@@ -119,5 +123,65 @@ func TestEndToEndHistogramWindows(t *testing.T) {
 	n = check(out)
 	if len(out.Releases) != 6*perMin+2 || n["devices3"] != 2 || n["devices"] != 6 || n["pages"] != 6*len(e2e.Groups) {
 		t.Fatalf("after base windows 0–5 and a restart: %d releases %v, want %d", len(out.Releases), n, 6*perMin+2)
+	}
+}
+
+// TestEndToEndAverageHistogramWindow: an average histogram with a 2-minute
+// window of its own averages its users over the whole window — a user with
+// vectors in both minutes counts once, as the mean of its vectors — and is
+// released once per 2 minutes with its own window and its plan's
+// per-release guarantee, W_h = 30 releases per hour reserved. Minute 0: 20
+// users with e₀ (news), minute 1: 20 others with e₁ (sport), and user "b"
+// with e₂ (music) in minute 0 and e₀ in minute 1: 41 users ≤ users 50, so
+// p̄ = (20e₀ + 20e₁ + (e₂+e₀)/2 + 9·uniform)/50 exactly. A per-minute
+// average would release twice, and neither window's mean is that p̄. The
+// tolerance is the simplex mechanism's 6σ + 1/Q per coordinate, as in
+// TestEndToEndAverage (false-failure rate below 3 × 2·10⁻⁹).
+func TestEndToEndAverageHistogramWindow(t *testing.T) {
+	h := e2e.New(t)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, averageHist+"\n    window: 2m\n")
+	const users, eta, k = 50.0, 0.001, 1e6
+	var msgs []kafka.Message
+	for u := range 20 {
+		msgs = append(msgs, vectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Duration(u+1)*time.Second), []float64{1, 0, 0}))
+		msgs = append(msgs, vectorEvent(fmt.Sprintf("c%d", u), e2e.Base.Add(time.Minute+time.Duration(u+1)*time.Second), []float64{0, 1, 0}))
+	}
+	msgs = append(msgs, vectorEvent("b", e2e.Base.Add(30*time.Second), []float64{0, 0, 1}),
+		vectorEvent("b", e2e.Base.Add(90*time.Second), []float64{1, 0, 0}))
+	pbar := []float64{(20 + 0.5 + 3) / users, (20 + 3) / users, (0.5 + 3) / users}
+	h.Produce(msgs...)
+	run := h.Start(cfg)
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	ap := run.Stage.Plan().Averages[0]
+	if ap.Windows != 30 {
+		t.Fatalf("the plan reserves %d average releases per hour, want 30", ap.Windows)
+	}
+	want := 2*(len(e2e.Groups)+1) + 1
+	out := h.ReadOutput(want, 60*time.Second, 2*time.Second)
+	if len(out.Releases) != want {
+		t.Fatalf("got %d releases, want %d (the average one once)", len(out.Releases), want)
+	}
+	n := 0
+	for _, r := range out.Releases {
+		if r.Histogram != "interests" {
+			continue
+		}
+		n++
+		if r.WindowStart != "2026-01-01T00:00:00Z" || r.WindowEnd != "2026-01-01T00:02:00Z" {
+			t.Errorf("average release window [%s, %s), want [00:00, 00:02)", r.WindowStart, r.WindowEnd)
+		}
+		if r.Privacy.ReleaseEpsilon != ap.Epsilon || r.Privacy.ReleaseDelta != ap.Delta {
+			t.Errorf("privacy %+v, want release (ε, δ) = (%g, %g)", r.Privacy, ap.Epsilon, ap.Delta)
+		}
+		for i, x := range r.Probabilities {
+			p := (1-3*eta)*pbar[i] + eta
+			sd := math.Sqrt(p * (1 - p) / (k + 1))
+			if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
+				t.Errorf("%s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", interests[i], x, p, pbar[i], tol)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d average releases, want 1", n)
 	}
 }
