@@ -88,10 +88,10 @@ func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	}
 	for _, h := range cfg.Histograms {
 		if h.IsAverage() {
-			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s\n", h.Name, len(h.Bins), h.Average.Users, cfg.Window.Size.D())
+			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D())
 			continue
 		}
-		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), cfg.Window.Size.D())
+		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), h.WindowSize(cfg.Window.Size).D())
 	}
 	tw.Flush()
 }
@@ -108,8 +108,8 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g)\n",
 			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma)
 	}
-	fmt.Fprintf(tw, "  average share\t%d windows × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period\n",
-		plan.WindowsPerPeriod, len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
+	fmt.Fprintf(tw, "  average share\t%s, basic composition: ε=%.6g, δ=%.3g per period\n",
+		averageComposition(plan), plan.ApproxEpsilon, plan.ApproxDelta)
 	if plan.Count != nil {
 		fmt.Fprintf(tw, "  count share\tthe rest: ε=%.6g, δ=%.3g for the count histograms (RDP), the two parts added\n", plan.Count.RDPEpsilon, plan.Count.RDPDelta)
 	}
@@ -121,7 +121,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	params := cp.Mechanism.Params()
 	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
-	fmt.Fprintf(tw, "  composition\t%d windows × %d count histograms = %d charges per period\n", plan.WindowsPerPeriod, cp.UnitsPerWindow, cp.Units)
+	fmt.Fprintf(tw, "  composition\t%s\n", countComposition(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
 	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP\n", spec.Order, spec.RDPEpsilon)
 	switch {
