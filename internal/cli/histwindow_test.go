@@ -49,7 +49,7 @@ privacy:
 		}
 	}
 	out.Reset()
-	if code := Plan([]string{"--config", path, "--events", "100"}, &out, &errb); code != 0 {
+	if code := Plan([]string{"--config", path, "--events", "100", "--out", t.TempDir()}, &out, &errb); code != 0 {
 		t.Fatalf("plan exit %d: %s", code, errb.String())
 	}
 	if w := "60 windows (pages, 1m) + 1 windows (daily, 1h) = 61 charges per period"; !strings.Contains(out.String(), w) {
