@@ -39,3 +39,40 @@ func TestEventIndex(t *testing.T) {
 		t.Fatal("New accepted 1 event index for 2 histograms")
 	}
 }
+
+// TestEventIndexGroupRank: a grouped histogram counted by an Aggregator of
+// its own ranks a user's groups by GroupHash with the histogram's index in
+// the event (its config index), as an Aggregator of all histograms would:
+// the selection does not depend on how the pipeline splits histograms by
+// window size.
+func TestEventIndexGroupRank(t *testing.T) {
+	pages := testSpec().Histograms[0] // 3 groups
+	spec := Spec{Histograms: []HistSpec{pages}, EventIndex: []int{2}, MaxEventsPerUser: 1, MaxGroupsPerUser: 1, WindowSize: time.Minute}
+	first := func(user uint64, hist int) int {
+		if GroupHash(user, hist, 0) < GroupHash(user, hist, 1) {
+			return 0
+		}
+		return 1
+	}
+	// A user whose first group differs between histogram indices 0 and 2.
+	user := uint64(1)
+	for ; first(user, 0) == first(user, 2); user++ {
+	}
+	a := mustNew(t, spec)
+	for g := range int32(2) {
+		ev := event(user, -1, -1, -1)
+		ev.Bins = []int32{-1, -1, 0}
+		ev.Groups = []int32{-1, -1, g}
+		ev.TimeMs = int64(g)
+		a.Add(0, ev)
+	}
+	wc, err := a.Close(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Release()
+	want := first(user, 2)
+	if got := wc.Counts(0, want, nil)[0]; got != 1 {
+		t.Fatalf("user %d: group %d (first by GroupHash at index 2) counted %v, want 1; group %d: %v", user, want, got, 1-want, wc.Counts(0, 1-want, nil))
+	}
+}
