@@ -123,8 +123,13 @@ import (
 // Spec declares what is counted and how contributions are bounded.
 type Spec struct {
 	// Histograms in config order; the index of a histogram here is its index
-	// in decode.Event.Bins and Groups.
+	// in decode.Event.Bins and Groups, unless EventIndex says otherwise.
 	Histograms []HistSpec
+	// EventIndex, when set (one entry per histogram), is the index of
+	// Histograms[i] in decode.Event.Bins and Groups: an Aggregator for a
+	// subset of the decoder's histograms (those sharing one window size).
+	// Nil: i.
+	EventIndex []int
 	// MaxEventsPerUser bounds the events one user counts per window and
 	// histogram (over all its groups). At least 1.
 	MaxEventsPerUser int
@@ -258,6 +263,7 @@ type Aggregator struct {
 	m        int          // MaxEventsPerUser
 	maxSlots int          // the most group slots of a histogram
 	maxUsers int          // MaxTrackedUsers (0: no cap)
+	evIdx    []int        // histogram h's index in decode.Event (Spec.EventIndex)
 	tracked  atomic.Int64 // tracked (user, window) pairs over all windows
 
 	// mu guards windows (the open windows) and spare. Lock order: a shard's
@@ -306,6 +312,14 @@ func New(spec Spec) (*Aggregator, error) {
 	if spec.MaxTrackedUsers < 0 || spec.MaxTrackedUsers > math.MaxInt32 {
 		errs = append(errs, fmt.Errorf("max_tracked_users must be in [0, %d] (0: no cap), got %d", math.MaxInt32, spec.MaxTrackedUsers))
 	}
+	if spec.EventIndex != nil && len(spec.EventIndex) != len(spec.Histograms) {
+		errs = append(errs, fmt.Errorf("%d event indices for %d histograms", len(spec.EventIndex), len(spec.Histograms)))
+	}
+	for i, e := range spec.EventIndex {
+		if e < 0 {
+			errs = append(errs, fmt.Errorf("histograms[%d]: negative event index %d", i, e))
+		}
+	}
 	if spec.WindowSize <= 0 || spec.WindowSize%time.Millisecond != 0 {
 		errs = append(errs, fmt.Errorf("window size must be a positive whole number of milliseconds, got %v", spec.WindowSize))
 	}
@@ -319,6 +333,14 @@ func New(spec Spec) (*Aggregator, error) {
 		windows:  map[int64]*window{},
 	}
 	a.spec.Histograms = slices.Clone(spec.Histograms)
+	a.spec.EventIndex = slices.Clone(spec.EventIndex)
+	for i := range spec.Histograms {
+		e := i
+		if spec.EventIndex != nil {
+			e = spec.EventIndex[i]
+		}
+		a.evIdx = append(a.evIdx, e)
+	}
 	if a.spec.Mem == nil {
 		a.spec.Mem = memory.DefaultAllocator
 	}
@@ -362,10 +384,11 @@ func (a *Aggregator) Spec() Spec { return a.spec }
 // bounded and counted: decoded (not -1) and in range. Out-of-range indices
 // (an Event from a decoder for another configuration) are ignored.
 func (a *Aggregator) part(h int, ev *decode.Event) (b, g int, ok bool) {
-	if h >= len(ev.Bins) || h >= len(ev.Groups) {
+	e := a.evIdx[h]
+	if e >= len(ev.Bins) || e >= len(ev.Groups) {
 		return 0, 0, false
 	}
-	b, g = int(ev.Bins[h]), int(ev.Groups[h])
+	b, g = int(ev.Bins[e]), int(ev.Groups[e])
 	l := &a.hists[h]
 	return b, g, b >= 0 && b < l.nBins && g >= 0 && g < l.nGroups
 }
@@ -454,7 +477,9 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 			o.DroppedUserEvents++
 			continue
 		}
-		a.bound(h, l, r, ev.User, x, g, &o)
+		// Groups are ranked by the histogram's index in the event (its
+		// config index), whichever Aggregator counts it.
+		a.bound(a.evIdx[h], l, r, ev.User, x, g, &o)
 	}
 	s.mu.Unlock()
 	return o

@@ -37,7 +37,8 @@ func eventHash(key uint64, group, bin int) uint32 {
 }
 
 // GroupHash is the hash that ranks the groups of histogram hist (its index
-// in the Spec) that one user's parts in one window fall in. Groups are
+// in decode.Event: Spec.EventIndex, or its index in the Spec) that one
+// user's parts in one window fall in. Groups are
 // ranked by (GroupHash, group), smallest first. Like EventHash it is keyed
 // through user.
 func GroupHash(user uint64, hist, group int) uint64 {

@@ -200,6 +200,24 @@ type Histogram struct {
 	Kind string `yaml:"kind"`
 	// Average configures a kind: average histogram (ignored otherwise).
 	Average Average `yaml:"average"`
+	// Window, when set, is this histogram's own tumbling window, overriding
+	// window.size: a whole multiple of window.size that divides
+	// privacy.budget.period (e.g. 1h or 1d next to 1m windows). Its windows
+	// are aligned to the Unix epoch like the base windows; one closes when
+	// the base windows' watermark passes its end and is recorded with the
+	// base window that ends at the same time. Bounding (max_events_per_user,
+	// max_groups_per_user, average.users) is per window of this histogram.
+	// Default 0: window.size.
+	Window Duration `yaml:"window"`
+}
+
+// WindowSize is the window of the histogram: its own window when set, else
+// base (window.size).
+func (h Histogram) WindowSize(base Duration) Duration {
+	if h.Window > 0 {
+		return h.Window
+	}
+	return base
 }
 
 // Histogram kinds.

@@ -54,7 +54,7 @@ func TestFullConfig(t *testing.T) {
 		Histograms: []Histogram{
 			{Name: "pages", Field: "page", Bins: []string{"home", "search", "cart", "checkout", "other"},
 				OverflowBin: "other", GroupBy: "country", Groups: []string{"US", "DE", "FR"}, Kind: "count"},
-			{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop", "tablet"}, Kind: "count"},
+			{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop", "tablet"}, Kind: "count", Window: Duration(time.Hour)},
 			{Name: "interests", Kind: "average", Field: "interest_vector", Bins: []string{"news", "sport", "music"},
 				Average: Average{Users: 1000, K: 200, Eta: 0.02, Delta: 1e-9}},
 		},

@@ -362,6 +362,7 @@ func (k *checker) histograms() {
 		if h.OverflowBin != "" && !slices.Contains(h.Bins, h.OverflowBin) {
 			k.add(p+".overflow_bin", "%s is not among the bins", k.show(p+".overflow_bin", h.OverflowBin))
 		}
+		k.histWindow(p, h)
 		switch h.Kind {
 		case KindCount, "":
 		case KindAverage:
@@ -382,6 +383,28 @@ func (k *checker) histograms() {
 		case len(h.Groups) > 0:
 			k.add(p+".groups", "given without group_by")
 		}
+	}
+}
+
+// histWindow checks histograms[i].window: a whole multiple of window.size
+// that divides the budget period, and (in this build) not combined with the
+// cross-window bound.
+func (k *checker) histWindow(p string, h Histogram) {
+	w := h.Window
+	if w == 0 {
+		return
+	}
+	base, period := k.c.Window.Size, k.c.Privacy.Budget.Period
+	switch {
+	case w < 0:
+		k.add(p+".window", "must be greater than 0 (or left out: window.size)")
+	case base > 0 && w%base != 0:
+		k.add(p+".window", "must be a whole multiple of window.size (%s), got %s", base, w)
+	case period > 0 && period%w != 0:
+		k.add(p+".window", "must divide privacy.budget.period (%s), got %s", period, w)
+	}
+	if w > 0 && k.c.Contribution.MaxWindowsPerUser > 0 {
+		k.add(p+".window", "cannot be combined with contribution.max_windows_per_user in this build: the cross-window bound and coarser histogram windows are not composed yet; remove one of them")
 	}
 }
 

@@ -128,6 +128,15 @@ func TestValidateRules(t *testing.T) {
 		{"groups without group_by", func(c *Config) { c.Histograms[0].Groups = []string{"US"} }, "histograms[0].groups", "given without group_by"},
 		{"duplicate group", func(c *Config) { c.Histograms[1].Groups = []string{"US", "DE", "US"} }, "histograms[1].groups[2]", `duplicate group "US" (also groups[0])`},
 		{"empty group", func(c *Config) { c.Histograms[1].Groups = []string{"US", ""} }, "histograms[1].groups[1]", "group must not be empty"},
+		{"histogram window negative", func(c *Config) { c.Histograms[0].Window = Duration(-time.Minute) }, "histograms[0].window", "greater than 0"},
+		{"histogram window not a multiple", func(c *Config) { c.Histograms[1].Window = Duration(90 * time.Second) }, "histograms[1].window", "whole multiple of window.size (1m), got 1m30s"},
+		{"histogram window does not divide the period", func(c *Config) { c.Histograms[0].Window = Duration(7 * time.Minute) }, "histograms[0].window", "must divide privacy.budget.period (24h), got 7m"},
+		{"histogram window longer than the period", func(c *Config) { c.Histograms[0].Window = Duration(48 * time.Hour) }, "histograms[0].window", "must divide privacy.budget.period"},
+		{"histogram window with max windows per user", func(c *Config) {
+			c.Histograms[0].Window = Duration(time.Hour)
+			c.Contribution.MaxWindowsPerUser = 5
+			c.Contribution.MaxTrackedUsers = 0
+		}, "histograms[0].window", "cannot be combined with contribution.max_windows_per_user"},
 		{"group_by is field", func(c *Config) { c.Histograms[1].GroupBy = "page" }, "histograms[1].group_by", "must differ from field"},
 		// contribution
 		{"max events per user", func(c *Config) { c.Contribution.MaxEventsPerUser = 0 }, "contribution.max_events_per_user", "at least 1"},
@@ -224,6 +233,12 @@ func TestValidateAccepts(t *testing.T) {
 		{"sasl", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "scram-sha-256", Username: "u", Password: "p"} }},
 		{"generator off ignores its numbers", func(c *Config) { c.Generator = Generator{Users: -1} }},
 		{"period equals window", func(c *Config) { c.Privacy.Budget.Period = c.Window.Size }},
+		{"histogram windows", func(c *Config) {
+			c.Histograms[0].Window = Duration(time.Hour)
+			c.Histograms[1].Window = Duration(24 * time.Hour)
+		}},
+		{"histogram window equal to window.size", func(c *Config) { c.Histograms[0].Window = c.Window.Size }},
+		{"average histogram window", func(c *Config) { avg(c); c.Histograms[0].Window = Duration(3 * time.Minute) }},
 		{"delta at the bound", func(c *Config) { c.Privacy.Budget.Delta = MaxDelta }},
 		{"delta just under 1/expected users", func(c *Config) { c.Privacy.ExpectedUsers = 999_999 }},
 		{"embedded port", func(c *Config) { c.Kafka.Brokers, c.Kafka.EmbeddedPort = nil, 65535 }},

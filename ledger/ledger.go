@@ -283,7 +283,10 @@ func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
 // RecordWindow records the units of one window — every histogram's — in one
 // transaction, as Record does for one: either all of them are recorded or
 // none is. spentAfter is the RDP spend of their period after all of them
-// (empty: unchanged). All units must be of the same window.
+// (empty: unchanged). All units must end at the same time, in the same
+// period: one base window's units, with the units of longer histogram
+// windows (histograms[].window) that end with it. The largest end recorded
+// is kept (LastWindowEnd).
 //
 // Why one transaction: a window recorded in part (a crash between two
 // histograms' records) would have to be closed again from whatever events
@@ -298,8 +301,8 @@ func (l *Ledger) RecordWindow(units []*Unit, spentAfter Curve) error {
 	}
 	vals := make([][]byte, len(units))
 	for i, u := range units {
-		if u.WindowStart != units[0].WindowStart || u.Period != units[0].Period {
-			return fmt.Errorf("ledger: record window: units of windows %d and %d in one record", units[0].WindowStart, u.WindowStart)
+		if u.WindowEnd != units[0].WindowEnd || u.Period != units[0].Period {
+			return fmt.Errorf("ledger: record window: units of windows ending at %d and %d in one record", units[0].WindowEnd, u.WindowEnd)
 		}
 		v, err := json.Marshal(u)
 		if err != nil {
@@ -317,6 +320,9 @@ func (l *Ledger) RecordWindow(units []*Unit, spentAfter Curve) error {
 			if ub.Get(u.Key()) != nil {
 				return fmt.Errorf("%s: %w", u.Histogram, ErrAlreadyRecorded)
 			}
+		}
+		if err := putLastEnd(tx, units[0].WindowEnd); err != nil {
+			return err
 		}
 		released := false
 		for i, u := range units {

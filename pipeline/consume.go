@@ -292,17 +292,14 @@ func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Eve
 		return reason
 	}
 	sess.closeMu.RLock()
-	if w < sess.next {
+	// Into the window of every size still open (windows.go).
+	out, ao, track, ok := sess.add(w, s.sizeMs, ev)
+	if !ok {
 		sess.closeMu.RUnlock()
 		s.late(offset, tracker)
 		return decode.ReasonNone
 	}
-	out := sess.agg.Add(w, ev)
-	var ao aggregate.AverageOutcome
-	if sess.avg != nil {
-		ao = sess.avg.Add(w, ev)
-	}
-	tracker.Counted(w, offset)
+	tracker.Counted(track, offset)
 	sess.closeMu.RUnlock()
 	if !s.arrival {
 		loc.observe(ev.TimeMs, s.sizeMs) // event time moves the watermark only in event mode

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/release"
@@ -189,11 +188,8 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 // finds it recorded). It returns the units still to publish.
 func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
-	counts, err := sess.agg.Close(w)
-	var avgs *aggregate.AverageWindow
-	if sess.avg != nil {
-		avgs = sess.avg.Close(w)
-	}
+	// The windows of every size ending with w (windows.go).
+	counts, err := sess.closeBoundary(w + s.sizeMs)
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
@@ -203,7 +199,7 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
 		s.stats.DropN(decode.ReasonBoundDisplaced, d)
 	}
-	return s.rel.Record(w, counts, avgs)
+	return s.rel.Record(w, counts, counts)
 }
 
 func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }

@@ -11,7 +11,6 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
-	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
@@ -207,8 +206,10 @@ type session struct {
 	parts    []int
 	wm       *window.Watermarks
 	trackers map[int]*source.OffsetTracker
-	agg      *aggregate.Aggregator
-	avg      *aggregate.Averager // nil without average histograms
+	// sets count the histograms, one per window size (windows.go).
+	sets []*windowSet
+	// first is the ledger's first window: earlier events are late.
+	first int64
 
 	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
 	// next is the start of the first window not yet closed.
@@ -230,22 +231,17 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	if len(assigns) == 0 {
 		return s.group.Standby(ctx, gen, standbyWait)
 	}
-	agg, err := aggregate.New(AggregateSpec(s.cfg))
+	sets, err := newWindowSets(s.cfg)
 	if err != nil {
-		s.fail(fmt.Errorf("build aggregator: %w", err))
+		s.fail(err)
 		return source.GenerationDone
 	}
 	sess := &session{
 		gen:      gen,
 		topic:    topic,
 		trackers: make(map[int]*source.OffsetTracker, len(assigns)),
-		agg:      agg,
-	}
-	if hs := AverageHists(s.cfg); len(hs) > 0 {
-		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
-			s.fail(fmt.Errorf("build averager: %w", err))
-			return source.GenerationDone
-		}
+		sets:     sets,
+		first:    s.meta.FirstWindow,
 	}
 	for _, a := range assigns {
 		sess.parts = append(sess.parts, a.ID)
@@ -309,10 +305,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		s.releaseLoop(ctx, gctx, sess, regroup)
 	})
 	wg.Wait()
-	agg.Reset()
-	if sess.avg != nil {
-		sess.avg.Reset()
-	}
+	sess.resetSets()
 	s.log.Info("generation ended", zap.Int32("generation", gen.ID))
 	return source.GenerationDone
 }
@@ -322,8 +315,15 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 // last recorded window is complete; events for it are late, counted as
 // such, never counted into a window that is not released again; a
 // histogram added by a config change starts there), or the first window of
-// the ledger's metadata.
+// the ledger's metadata. The last recorded base boundary is the largest
+// window end recorded (a histogram's own, longer window ends at a base
+// boundary but starts before the last base window); ledgers written before
+// that was recorded hold base windows only.
 func (s *Stage) resumeWindow() (int64, error) {
+	end, ok, err := s.ledger.LastWindowEnd()
+	if err != nil || ok {
+		return end, err
+	}
 	last, ok, err := s.ledger.LastWindow()
 	if err != nil || !ok {
 		return s.meta.FirstWindow, err

@@ -80,6 +80,25 @@ import (
 // cross-window bound, min(K, windows_per_period) × histograms units,
 // charged as one period reservation per histogram (package doc).
 //
+// # Per-histogram windows
+//
+// A histogram with its own window (histograms[].window = r·window.size,
+// dividing the period) is bounded per window of its own: one user
+// contributes at most m events per window of that histogram, over all its
+// groups (the bounder counts it in windows of that size), so the
+// sensitivities above hold for each of its releases unchanged, and its
+// windows are disjoint in time, so a user's events in different windows of
+// it are bounded separately, as for base windows. It releases
+// W_h = period / window_h units per period instead of W = period /
+// window.size. Units are composed by adding their curves (000 Lemma 2),
+// whatever their windows, so the count histograms compose Σ_h W_h units of
+// the one per-unit curve, and an average histogram W_h releases' (ε_r, δ_r).
+// One calibration still serves every count histogram (one mechanism, one
+// curve per unit): a daily histogram next to a minute one does not get a
+// larger share of the per-release budget; it costs 1/r_h of the units the
+// same histogram would in base windows, which is what frees budget for
+// every release.
+//
 // # laplace-posterior
 //
 // privacy.mechanism laplace-posterior is planned, calibrated and charged as
@@ -104,13 +123,15 @@ import (
 // is composed apart from the RDP units by basic composition, and the two
 // parts add (budget/book.go states why, for interleaved adaptive releases).
 // The plan reserves for the average releases of a period
-// ApproxEpsilon = Σ_h W·ε_r(h) and ApproxDelta = Σ_h W·δ_r(h) (W windows per
-// period), and gives the count histograms' RDP accountant and calibration
+// ApproxEpsilon = Σ_h W_h·ε_r(h) and ApproxDelta = Σ_h W_h·δ_r(h) (W_h
+// windows of histogram h per period), and gives the count histograms' RDP accountant and calibration
 // what is left: (ε − ApproxEpsilon, δ − ApproxDelta). A period's total is
 // then within (ε, δ). δ_r defaults to an even split of δ (of half of it when
 // count histograms share the budget).
 type Plan struct {
-	Neighbour        string
+	Neighbour string
+	// WindowsPerPeriod is the number of base windows (window.size) per
+	// period; a histogram with its own window has fewer (Units, AveragePlan).
 	WindowsPerPeriod int
 	// Epsilon and Delta are the period's total budget.
 	Epsilon, Delta float64
@@ -175,7 +196,10 @@ func (p *Plan) Charges() int {
 		}
 		return n
 	}
-	n := p.WindowsPerPeriod * len(p.Averages)
+	n := 0
+	for _, a := range p.Averages {
+		n += a.Windows
+	}
 	if p.Count != nil {
 		n += p.Count.Units
 	}
@@ -188,8 +212,9 @@ type CountPlan struct {
 	Sensitivity    mechanism.Sensitivity
 	UnitsPerWindow int // = number of count histograms
 	// Units is the number of per-window curves (Charge) composed per
-	// period: windows × count histograms, or with the cross-window bound
-	// min(K, windows) × count histograms.
+	// period: Σ over the count histograms of their windows per period
+	// (WindowsPerPeriod each, fewer for a histogram with its own window), or
+	// with the cross-window bound min(K, windows) × count histograms.
 	Units int
 	// FitUnits is how many units the budget covers per period, when
 	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
@@ -225,6 +250,9 @@ type AveragePlan struct {
 	// histogram's period reservation: Bound.AverageReleases releases'
 	// (ε, δ), added up rounded up (budget.AddUp); 0 without the bound.
 	ReserveEpsilon, ReserveDelta float64
+	// Windows is the number of the histogram's windows (releases) per
+	// period.
+	Windows int
 }
 
 // Average returns the plan of the average histogram whose config index is
@@ -287,15 +315,19 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, fmt.Errorf("derive privacy plan: privacy.budget.period (%s) must be a whole multiple of window.size (%s)", period, size)
 	}
 	windows := int(period / size)
-	counts := 0
-	for _, h := range cfg.Histograms {
+	counts, units := 0, 0
+	for i, h := range cfg.Histograms {
+		hw, err := HistWindows(cfg, i)
+		if err != nil {
+			return nil, fmt.Errorf("derive privacy plan: %w", err)
+		}
 		if !h.IsAverage() {
 			counts++
+			units += hw
 		}
 	}
 	bound := windowBound(cfg.Contribution.MaxWindowsPerUser, windows, cfg.Privacy.Neighbour)
-	units := windows * counts
-	if bound.K > 0 {
+	if bound.K > 0 { // histograms[].window is refused with the bound: every histogram has base windows
 		units = bound.CountWindows * counts
 	}
 	avgs, aEps, aDelta, err := planAverages(cfg, windows, bound, counts, len(cfg.Histograms)-counts)
@@ -384,6 +416,19 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	return plan, nil
 }
 
+// HistWindows is the number of windows per budget period of the histogram
+// of config index i: period / its window (histograms[].window, or
+// window.size).
+func HistWindows(cfg *config.Config, i int) (int, error) {
+	h := cfg.Histograms[i]
+	size, period := h.WindowSize(cfg.Window.Size).D(), cfg.Privacy.Budget.Period.D()
+	base := cfg.Window.Size.D()
+	if size <= 0 || base <= 0 || size%base != 0 || period < size || period%size != 0 {
+		return 0, fmt.Errorf("histograms[%d].window (%s) must be a whole multiple of window.size (%s) dividing privacy.budget.period (%s)", i, size, base, period)
+	}
+	return int(period / size), nil
+}
+
 // planAverages calibrates the n average histograms and returns the period's
 // reservation for them. When counts > 0 count histograms share the budget
 // (they then need some of it left: both parts strictly positive).
@@ -400,15 +445,26 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 	if withCounts {
 		share /= 2
 	}
-	releases := windows
+	releases := 0 // average releases per period
 	if bound.K > 0 {
-		releases = bound.AverageReleases
+		releases = bound.AverageReleases * n
+	} else {
+		for i, h := range cfg.Histograms {
+			if h.IsAverage() {
+				hw, err := HistWindows(cfg, i)
+				if err != nil {
+					return nil, 0, 0, err
+				}
+				releases += hw
+			}
+		}
 	}
-	defDelta := share / float64(releases*n)
+	defDelta := share / float64(releases)
 	for i, h := range cfg.Histograms {
 		if !h.IsAverage() {
 			continue
 		}
+		hw, _ := HistWindows(cfg, i)
 		path := fmt.Sprintf("histograms[%d].average", i)
 		d := h.Average.Delta
 		if d == 0 {
@@ -421,14 +477,15 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 			return nil, 0, 0, fmt.Errorf("%s (%s): %w", path, h.Name, err)
 		}
 		e, dr := m.DP()
-		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr})
+		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr, Windows: hw})
 	}
 	// The reservation is the sum the budget book will hold after every
 	// planned average charge of a period: the same additions, in the same
-	// order (window by window, histograms in config order), each rounded up
-	// (budget.AddUp) — not W·ε_r, which can be below it by rounding. With
-	// the cross-window bound each histogram charges one period reservation
-	// (its AverageReleases releases added up), in config order.
+	// order (base window by base window, the histograms whose windows end
+	// there in config order), each rounded up (budget.AddUp) — not
+	// W_h·ε_r, which can be below it by rounding. With the cross-window
+	// bound each histogram charges one period reservation (its
+	// AverageReleases releases added up), in config order.
 	if bound.K > 0 {
 		for i := range plans {
 			p := &plans[i]
@@ -440,17 +497,19 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 			delta = budget.AddUp(delta, p.ReserveDelta)
 		}
 	} else {
-		for w := 0; w < windows; w++ {
+		for w := 1; w <= windows; w++ {
 			for _, p := range plans {
-				eps = budget.AddUp(eps, p.Epsilon)
-				delta = budget.AddUp(delta, p.Delta)
+				if w%(windows/p.Windows) == 0 {
+					eps = budget.AddUp(eps, p.Epsilon)
+					delta = budget.AddUp(delta, p.Delta)
+				}
 			}
 		}
 	}
 	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
 	if eps > budget.Planned(budgetEps) || (withCounts && eps >= budgetEps) {
-		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%d releases × %s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
-			eps, releases, averageEpsilons(plans), budgetEps, fix)
+		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
+			eps, averageEpsilons(plans), budgetEps, fix)
 	}
 	if delta > budget.Planned(budgetDelta) || (withCounts && delta >= budgetDelta) {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to δ = %.6g per period, which leaves nothing of privacy.budget.delta = %g for the rest: lower average.delta", delta, budgetDelta)
@@ -464,7 +523,7 @@ func averageEpsilons(plans []AveragePlan) string {
 		if i > 0 {
 			s += " + "
 		}
-		s += fmt.Sprintf("ε_r %.6g (%s)", p.Epsilon, p.Name)
+		s += fmt.Sprintf("%d windows × ε_r %.6g (%s)", p.Windows, p.Epsilon, p.Name)
 	}
 	return s
 }

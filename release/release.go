@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/ledger"
@@ -121,44 +120,85 @@ func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 	return sp, okC || okA || okL || len(sp.Reservations) > 0, nil
 }
 
-// Record records every histogram's unit of window w — values drawn from
-// the window's counts (nil averages without average histograms) and
-// charged to w's budget period in the book — durably, in one ledger
-// transaction, or finds the window already recorded. It returns the units
-// still to publish: all of a window recorded now, the unpublished ones of
-// a window recorded before (with their recorded values, never redrawn).
+// Counts are the count vectors of the count histograms closing at one base
+// boundary, by config histogram index (*aggregate.WindowCounts when every
+// histogram has the base window; the pipeline combines one per window size
+// otherwise).
+type Counts interface {
+	Counts(h, g int, dst []float64) []float64
+}
+
+// Means are the padded averages of the average histograms closing at one
+// base boundary, by config histogram index (*aggregate.AverageWindow, or the
+// pipeline's combination).
+type Means interface {
+	Mean(h int, out []float64) []float64
+}
+
+// Record records the unit of every histogram whose window ends with base
+// window w — values drawn from the windows' counts (nil averages without
+// average histograms) and charged to w's budget period in the book —
+// durably, in one ledger transaction, or finds them already recorded. It
+// returns the units still to publish: all of a boundary recorded now, the
+// unpublished ones of a boundary recorded before (with their recorded
+// values, never redrawn).
+//
+// A histogram with its own, longer window (histograms[].window, a multiple
+// of window.size) closes at the base boundaries that end its windows
+// (aligned to the Unix epoch, like the base windows); its unit is keyed by
+// its own window start and carries its own window end. At other boundaries
+// it records nothing.
 //
 // With contribution.max_windows_per_user a histogram's first unit of the
 // period charges the histogram's period reservation instead of one
 // window's curve, and the later units of the period are covered by it
 // (charge, reservation.go).
-func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggregate.AverageWindow) ([]*ledger.Unit, error) {
-	// A window is recorded whole, in one ledger transaction (all its
-	// histograms' units and their charges) or not at all; if any unit of
-	// it is recorded, the window is complete: publish what is unpublished.
+func (r *Releaser) Record(w int64, counts Counts, avgs Means) ([]*ledger.Unit, error) {
+	// A boundary is recorded whole, in one ledger transaction (the units of
+	// all the histograms whose windows end there, and their charges) or not
+	// at all; if any of those units is recorded, the boundary is complete:
+	// publish what is unpublished. A unit found under a closing histogram's
+	// key but with another end was recorded under another window for that
+	// histogram (histograms[].window changed): it does not say the boundary
+	// was recorded, and the key is taken, so that histogram is skipped.
+	end := w + r.sizeMs
 	var pending []*ledger.Unit
 	recorded := false
-	for _, hist := range r.cfg.Histograms {
-		u, ok, err := r.ledger.Lookup(hist.Name, w)
+	var closing []int // config indices of the histograms to record
+	for h, hist := range r.cfg.Histograms {
+		start, ok := r.closes(h, end)
+		if !ok {
+			continue
+		}
+		u, ok, err := r.ledger.Lookup(hist.Name, start)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		switch {
+		case !ok:
+			closing = append(closing, h)
+		case u.WindowEnd == end:
 			recorded = true
 			if !u.Published {
 				pending = append(pending, u)
 			}
+		default:
+			r.log.Warn("a unit of another window length is recorded under this histogram and window start; not released again",
+				zap.String("histogram", hist.Name), zap.String("window_start", RFC3339(start)),
+				zap.String("recorded_window_end", RFC3339(u.WindowEnd)), zap.String("window_end", RFC3339(end)))
 		}
 	}
-	if recorded {
+	if recorded || len(closing) == 0 {
 		return pending, nil
 	}
 	period := r.PeriodOf(w)
 	r.book.Forget(period)
 	var units []*ledger.Unit
 	var charges []budget.Charge // of the released units, in order
-	for h, hist := range r.cfg.Histograms {
-		u := r.newUnit(hist.Name, w)
+	for _, h := range closing {
+		hist := r.cfg.Histograms[h]
+		start, _ := r.closes(h, end)
+		u := r.newUnit(hist.Name, start, end)
 		var c budget.Charge
 		var err error
 		if hist.IsAverage() {
@@ -180,12 +220,22 @@ func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggrega
 	return units, nil
 }
 
-// newUnit is a new, empty unit of histogram for window w.
-func (r *Releaser) newUnit(histogram string, w int64) *ledger.Unit {
+// closes reports whether histogram h's window ends at the base boundary
+// end, and that window's start.
+func (r *Releaser) closes(h int, end int64) (start int64, ok bool) {
+	size := r.cfg.Histograms[h].WindowSize(r.cfg.Window.Size).D().Milliseconds()
+	if size <= 0 || window.Start(end, size) != end {
+		return 0, false
+	}
+	return end - size, true
+}
+
+// newUnit is a new, empty unit of histogram for its window [w, end).
+func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
 	return &ledger.Unit{
 		Histogram:   histogram,
 		WindowStart: w,
-		WindowEnd:   w + r.sizeMs,
+		WindowEnd:   end,
 		Period:      r.PeriodOf(w),
 		Limit:       &ledger.Limit{Epsilon: r.plan.Epsilon, Delta: r.plan.Delta},
 		RecordedAt:  r.now().UTC(),
@@ -299,7 +349,7 @@ func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge) e
 // the window's pending ones, or with a budget_exhausted status otherwise,
 // and returns the charge (zero when refused). Nothing is recorded yet
 // (Record records the whole window).
-func (r *Releaser) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCounts, pending []budget.Charge) (budget.Charge, error) {
+func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []budget.Charge) (budget.Charge, error) {
 	hist := r.cfg.Histograms[h]
 	w := u.WindowStart
 	cp := r.plan.Count
@@ -357,7 +407,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts *aggregate.WindowCoun
 			Histogram:      hist.Name,
 			Group:          group,
 			WindowStart:    RFC3339(w),
-			WindowEnd:      RFC3339(w + r.sizeMs),
+			WindowEnd:      RFC3339(u.WindowEnd),
 			Bins:           hist.Bins,
 			Probabilities:  out,
 			PosteriorAlpha: alpha,
@@ -429,7 +479,7 @@ func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge)
 // draw of the simplex Dirichlet mechanism
 // from the window's padded average, charged (ε_r, δ_r) to the period's
 // (ε, δ) part (Plan).
-func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindow, pending []budget.Charge) (budget.Charge, error) {
+func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget.Charge) (budget.Charge, error) {
 	ap := r.plan.Average(h)
 	if ap == nil {
 		return budget.Charge{}, fmt.Errorf("histogram %d has no average plan", h)
@@ -461,7 +511,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw *aggregate.AverageWindo
 		Histogram:     hist.Name,
 		Group:         config.ImplicitGroup,
 		WindowStart:   RFC3339(w),
-		WindowEnd:     RFC3339(w + r.sizeMs),
+		WindowEnd:     RFC3339(u.WindowEnd),
 		Bins:          hist.Bins,
 		Probabilities: out,
 		Mechanism:     MechanismSimplexAverage,

@@ -174,7 +174,7 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 		mech += " (" + string(spec.Calibration) + ")"
 	}
 	fmt.Fprintf(tw, "guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
-	fmt.Fprintf(tw, "composition\t%s\n", compositionLine(plan, "histograms"))
+	fmt.Fprintf(tw, "composition\t%s\n", compositionLine(cfg, plan, "histograms"))
 	fmt.Fprintf(tw, "neighbour\t%s, max %d event(s) per user per window  (Δ1=%g Δ2²=%g Δ∞=%g)\n", plan.Neighbour,
 		cfg.Contribution.MaxEventsPerUser, cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "mechanism\t%s\n", mech)

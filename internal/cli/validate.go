@@ -87,10 +87,10 @@ func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	}
 	for _, h := range cfg.Histograms {
 		if h.IsAverage() {
-			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s\n", h.Name, len(h.Bins), h.Average.Users, cfg.Window.Size.D())
+			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D())
 			continue
 		}
-		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), cfg.Window.Size.D())
+		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), h.WindowSize(cfg.Window.Size).D())
 	}
 	tw.Flush()
 }
@@ -111,8 +111,8 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  average share\t%d releases (max_windows_per_user=%d of %d windows%s) × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
 			b.AverageReleases, b.K, plan.WindowsPerPeriod, replaceTwice(plan), len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
 	} else {
-		fmt.Fprintf(tw, "  average share\t%d windows × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period\n",
-			plan.WindowsPerPeriod, len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
+		fmt.Fprintf(tw, "  average share\t%s, basic composition: ε=%.6g, δ=%.3g per period\n",
+			averageComposition(plan), plan.ApproxEpsilon, plan.ApproxDelta)
 	}
 	if plan.Count != nil {
 		fmt.Fprintf(tw, "  count share\tthe rest: ε=%.6g, δ=%.3g for the count histograms (RDP), the two parts added\n", plan.Count.RDPEpsilon, plan.Count.RDPDelta)
@@ -125,7 +125,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	params := cp.Mechanism.Params()
 	fmt.Fprintf(tw, "  neighbour\t%s (max %d events per user per window per histogram)\n", plan.Neighbour, cfg.Contribution.MaxEventsPerUser)
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
-	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(plan, "count histograms"))
+	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
 	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP%s\n", spec.Order, spec.RDPEpsilon, perReleaseNote(plan))
 	switch {
@@ -158,11 +158,11 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 // compositionLine says what a period composes of the count (or all)
 // histograms: every window's unit, or with the cross-window bound
 // min(K, windows) windows' curves charged as one reservation per histogram.
-func compositionLine(plan *plan.Plan, what string) string {
+func compositionLine(cfg *config.Config, plan *plan.Plan, what string) string {
 	cp := plan.Count
 	b := plan.Bound
 	if b.K == 0 {
-		return fmt.Sprintf("%d windows × %d %s = %d charges per period", plan.WindowsPerPeriod, cp.UnitsPerWindow, what, cp.Units)
+		return countComposition(cfg, plan, what)
 	}
 	return fmt.Sprintf("%d windows (max_windows_per_user=%d of %d) × %d %s = %d per-window curves per period, charged as one period reservation per histogram",
 		b.CountWindows, b.K, plan.WindowsPerPeriod, cp.UnitsPerWindow, what, cp.Units)

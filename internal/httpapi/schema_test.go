@@ -62,7 +62,7 @@ var (
 		"periods[].period_start": true, "periods[].period_end": true, "periods[].spent_epsilon": true,
 		"periods[].budget_epsilon": true, "periods[].remaining_epsilon": true, "periods[].delta": true}
 	layoutSchema = map[string]bool{"histograms": true, "histograms[].name": true, "histograms[].bins": true,
-		"histograms[].groups": true, "window_seconds": true, "mechanism": true, "calibration": true, "band_level": true}
+		"histograms[].groups": true, "histograms[].window_seconds": true, "window_seconds": true, "mechanism": true, "calibration": true, "band_level": true}
 )
 
 func union(a, b map[string]bool) map[string]bool {

@@ -410,6 +410,9 @@ type LayoutHistogram struct {
 	Name   string   `json:"name"`
 	Bins   []string `json:"bins"`
 	Groups []string `json:"groups"`
+	// WindowSeconds is the histogram's own window (histograms[].window, else
+	// window.size): how often it is released.
+	WindowSeconds float64 `json:"window_seconds"`
 }
 
 func newLayout(cfg *config.Config) Layout {
@@ -422,7 +425,8 @@ func newLayout(cfg *config.Config) Layout {
 		l.Calibration = cfg.Privacy.Calibration
 	}
 	for _, h := range cfg.Histograms {
-		l.Histograms = append(l.Histograms, LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames()})
+		l.Histograms = append(l.Histograms, LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames(),
+			WindowSeconds: h.WindowSize(cfg.Window.Size).D().Seconds()})
 	}
 	return l
 }

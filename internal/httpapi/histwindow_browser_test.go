@@ -1,0 +1,81 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/release"
+)
+
+// TestBrowserHistogramWindows: with a histogram released hourly
+// (histograms[].window: 1h) next to minute ones, the dashboard shows each
+// at its own cadence — the hourly card shows its release although a
+// hundred minute windows were released after its window started (one
+// query over all histograms, newest window first, left it out: the card
+// said "waiting for the first window") — and says how often it is
+// released. /api/layout carries each histogram's window.
+func TestBrowserHistogramWindows(t *testing.T) {
+	bin := chromium(t)
+	cfg := testConfig(t, "", nil)
+	cfg.Histograms = append(cfg.Histograms, cfg.Histograms[0])
+	cfg.Histograms[1].Name = "hourly"
+	cfg.Histograms[1].GroupBy, cfg.Histograms[1].Groups = "", nil
+	cfg.Histograms[1].Window = 3600e9
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := httpapi.New(httpapi.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	add := func(hist, group string, start time.Time, size time.Duration) string {
+		ms := start.UnixMilli()
+		r := release.Release{ReleaseID: release.ReleaseID(hist, group, ms), Histogram: hist, Group: group,
+			WindowStart: release.RFC3339(ms), WindowEnd: release.RFC3339(ms + size.Milliseconds()),
+			Bins: []string{"home", "other"}, Probabilities: []float64{0.25, 0.75}, Mechanism: "dirichlet",
+			Params: release.Params{Alpha: 10, R: 1}, Privacy: release.Privacy{Order: 2, RDPEpsilon: 0.01}}
+		b, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Store().Add(b)
+		return r.ReleaseID
+	}
+	hourly := add("hourly", "*", base, time.Hour)
+	for m := range 100 {
+		for _, g := range []string{"US", "DE"} {
+			add("pages", g, base.Add(time.Duration(m)*time.Minute), time.Minute)
+		}
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+
+	_, _, body := get(t, ts.URL+"/api/layout", "")
+	var l httpapi.Layout
+	if err := json.Unmarshal(body, &l); err != nil || len(l.Histograms) != 2 || l.Histograms[0].WindowSeconds != 60 || l.Histograms[1].WindowSeconds != 3600 {
+		t.Fatalf("layout %s (%v): want pages every 60 s and hourly every 3600 s", body, err)
+	}
+	dom := string(runChromium(t, bin, ts.URL+"/", "--dump-dom"))
+	var found bool
+	for _, loc := range cardRE.FindAllStringIndex(dom, -1) {
+		a := attrs(dom[loc[0]:loc[1]])
+		if a["data-histogram"] != "hourly" {
+			continue
+		}
+		found = true
+		if a["data-release-id"] != hourly {
+			t.Errorf("the hourly card shows release %q, want %q", a["data-release-id"], hourly)
+		}
+	}
+	if !found {
+		t.Fatalf("no hourly card in the page:\n%s", dom)
+	}
+	if !strings.Contains(dom, "every 1 hour") {
+		t.Errorf("the page does not say the hourly histogram is released every hour")
+	}
+}
