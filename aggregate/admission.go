@@ -74,10 +74,21 @@ func (a *Admissions) K() int { return a.k }
 
 func (a *Admissions) shard(user uint64) *admShard { return &a.shards[user&(numShards-1)] }
 
+// norm maps a user hash to the key the Aggregator's tables use for it (0
+// marks a free slot there and is read as 1), so that a user is the same
+// user here, in the Aggregator and in the ledger.
+func norm(user uint64) uint64 {
+	if user == 0 {
+		return 1
+	}
+	return user
+}
+
 // Admissible reports whether user may still be admitted in some window of
 // period that is not closed yet: false once the user was admitted in K
 // closed windows of the period (its events are then dropped at add time).
 func (a *Admissions) Admissible(user uint64, period int64) bool {
+	user = norm(user)
 	s := a.shard(user)
 	s.mu.Lock()
 	n := s.periods[period][user]
@@ -88,6 +99,7 @@ func (a *Admissions) Admissible(user uint64, period int64) bool {
 // Closed returns closed_u: the user's admitted windows among the closed
 // windows of period.
 func (a *Admissions) Closed(user uint64, period int64) int {
+	user = norm(user)
 	s := a.shard(user)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,20 +115,33 @@ func (a *Admissions) Closed(user uint64, period int64) int {
 func (a *Admissions) Close(period int64, users []uint64) (admitted []uint64) {
 	admitted = make([]uint64, 0, len(users))
 	for _, u := range users {
-		s := a.shard(u)
-		s.mu.Lock()
-		m := s.periods[period]
-		if m == nil {
-			m = map[uint64]uint16{}
-			s.periods[period] = m
+		if a.Admit(period, u) {
+			admitted = append(admitted, norm(u))
 		}
-		if int(m[u]) < a.k {
-			m[u]++
-			admitted = append(admitted, u)
-		}
-		s.mu.Unlock()
 	}
 	return admitted
+}
+
+// Admit is Close for one user of the window that closes now: it reports
+// whether the user is admitted (closed_u < K) and if so counts the window
+// in closed_u. Call it once per user with an eligible event in the window,
+// in any order (the decisions are independent). [Aggregator.CloseAdmitted]
+// calls it through its admit function.
+func (a *Admissions) Admit(period int64, user uint64) bool {
+	user = norm(user)
+	s := a.shard(user)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.periods[period]
+	if m == nil {
+		m = map[uint64]uint16{}
+		s.periods[period] = m
+	}
+	if int(m[user]) < a.k {
+		m[user]++
+		return true
+	}
+	return false
 }
 
 // Restore sets closed_u for the users of period from the ledger (the
@@ -128,6 +153,7 @@ func (a *Admissions) Restore(period int64, counts map[uint64]uint16) {
 		a.shards[i].mu.Unlock()
 	}
 	for u, n := range counts {
+		u = norm(u)
 		s := a.shard(u)
 		s.mu.Lock()
 		m := s.periods[period]

@@ -160,3 +160,120 @@ func TestAdmissionsMemory(t *testing.T) {
 	}
 	runtime.KeepAlive(a)
 }
+
+// CloseAdmitted counts a user's events in exactly its K earliest eligible
+// windows of the period, with events of later windows arriving while
+// earlier ones are open (so a user is tentatively present in windows it is
+// not admitted to), and accounts for every part: counted, dropped on
+// arrival (not Admissible) or not admitted at the close.
+func TestCloseAdmittedCountsKEarliest(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for trial := 0; trial < 100; trial++ {
+		k := 1 + r.IntN(4)
+		windows := 2 + r.IntN(10)
+		users := 1 + r.IntN(30)
+		s := testSpec()
+		s.MaxEventsPerUser, s.MaxGroupsPerUser, s.MaxTrackedUsers = 8, 3, 0
+		agg := mustNew(t, s)
+		adm, _ := NewAdmissions(k)
+		const size = 60_000
+		type ev struct {
+			user                  uint64
+			page, country, device int32
+		}
+		events := make([][]ev, windows)
+		eligible := map[uint64][]int{}
+		for u := 0; u < users; u++ {
+			uh := r.Uint64() | 1
+			for w := 0; w < windows; w++ {
+				if r.IntN(2) == 0 {
+					continue
+				}
+				eligible[uh] = append(eligible[uh], w)
+				for n := 1 + r.IntN(3); n > 0; n-- {
+					events[w] = append(events[w], ev{uh, int32(r.IntN(5)), int32(r.IntN(3)), int32(r.IntN(2))})
+				}
+			}
+		}
+		admitted := admittedReference(eligible, k)
+		// want[w]: the counts of the events of users admitted to w.
+		want := make([][]float64, windows)
+		for w := range windows {
+			want[w] = make([]float64, 3*5+2)
+			for _, e := range events[w] {
+				if slices.Contains(admitted[e.user], w) {
+					want[w][int(e.country)*5+int(e.page)]++
+					want[w][15+int(e.device)]++
+				}
+			}
+		}
+		added := make([]int, windows)
+		var droppedAtAdd, counted, notAdmitted int64
+		add := func(w int) {
+			e := events[w][added[w]]
+			added[w]++
+			if !adm.Admissible(e.user, 0) {
+				droppedAtAdd += 2
+				return
+			}
+			o := agg.Add(int64(w)*size, event(e.user, e.page, e.country, e.device))
+			counted += int64(o.Counted)
+		}
+		total := int64(0)
+		for w := range windows {
+			total += 2 * int64(len(events[w]))
+			for v := w + 1; v < min(w+3, windows); v++ {
+				for n := r.IntN(len(events[v]) - added[v] + 1); n > 0; n-- {
+					add(v)
+				}
+			}
+			for added[w] < len(events[w]) {
+				add(w)
+			}
+			var in []uint64
+			wc, err := agg.CloseAdmitted(int64(w)*size, func(u uint64) bool {
+				ok := adm.Admit(0, u)
+				if ok {
+					in = append(in, u)
+				}
+				return ok
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			notAdmitted += wc.NotAdmitted()
+			var got []float64
+			for g := range 3 {
+				got = append(got, wc.Counts(0, g, make([]float64, 5))...)
+			}
+			got = append(got, wc.Counts(1, 0, make([]float64, 2))...)
+			wc.Release()
+			if !slices.Equal(got, want[w]) {
+				t.Fatalf("trial %d (k=%d) window %d: counts %v, want %v", trial, k, w, got, want[w])
+			}
+			slices.Sort(in)
+			var wantIn []uint64
+			for u, ws := range admitted {
+				if slices.Contains(ws, w) {
+					wantIn = append(wantIn, u)
+				}
+			}
+			slices.Sort(wantIn)
+			if !slices.Equal(in, wantIn) {
+				t.Fatalf("trial %d window %d: admitted %x, want %x", trial, w, in, wantIn)
+			}
+		}
+		if counted+droppedAtAdd != total {
+			t.Fatalf("trial %d: counted %d + dropped on arrival %d != %d parts", trial, counted, droppedAtAdd, total)
+		}
+		var sum float64
+		for _, c := range want {
+			for _, x := range c {
+				sum += x
+			}
+		}
+		if float64(counted-notAdmitted) != sum {
+			t.Fatalf("trial %d: counted %d − not admitted %d != %v counted in windows", trial, counted, notAdmitted, sum)
+		}
+	}
+}

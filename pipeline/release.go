@@ -189,7 +189,23 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 // finds it recorded). It returns the units still to publish.
 func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
-	counts, err := sess.agg.Close(w)
+	var counts *aggregate.WindowCounts
+	var err error
+	var adm *ledger.Admitted // the users the cross-window bound admits to w
+	if sess.adm != nil {
+		period := s.periodOf(w)
+		sess.adm.Forget(period) // earlier periods are over
+		adm = &ledger.Admitted{Period: period}
+		counts, err = sess.agg.CloseAdmitted(w, func(u uint64) bool {
+			if sess.adm.Admit(period, u) {
+				adm.Users = append(adm.Users, u)
+				return true
+			}
+			return false
+		})
+	} else {
+		counts, err = sess.agg.Close(w)
+	}
 	var avgs *aggregate.AverageWindow
 	if sess.avg != nil {
 		avgs = sess.avg.Close(w)
@@ -203,7 +219,10 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
 		s.stats.DropN(decode.ReasonBoundDisplaced, d)
 	}
-	return s.rel.Record(w, counts, avgs)
+	if n := counts.NotAdmitted(); n > 0 { // counted on arrival, then earlier windows took the user's K
+		s.stats.DropN(decode.ReasonBoundWindows, n)
+	}
+	return s.rel.RecordAdmitted(w, counts, avgs, adm)
 }
 
 func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }

@@ -125,6 +125,13 @@ func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 // still to publish: all of a window recorded now, the unpublished ones of
 // a window recorded before (with their recorded values, never redrawn).
 func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggregate.AverageWindow) ([]*ledger.Unit, error) {
+	return r.RecordAdmitted(w, counts, avgs, nil)
+}
+
+// RecordAdmitted is Record for a window under the cross-window bound: adm
+// (the users admitted to w, nil without the bound) is recorded in the same
+// ledger transaction as the window's units (ledger.RecordWindowAdmitted).
+func (r *Releaser) RecordAdmitted(w int64, counts *aggregate.WindowCounts, avgs *aggregate.AverageWindow, adm *ledger.Admitted) ([]*ledger.Unit, error) {
 	// A window is recorded whole, in one ledger transaction (all its
 	// histograms' units and their charges) or not at all; if any unit of
 	// it is recorded, the window is complete: publish what is unpublished.
@@ -166,7 +173,7 @@ func (r *Releaser) Record(w int64, counts *aggregate.WindowCounts, avgs *aggrega
 		}
 		units = append(units, u)
 	}
-	if err := r.recordWindow(units, charges); err != nil {
+	if err := r.recordWindow(units, charges, adm); err != nil {
 		return nil, err
 	}
 	return units, nil
@@ -197,7 +204,7 @@ func (r *Releaser) charge(u *ledger.Unit, c budget.Charge, pending []budget.Char
 // write-ahead order: record and charge → publish → mark published), then
 // adds the charges to the book. The ledger is the source of truth after a
 // crash.
-func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge) error {
+func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge, adm *ledger.Admitted) error {
 	book := r.book
 	p := units[0].Period
 	var spentAfter ledger.Curve
@@ -213,7 +220,7 @@ func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge) e
 			}
 		}
 	}
-	if err := r.ledger.RecordWindow(units, spentAfter); err != nil {
+	if err := r.ledger.RecordWindowAdmitted(units, spentAfter, adm); err != nil {
 		return err
 	}
 	for _, c := range charges {
