@@ -277,3 +277,21 @@ func TestCloseAdmittedCountsKEarliest(t *testing.T) {
 		}
 	}
 }
+
+// The per-event cost of the cross-window bound on the add path (one
+// Admissible call), with 10⁵ users admitted in the period.
+func BenchmarkAdmissible(b *testing.B) {
+	a, _ := NewAdmissions(5)
+	r := rand.New(rand.NewPCG(5, 6))
+	users := make([]uint64, 100_000)
+	for i := range users {
+		users[i] = r.Uint64()
+	}
+	a.Close(0, users)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if !a.Admissible(users[i%len(users)], 0) {
+			b.Fatal("not admissible")
+		}
+	}
+}
