@@ -96,10 +96,12 @@
 // derives the charge from these; TestNeighbourSensitivity checks them on
 // random neighbours, and finds each bound attained).
 //
-// The hashes are keyed with the process's random seed (package decode), so
-// the selection differs between processes; a window is always counted by
-// one process, since after a restart or takeover the events of every open
-// window are read again (offsets are committed only past released windows).
+// The hashes are keyed through the user hash (package decode), whose secret
+// key the stage keeps in its ledger: the same after a restart, so that the
+// cross-window bound's per-user state ([Admissions]) finds its users again.
+// A window is always counted by one process in any case, since after a
+// restart or takeover the events of every open window are read again
+// (offsets are committed only past released windows).
 //
 // [Aggregator.Close] returns a window's counts for every declared
 // (histogram, group, bin), zeros included, so what is released never depends

@@ -21,7 +21,7 @@ import (
 //     one probability vector (order-independent: a running sum and a count).
 //  2. Only the Users users with the smallest user hashes are kept (Users is
 //     the public N_pub of the histogram). The user hash is the decoder's
-//     keyed hash, with a random key per process, so which users are kept
+//     keyed hash, under a secret key, so which users are kept
 //     depends neither on arrival order nor on the vectors, and no producer
 //     can pick ids that are always kept. Memory is bounded by Users vectors
 //     per window: a user whose hash is above the Users-th smallest seen so
