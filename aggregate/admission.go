@@ -82,9 +82,12 @@ func (a *Admissions) K() int { return a.k }
 
 func (a *Admissions) shard(user uint64) *admShard { return &a.shards[user&(numShards-1)] }
 
-// norm maps a user hash to the key the Aggregator's tables use for it (0
-// marks a free slot there and is read as 1), so that a user is the same
-// user here, in the Aggregator and in the ledger.
+// UserKey maps a user hash (decode.Event.User) to the key the Aggregator's
+// tables use for it (0 marks a free slot there and is read as 1), so that a
+// user is the same user in Admissions, the Aggregator, the Averager's
+// admissions and the ledger.
+func UserKey(user uint64) uint64 { return norm(user) }
+
 func norm(user uint64) uint64 {
 	if user == 0 {
 		return 1

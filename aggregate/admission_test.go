@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/dpstage/stage/decode"
 )
 
 // reference: each user's admitted windows are the K earliest windows of the
@@ -293,5 +295,83 @@ func BenchmarkAdmissible(b *testing.B) {
 		if !a.Admissible(users[i%len(users)], 0) {
 			b.Fatal("not admissible")
 		}
+	}
+}
+
+// The deferred Averager's window under the cross-window bound is the padded
+// average of the Users smallest hashes among the users admitted to the
+// window — the same as a plain Averager fed only the admitted users'
+// vectors — although users arrive early in windows they turn out not to be
+// admitted to.
+func TestDeferredAveragerAdmitted(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for trial := 0; trial < 200; trial++ {
+		k, windows, users, capUsers, bins := 1+r.IntN(3), 2+r.IntN(6), 1+r.IntN(12), 1+r.IntN(5), 3
+		hists := []AverageHist{{Index: 0, Name: "h", Bins: bins, Users: capUsers}}
+		avg, err := NewDeferredAverager(hists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adm, _ := NewAdmissions(k)
+		events := make([][]avgEvent, windows)
+		eligible := map[uint64][]int{}
+		for u := 0; u < users; u++ {
+			uh := r.Uint64() | 1
+			for w := range windows {
+				if r.IntN(2) == 0 {
+					eligible[uh] = append(eligible[uh], w)
+					for n := 1 + r.IntN(2); n > 0; n-- {
+						events[w] = append(events[w], avgEvent{uh, randVec(r, bins)})
+					}
+				}
+			}
+		}
+		admitted := admittedReference(eligible, k)
+		ev := &decode.Event{Vectors: [][]float64{nil}, Drops: []decode.Reason{decode.ReasonNone}}
+		added := make([]int, windows)
+		add := func(w int) {
+			e := events[w][added[w]]
+			added[w]++
+			if adm.Admissible(e.user, 0) {
+				ev.User, ev.Vectors[0] = e.user, e.vec
+				avg.Add(int64(w), ev)
+			}
+		}
+		for w := range windows {
+			for v := w + 1; v < min(w+3, windows); v++ {
+				for n := r.IntN(len(events[v]) - added[v] + 1); n > 0; n-- {
+					add(v)
+				}
+			}
+			for added[w] < len(events[w]) {
+				add(w)
+			}
+			decided := map[uint64]bool{}
+			aw, err := avg.CloseAdmitted(int64(w), func(u uint64) bool {
+				ok, seen := decided[u]
+				if !seen {
+					ok = adm.Admit(0, u)
+					decided[u] = ok
+				}
+				return ok
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := aw.Mean(0, make([]float64, bins))
+			var in []avgEvent
+			for _, e := range events[w] {
+				if slices.Contains(admitted[e.user], w) {
+					in = append(in, e)
+				}
+			}
+			want, _ := padded(t, capUsers, bins, in)
+			if l1(got, want) > 1e-12 {
+				t.Fatalf("trial %d (k=%d, cap %d) window %d: mean %v, want %v", trial, k, capUsers, w, got, want)
+			}
+		}
+	}
+	if _, err := NewAverager([]AverageHist{{Index: 0, Name: "h", Bins: 2, Users: 1}}); err != nil {
+		t.Fatal(err)
 	}
 }

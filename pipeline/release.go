@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -190,30 +191,54 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
 	var counts *aggregate.WindowCounts
-	var err error
+	var avgs *aggregate.AverageWindow
+	var err, avgErr error
 	var adm *ledger.Admitted // the users the cross-window bound admits to w
 	if sess.adm != nil {
+		// The window's eligible users are those with a part to count in any
+		// histogram: each is decided once (Admissions.Admit), the count and
+		// average histograms sharing the decision.
 		period := s.periodOf(w)
 		sess.adm.Forget(period) // earlier periods are over
 		adm = &ledger.Admitted{Period: period}
-		counts, err = sess.agg.CloseAdmitted(w, func(u uint64) bool {
-			if sess.adm.Admit(period, u) {
-				adm.Users = append(adm.Users, u)
-				return true
+		decided := map[uint64]bool{}
+		admit := func(u uint64) bool {
+			u = aggregate.UserKey(u)
+			ok, seen := decided[u]
+			if !seen {
+				ok = sess.adm.Admit(period, u)
+				decided[u] = ok
+				if ok {
+					adm.Users = append(adm.Users, u)
+				}
 			}
-			return false
-		})
+			return ok
+		}
+		counts, err = sess.agg.CloseAdmitted(w, admit)
+		if sess.avg != nil && err == nil {
+			avgs, avgErr = sess.avg.CloseAdmitted(w, admit)
+		}
 	} else {
 		counts, err = sess.agg.Close(w)
-	}
-	var avgs *aggregate.AverageWindow
-	if sess.avg != nil {
-		avgs = sess.avg.Close(w)
+		if sess.avg != nil {
+			avgs = sess.avg.Close(w)
+		}
 	}
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
-	if err != nil {
+	if err = errors.Join(err, avgErr); err != nil {
+		if counts != nil {
+			counts.Release()
+		}
 		return nil, fmt.Errorf("close window %s: %w", release.RFC3339(w), err)
+	}
+	if avgs != nil {
+		if n := avgs.NotAdmitted(); n > 0 {
+			s.stats.DropN(decode.ReasonBoundWindows, int64(n))
+		}
+		if n := avgs.NotSelected(); n > 0 {
+			s.stats.AverageNotSelected.Add(int64(n))
+		}
 	}
 	defer counts.Release()
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted

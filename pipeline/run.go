@@ -251,7 +251,11 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		agg:      agg,
 	}
 	if hs := AverageHists(s.cfg); len(hs) > 0 {
-		if sess.avg, err = aggregate.NewAverager(hs); err != nil {
+		newAverager := aggregate.NewAverager
+		if s.cfg.Contribution.MaxWindowsPerUser > 0 {
+			newAverager = aggregate.NewDeferredAverager // the average.users cap among the admitted users
+		}
+		if sess.avg, err = newAverager(hs); err != nil {
 			s.fail(fmt.Errorf("build averager: %w", err))
 			return source.GenerationDone
 		}

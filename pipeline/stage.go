@@ -121,17 +121,6 @@ func New(opts Options) (*Stage, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("pipeline: no brokers (start the embedded broker or set kafka.brokers)")
 	}
-	if cfg.Contribution.MaxWindowsPerUser > 0 {
-		for _, h := range cfg.Histograms {
-			if h.IsAverage() {
-				// The averager keeps the average.users smallest hashes of a
-				// window as events arrive: a user tentatively kept in a
-				// window it turns out not to be admitted to would have
-				// pushed another user out of it, outside the K-window bound.
-				return nil, fmt.Errorf("pipeline: contribution.max_windows_per_user with histograms of kind average (%q) is not enforced by this build yet; remove one of them", h.Name)
-			}
-		}
-	}
 	pl, err := plan.DerivePlan(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
