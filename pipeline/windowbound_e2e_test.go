@@ -2,9 +2,12 @@ package pipeline_test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
@@ -133,5 +136,64 @@ func TestEndToEndWindowBound(t *testing.T) {
 	}
 	if d := run.Stage.Stats().Dropped(); d["bound_windows"] == 0 {
 		t.Errorf("no bound_windows drops counted in the second run: %v", d)
+	}
+}
+
+// TestEndToEndWindowBoundAverage: the cross-window bound covers average
+// histograms, sharing the admission with the count histograms. K = 1,
+// average.users 50: users a0..a9 send [1,0,0] in window 0 and [0,1,0] in
+// window 1; users b0..b9 send [0,0,1] in window 1 only. The a users are
+// admitted to window 0 only, so window 1 averages the b users' vectors
+// with 40 uniform paddings: p̄ = (0.2667, 0.2667, 0.4667), where counting
+// the a users again would give (0.2, 0.4, 0.4). The events carry no count
+// histogram's fields: their users are eligible through the average
+// histogram alone. Each release is one draw of Dir(k·p), k = 10⁶, checked
+// within 6σ per coordinate plus 1/Q (false-failure rate below 2·10⁻⁸, as
+// TestEndToEndAverage).
+func TestEndToEndWindowBoundAverage(t *testing.T) {
+	h := e2e.New(t)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, averageHist)
+	cfg.Contribution.MaxWindowsPerUser = 1
+	cfg.Contribution.MaxTrackedUsers = 0
+	skipUnlessAccounted(t, cfg)
+	const users, eta, k = 50.0, 0.001, 1e6
+	var msgs []kafka.Message
+	for u := range 10 {
+		msgs = append(msgs,
+			vectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Duration(u+1)*time.Second), []float64{1, 0, 0}),
+			vectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Minute+time.Duration(u+1)*time.Second), []float64{0, 1, 0}),
+			vectorEvent(fmt.Sprintf("b%d", u), e2e.Base.Add(time.Minute+time.Duration(u+20)*time.Second), []float64{0, 0, 1}))
+	}
+	run := h.Start(cfg)
+	h.Produce(msgs...)
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	want := 2 * (len(e2e.Groups) + 2)
+	out := h.ReadOutput(want, 60*time.Second, time.Second)
+	u := 1 / users / 3
+	wantMean := [][]float64{
+		{(10 + 40.0/3) / users, 40 * u, 40 * u},
+		{40 * u, 40 * u, (10 + 40.0/3) / users},
+	}
+	seen := 0
+	for _, r := range out.Releases {
+		if r.Histogram != "interests" {
+			continue
+		}
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		w := int(ws.Sub(e2e.Base) / time.Minute)
+		seen++
+		for i, x := range r.Probabilities {
+			p := (1-3*eta)*wantMean[w][i] + eta
+			sd := math.Sqrt(p * (1 - p) / (k + 1))
+			if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
+				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", w, interests[i], x, p, wantMean[w][i], tol)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("%d interests releases of windows 0–1, want 2 (%d releases read)", seen, len(out.Releases))
+	}
+	if d := run.Stage.Stats().Dropped(); d["bound_windows"] != 10 {
+		t.Errorf("bound_windows %d, want the a users' 10 vectors of window 1", d["bound_windows"])
 	}
 }
