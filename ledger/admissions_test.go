@@ -181,3 +181,38 @@ func TestAdmissionsDiskBytes(t *testing.T) {
 	}
 	l.Close()
 }
+
+// Prune deletes the admissions of the periods that ended before its bound,
+// and keeps the others.
+func TestPruneAdmissions(t *testing.T) {
+	l, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const day = 86_400_000
+	if _, _, err := l.SetMeta(Meta{WindowMs: 60_000, PeriodMs: day}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int64{day, 0} {
+		// Written directly, the later period first: recording a later
+		// period's admissions deletes the earlier ones itself.
+		if err := l.db.Update(func(tx *bolt.Tx) error { return putAdmitted(tx, &Admitted{Period: p, Users: []uint64{1, 2}}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := admUnit("a", day+60_000, day)
+	u.Published = true
+	if err := l.RecordWindow([]*Unit{u}, Curve{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Prune(day + 60_000); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := l.Admissions(0); len(got) != 0 {
+		t.Errorf("period 0's admissions kept: %v", got)
+	}
+	if got, _ := l.Admissions(day); len(got) != 2 {
+		t.Errorf("period day's admissions: %v", got)
+	}
+}

@@ -698,6 +698,9 @@ func (l *Ledger) Prune(before int64) (units, periods int, err error) {
 		if _, err = prunePeriods(tx.Bucket(bucketApprox), meta.PeriodMs, before); err != nil {
 			return err
 		}
+		if err = pruneAdmissions(tx, meta.PeriodMs, before); err != nil {
+			return err
+		}
 		_, err = prunePeriods(tx.Bucket(bucketLimits), meta.PeriodMs, before)
 		return err
 	})
@@ -793,6 +796,33 @@ func putAdmitted(tx *bolt.Tx, adm *Admitted) error {
 		var v [2]byte
 		binary.BigEndian.PutUint16(v[:], n+1)
 		if err := b.Put(k[:], v[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneAdmissions deletes the admissions of the periods that ended before
+// `before` (RecordWindowAdmitted deletes them too, when a window of a later
+// period is recorded with admissions; this covers a bound turned off).
+func pruneAdmissions(tx *bolt.Tx, periodMs, before int64) error {
+	root := tx.Bucket(bucketAdmissions)
+	if root == nil {
+		return nil
+	}
+	var del [][]byte
+	c := root.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) != 8 {
+			return fmt.Errorf("malformed admissions period key %x", k)
+		}
+		if int64(binary.BigEndian.Uint64(k)^(1<<63))+periodMs > before {
+			break
+		}
+		del = append(del, append([]byte(nil), k...))
+	}
+	for _, k := range del {
+		if err := root.DeleteBucket(k); err != nil {
 			return err
 		}
 	}
