@@ -8,9 +8,9 @@ import (
 // Admissions bounds how many windows of a budget period one user's events
 // count in (contribution.max_windows_per_user = K): a user is admitted to
 // the K earliest windows of the period in which the user has an eligible
-// event — an event that passed decoding and the window's own-times rule,
-// before any per-window bound. Later windows of the period drop that
-// user's events (bound_windows).
+// event — an event that passed decoding and the window's own-times rule
+// with at least one histogram part to count, before any per-window bound.
+// Later windows of the period drop that user's events (bound_windows).
 //
 // # Why this is exact, order-independent and restart-safe
 //
