@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/dpstage/stage/decode"
 )
 
 // reference: each user's admitted windows are the K earliest windows of the
@@ -159,4 +161,217 @@ func TestAdmissionsMemory(t *testing.T) {
 		t.Errorf("%.1f bytes per user: more than expected of a map entry of 10 bytes", per)
 	}
 	runtime.KeepAlive(a)
+}
+
+// CloseAdmitted counts a user's events in exactly its K earliest eligible
+// windows of the period, with events of later windows arriving while
+// earlier ones are open (so a user is tentatively present in windows it is
+// not admitted to), and accounts for every part: counted, dropped on
+// arrival (not Admissible) or not admitted at the close.
+func TestCloseAdmittedCountsKEarliest(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for trial := 0; trial < 100; trial++ {
+		k := 1 + r.IntN(4)
+		windows := 2 + r.IntN(10)
+		users := 1 + r.IntN(30)
+		s := testSpec()
+		s.MaxEventsPerUser, s.MaxGroupsPerUser, s.MaxTrackedUsers = 8, 3, 0
+		agg := mustNew(t, s)
+		adm, _ := NewAdmissions(k)
+		const size = 60_000
+		type ev struct {
+			user                  uint64
+			page, country, device int32
+		}
+		events := make([][]ev, windows)
+		eligible := map[uint64][]int{}
+		for u := 0; u < users; u++ {
+			uh := r.Uint64() | 1
+			for w := 0; w < windows; w++ {
+				if r.IntN(2) == 0 {
+					continue
+				}
+				eligible[uh] = append(eligible[uh], w)
+				for n := 1 + r.IntN(3); n > 0; n-- {
+					events[w] = append(events[w], ev{uh, int32(r.IntN(5)), int32(r.IntN(3)), int32(r.IntN(2))})
+				}
+			}
+		}
+		admitted := admittedReference(eligible, k)
+		// want[w]: the counts of the events of users admitted to w.
+		want := make([][]float64, windows)
+		for w := range windows {
+			want[w] = make([]float64, 3*5+2)
+			for _, e := range events[w] {
+				if slices.Contains(admitted[e.user], w) {
+					want[w][int(e.country)*5+int(e.page)]++
+					want[w][15+int(e.device)]++
+				}
+			}
+		}
+		added := make([]int, windows)
+		var droppedAtAdd, counted, notAdmitted int64
+		add := func(w int) {
+			e := events[w][added[w]]
+			added[w]++
+			if !adm.Admissible(e.user, 0) {
+				droppedAtAdd += 2
+				return
+			}
+			o := agg.Add(int64(w)*size, event(e.user, e.page, e.country, e.device))
+			counted += int64(o.Counted)
+		}
+		total := int64(0)
+		for w := range windows {
+			total += 2 * int64(len(events[w]))
+			for v := w + 1; v < min(w+3, windows); v++ {
+				for n := r.IntN(len(events[v]) - added[v] + 1); n > 0; n-- {
+					add(v)
+				}
+			}
+			for added[w] < len(events[w]) {
+				add(w)
+			}
+			var in []uint64
+			wc, err := agg.CloseAdmitted(int64(w)*size, func(u uint64) bool {
+				ok := adm.Admit(0, u)
+				if ok {
+					in = append(in, u)
+				}
+				return ok
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			notAdmitted += wc.NotAdmitted()
+			var got []float64
+			for g := range 3 {
+				got = append(got, wc.Counts(0, g, make([]float64, 5))...)
+			}
+			got = append(got, wc.Counts(1, 0, make([]float64, 2))...)
+			wc.Release()
+			if !slices.Equal(got, want[w]) {
+				t.Fatalf("trial %d (k=%d) window %d: counts %v, want %v", trial, k, w, got, want[w])
+			}
+			slices.Sort(in)
+			var wantIn []uint64
+			for u, ws := range admitted {
+				if slices.Contains(ws, w) {
+					wantIn = append(wantIn, u)
+				}
+			}
+			slices.Sort(wantIn)
+			if !slices.Equal(in, wantIn) {
+				t.Fatalf("trial %d window %d: admitted %x, want %x", trial, w, in, wantIn)
+			}
+		}
+		if counted+droppedAtAdd != total {
+			t.Fatalf("trial %d: counted %d + dropped on arrival %d != %d parts", trial, counted, droppedAtAdd, total)
+		}
+		var sum float64
+		for _, c := range want {
+			for _, x := range c {
+				sum += x
+			}
+		}
+		if float64(counted-notAdmitted) != sum {
+			t.Fatalf("trial %d: counted %d − not admitted %d != %v counted in windows", trial, counted, notAdmitted, sum)
+		}
+	}
+}
+
+// The per-event cost of the cross-window bound on the add path (one
+// Admissible call), with 10⁵ users admitted in the period.
+func BenchmarkAdmissible(b *testing.B) {
+	a, _ := NewAdmissions(5)
+	r := rand.New(rand.NewPCG(5, 6))
+	users := make([]uint64, 100_000)
+	for i := range users {
+		users[i] = r.Uint64()
+	}
+	a.Close(0, users)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if !a.Admissible(users[i%len(users)], 0) {
+			b.Fatal("not admissible")
+		}
+	}
+}
+
+// The deferred Averager's window under the cross-window bound is the padded
+// average of the Users smallest hashes among the users admitted to the
+// window — the same as a plain Averager fed only the admitted users'
+// vectors — although users arrive early in windows they turn out not to be
+// admitted to.
+func TestDeferredAveragerAdmitted(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for trial := 0; trial < 200; trial++ {
+		k, windows, users, capUsers, bins := 1+r.IntN(3), 2+r.IntN(6), 1+r.IntN(12), 1+r.IntN(5), 3
+		hists := []AverageHist{{Index: 0, Name: "h", Bins: bins, Users: capUsers}}
+		avg, err := NewDeferredAverager(hists)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adm, _ := NewAdmissions(k)
+		events := make([][]avgEvent, windows)
+		eligible := map[uint64][]int{}
+		for u := 0; u < users; u++ {
+			uh := r.Uint64() | 1
+			for w := range windows {
+				if r.IntN(2) == 0 {
+					eligible[uh] = append(eligible[uh], w)
+					for n := 1 + r.IntN(2); n > 0; n-- {
+						events[w] = append(events[w], avgEvent{uh, randVec(r, bins)})
+					}
+				}
+			}
+		}
+		admitted := admittedReference(eligible, k)
+		ev := &decode.Event{Vectors: [][]float64{nil}, Drops: []decode.Reason{decode.ReasonNone}}
+		added := make([]int, windows)
+		add := func(w int) {
+			e := events[w][added[w]]
+			added[w]++
+			if adm.Admissible(e.user, 0) {
+				ev.User, ev.Vectors[0] = e.user, e.vec
+				avg.Add(int64(w), ev)
+			}
+		}
+		for w := range windows {
+			for v := w + 1; v < min(w+3, windows); v++ {
+				for n := r.IntN(len(events[v]) - added[v] + 1); n > 0; n-- {
+					add(v)
+				}
+			}
+			for added[w] < len(events[w]) {
+				add(w)
+			}
+			decided := map[uint64]bool{}
+			aw, err := avg.CloseAdmitted(int64(w), func(u uint64) bool {
+				ok, seen := decided[u]
+				if !seen {
+					ok = adm.Admit(0, u)
+					decided[u] = ok
+				}
+				return ok
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := aw.Mean(0, make([]float64, bins))
+			var in []avgEvent
+			for _, e := range events[w] {
+				if slices.Contains(admitted[e.user], w) {
+					in = append(in, e)
+				}
+			}
+			want, _ := padded(t, capUsers, bins, in)
+			if l1(got, want) > 1e-12 {
+				t.Fatalf("trial %d (k=%d, cap %d) window %d: mean %v, want %v", trial, k, capUsers, w, got, want)
+			}
+		}
+	}
+	if _, err := NewAverager([]AverageHist{{Index: 0, Name: "h", Bins: 2, Users: 1}}); err != nil {
+		t.Fatal(err)
+	}
 }

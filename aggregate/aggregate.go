@@ -96,10 +96,12 @@
 // derives the charge from these; TestNeighbourSensitivity checks them on
 // random neighbours, and finds each bound attained).
 //
-// The hashes are keyed with the process's random seed (package decode), so
-// the selection differs between processes; a window is always counted by
-// one process, since after a restart or takeover the events of every open
-// window are read again (offsets are committed only past released windows).
+// The hashes are keyed through the user hash (package decode), whose secret
+// key the stage keeps in its ledger: the same after a restart, so that the
+// cross-window bound's per-user state ([Admissions]) finds its users again.
+// A window is always counted by one process in any case, since after a
+// restart or takeover the events of every open window are read again
+// (offsets are committed only past released windows).
 //
 // [Aggregator.Close] returns a window's counts for every declared
 // (histogram, group, bin), zeros included, so what is released never depends
@@ -608,6 +610,25 @@ func (a *Aggregator) openShardWindow(s *shard, start int64) *shardWindow {
 // never saw an event, the parts selected from its tracked users. The caller
 // must Release the result.
 func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
+	return a.close(windowStart, nil)
+}
+
+// CloseAdmitted is Close for a window under the cross-window bound
+// (contribution.max_windows_per_user, see Admissions): admit is called
+// once for every user of the window with a part to count — the window's
+// eligible users, whatever the per-window bounds kept of them — from the
+// calling goroutine, in no particular order; only the selected parts of the
+// users it admits are counted. The selected parts of the others are
+// reported by [WindowCounts.NotAdmitted]. Typically admit is
+// [Admissions.Admit] for the window's period, recording the admitted users.
+func (a *Aggregator) CloseAdmitted(windowStart int64, admit func(user uint64) bool) (*WindowCounts, error) {
+	if admit == nil {
+		return nil, errors.New("aggregate: close admitted: nil admit")
+	}
+	return a.close(windowStart, admit)
+}
+
+func (a *Aggregator) close(windowStart int64, admit func(uint64) bool) (*WindowCounts, error) {
 	end := windowStart + a.spec.WindowSize.Milliseconds()
 	if end < windowStart {
 		return nil, fmt.Errorf("aggregate: window start %d: end overflows int64", windowStart)
@@ -633,7 +654,7 @@ func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
 		a.mu.Unlock()
 	}
 	counts := make([]int64, a.nCells)
-	var displaced int64
+	var displaced, notAdmitted int64
 	cur := make([]int, a.maxSlots)
 	for i := range a.shards {
 		s := &a.shards[i]
@@ -642,7 +663,9 @@ func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
 			a.removeEvicted(s)
 		}
 		if sw := s.wins[windowStart]; sw != nil {
-			displaced += sw.displaced + a.count(sw, counts, cur)
+			d, n := a.count(sw, counts, cur, admit)
+			displaced += sw.displaced + d
+			notAdmitted += n
 			delete(s.wins, windowStart)
 			if s.last == sw {
 				s.last = nil
@@ -657,12 +680,19 @@ func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
 	}
 	// Every Add that could reach w's records did so holding a shard lock
 	// taken above, so its writes happen before count read them.
-	return a.build(windowStart, end, counts, displaced)
+	wc, err := a.build(windowStart, end, counts, displaced)
+	if err != nil {
+		return nil, err
+	}
+	wc.notAdmitted = notAdmitted
+	return wc, nil
 }
 
-// count adds the selected parts of sw's tracked users to counts and returns
-// the number of selected parts of its users no longer tracked (s.mu held).
-func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int) (displaced int64) {
+// count adds the selected parts of sw's tracked users that admit admits
+// (all when admit is nil) to counts, and returns the number of selected
+// parts of its users no longer tracked and of those not admitted (s.mu
+// held).
+func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int, admit func(uint64) bool) (displaced, notAdmitted int64) {
 	tau := sw.w.tau.Load()
 	t := sw.users
 	for i := 0; i < len(t.words); i += t.stride {
@@ -675,12 +705,16 @@ func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int) (displace
 			displaced += int64(a.selectedParts(rec))
 			continue
 		}
+		if admit != nil && !admit(key) {
+			notAdmitted += int64(a.selectedParts(rec))
+			continue
+		}
 		for h := range a.hists {
 			l := &a.hists[h]
 			a.countSelected(l, rec[l.recOff:l.recOff+l.slots*a.m], cur, counts)
 		}
 	}
-	return displaced
+	return displaced, notAdmitted
 }
 
 // Reset drops every open window and all bounding state, and frees the memory

@@ -21,7 +21,7 @@ import (
 //     one probability vector (order-independent: a running sum and a count).
 //  2. Only the Users users with the smallest user hashes are kept (Users is
 //     the public N_pub of the histogram). The user hash is the decoder's
-//     keyed hash, with a random key per process, so which users are kept
+//     keyed hash, under a secret key, so which users are kept
 //     depends neither on arrival order nor on the vectors, and no producer
 //     can pick ids that are always kept. Memory is bounded by Users vectors
 //     per window: a user whose hash is above the Users-th smallest seen so
@@ -65,8 +65,11 @@ type AverageOutcome struct {
 // for concurrent use.
 type Averager struct {
 	hists []AverageHist
-	mu    sync.Mutex // guards wins
-	wins  map[int64][]*keptUsers
+	// deferred: the Users cap is applied at the close, among the users the
+	// cross-window bound admits (NewDeferredAverager), not on arrival.
+	deferred bool
+	mu       sync.Mutex // guards wins
+	wins     map[int64][]*keptUsers
 }
 
 // ErrNoAverages is returned by NewAverager when there is nothing to average.
@@ -83,6 +86,26 @@ func NewAverager(hists []AverageHist) (*Averager, error) {
 		}
 	}
 	return &Averager{hists: hists, wins: map[int64][]*keptUsers{}}, nil
+}
+
+// NewDeferredAverager is NewAverager for a stage with the cross-window
+// bound (contribution.max_windows_per_user): every user's vectors are kept
+// until the window closes, and CloseAdmitted keeps the Users smallest
+// hashes among the users admitted to the window. Keeping the smallest on
+// arrival would not do: a user tentatively kept in a window it turns out
+// not to be admitted to would have pushed another user out of it — a
+// change outside the user's K windows. With the cap applied among the
+// admitted users the kept set is that of the sensitivity argument above
+// for the window's admitted users, and whether a user is admitted depends
+// on its own events only. Memory grows with the window's users (one
+// vector each).
+func NewDeferredAverager(hists []AverageHist) (*Averager, error) {
+	a, err := NewAverager(hists)
+	if err != nil {
+		return nil, err
+	}
+	a.deferred = true
+	return a, nil
 }
 
 // Hists returns the histograms averaged, in config order.
@@ -115,7 +138,11 @@ func (a *Averager) Add(windowStart int64, ev *decode.Event) (o AverageOutcome) {
 			if ws = a.wins[windowStart]; ws == nil {
 				ws = make([]*keptUsers, len(a.hists))
 				for j, hj := range a.hists {
-					ws[j] = newKeptUsers(hj.Users, hj.Bins)
+					limit := hj.Users
+					if a.deferred {
+						limit = math.MaxInt // applied by CloseAdmitted
+					}
+					ws[j] = newKeptUsers(limit, hj.Bins)
 				}
 				a.wins[windowStart] = ws
 			}
@@ -151,6 +178,42 @@ func (a *Averager) Close(windowStart int64) *AverageWindow {
 	return &AverageWindow{hists: a.hists, kept: ws}
 }
 
+// CloseAdmitted is Close for an Averager made by NewDeferredAverager:
+// admit is called for every user with a vector in the window (possibly
+// more than once for a user: it must answer the same), and each
+// histogram's result averages the Users smallest hashes among the users it
+// admits.
+func (a *Averager) CloseAdmitted(windowStart int64, admit func(user uint64) bool) (*AverageWindow, error) {
+	if !a.deferred || admit == nil {
+		return nil, errors.New("aggregate: close admitted: the averager does not defer its cap, or nil admit")
+	}
+	aw := a.Close(windowStart)
+	for i, k := range aw.kept {
+		kept := k.h[:0]
+		for _, e := range k.h {
+			if admit(e.user) {
+				kept = append(kept, e)
+			} else {
+				delete(k.index, e.user)
+				aw.notAdmitted++
+			}
+		}
+		clear(k.h[len(kept):])
+		k.h = kept
+		for j, e := range k.h {
+			e.pos = j
+		}
+		heap.Init(&k.h)
+		k.limit = a.hists[i].Users
+		for len(k.h) > k.limit {
+			e := heap.Pop(&k.h).(*userVec)
+			delete(k.index, e.user)
+			aw.notSelected++
+		}
+	}
+	return aw, nil
+}
+
 // Reset forgets every open window.
 func (a *Averager) Reset() {
 	a.mu.Lock()
@@ -162,7 +225,18 @@ func (a *Averager) Reset() {
 type AverageWindow struct {
 	hists []AverageHist
 	kept  []*keptUsers // nil: no events
+	// notAdmitted, notSelected: (user, histogram) vectors dropped by
+	// CloseAdmitted, for the cross-window bound and for the Users cap.
+	notAdmitted, notSelected int
 }
+
+// NotAdmitted is the number of (user, histogram) vectors CloseAdmitted
+// dropped because the cross-window bound did not admit the user.
+func (w *AverageWindow) NotAdmitted() int { return w.notAdmitted }
+
+// NotSelected is the number of (user, histogram) vectors CloseAdmitted
+// dropped because the user is not among the Users smallest admitted hashes.
+func (w *AverageWindow) NotSelected() int { return w.notSelected }
 
 // position returns the position among the averaged histograms of the one
 // whose config index is hist (panics if hist is not an average histogram:

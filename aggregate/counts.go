@@ -30,6 +30,9 @@ type WindowCounts struct {
 	rec        arrow.Record
 	counts     []int64 // the count column's values (valid until Release)
 	displaced  int64
+	// notAdmitted: selected parts of users the cross-window bound did not
+	// admit to the window (CloseAdmitted).
+	notAdmitted int64
 }
 
 // build makes the record of a window; counts nil means all zeros. displaced
@@ -83,6 +86,11 @@ func (a *Aggregator) build(start, end int64, counts []int64, displaced int64) (*
 // hashes (max_tracked_users). With the Outcomes of every Add to the window,
 // Σ Counted − Σ Displaced − Displaced() is the window's total count.
 func (w *WindowCounts) Displaced() int64 { return w.displaced }
+
+// NotAdmitted is the number of parts selected for users of the window that
+// the cross-window bound did not admit to it ([Aggregator.CloseAdmitted]):
+// they are not counted (bound_windows).
+func (w *WindowCounts) NotAdmitted() int64 { return w.notAdmitted }
 
 // Start is the window's start, Unix ms (inclusive).
 func (w *WindowCounts) Start() int64 { return w.start }

@@ -2,12 +2,12 @@ package aggregate_test
 
 import (
 	"fmt"
-	"hash/maphash"
 	"time"
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/siphash"
 )
 
 func Example() {
@@ -18,7 +18,7 @@ func Example() {
 			OverflowBin: "other", GroupBy: "country", Groups: []string{"US", "DE"}}},
 		Contribution: config.Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 1000},
 	}
-	d, err := decode.New(cfg, maphash.MakeSeed())
+	d, err := decode.New(cfg, siphash.MustNewKey())
 	if err != nil {
 		panic(err)
 	}

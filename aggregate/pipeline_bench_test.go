@@ -2,13 +2,13 @@ package aggregate
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/siphash"
 )
 
 // benchConfig is the quickstart-like configuration of the in-process
@@ -44,7 +44,7 @@ func benchMessages(n int) [][]byte {
 // window as event time leaves it.
 func BenchmarkDecodeAdd(b *testing.B) {
 	cfg := benchConfig()
-	d, err := decode.New(cfg, maphash.MakeSeed())
+	d, err := decode.New(cfg, siphash.MustNewKey())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func mix64(x uint64) uint64 {
 //
 // It is a function of the event's own content, never of where or when the
 // event arrived, and it is keyed through user (a keyed hash with a secret
-// per-process seed), so a producer cannot predict it.
+// key), so a producer cannot predict it.
 func EventHash(user uint64, timeMs int64, group, bin int) uint32 {
 	return eventHash(eventKey(user, timeMs), group, bin)
 }

@@ -51,30 +51,36 @@
 //
 // # The user hash
 //
-// [Event.User] is maphash of the user id bytes under the seed given to [New].
-// The seed is random per process, so the hash cannot be precomputed by
-// whoever produces events to force collisions. A collision between two users
-// merges them under one contribution bound: together they count at most as
-// much as one user may, and hashing never splits a user (which would let one
-// user contribute twice). A merge is not free of cost, though: under the
-// add_remove relation, removing one of two merged users can let the other's
-// event count instead, a change of one user out and one in (the replace
-// sensitivity). The seed makes that an accident, not an attack: with 64-bit
-// hashes the expected number of colliding pairs among n users is n²/2⁶⁵,
-// about 3·10⁻⁸ at one million users; and with the tracked-user cap on (the
-// default) add_remove is charged the replace sensitivity anyway.
+// [Event.User] is SipHash-2-4 (package internal/siphash) of the user id
+// bytes (a string's unescaped bytes, a number's literal) under the 16-byte
+// key given to [New]. The stage generates the key from crypto/rand at its
+// first start and keeps it in its ledger (state.dir, a secret like the rest
+// of it), so the hash of a user is the same after a restart: the
+// cross-window bound (contribution.max_windows_per_user) keeps per-user
+// state across restarts under it. The key is secret, so the hash cannot be
+// precomputed by whoever produces events to force collisions. A collision
+// between two users merges them under one contribution bound: together they
+// count at most as much as one user may, and hashing never splits a user
+// (which would let one user contribute twice). A merge is not free of cost,
+// though: under the add_remove relation, removing one of two merged users
+// can let the other's event count instead, a change of one user out and one
+// in (the replace sensitivity). The key makes that an accident, not an
+// attack: with 64-bit hashes the expected number of colliding pairs among n
+// users is n²/2⁶⁵, about 3·10⁻⁸ at one million users; and with the
+// tracked-user cap on (the default) add_remove is charged the replace
+// sensitivity anyway.
 package decode
 
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"slices"
 	"strconv"
 	"unsafe"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/siphash"
 )
 
 // DefaultMaxMessageBytes is used when events.max_message_bytes is zero.
@@ -167,7 +173,7 @@ func lookup(list []string, m map[string]int32, v []byte) (int32, bool) {
 // [Event].
 type Decoder struct {
 	maxBytes  int
-	seed      maphash.Seed
+	key       siphash.Key
 	fields    []string       // distinct field names; index = slot
 	fieldMap  map[string]int // for many fields; nil when the linear scan is used
 	maxField  int            // longest field name
@@ -183,10 +189,10 @@ type Decoder struct {
 const linearFields = 12
 
 // New builds the decoder's lookup tables from the public bins and groups in
-// cfg. key seeds the user hash: use one random seed per process
-// (maphash.MakeSeed()) and share it between every decoder whose users must
-// be bounded together.
-func New(cfg *config.Config, key maphash.Seed) (*Decoder, error) {
+// cfg. key keys the user hash: share one secret key (siphash.NewKey, kept
+// in the ledger by the stage) between every decoder whose users must be
+// bounded together.
+func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 	if cfg == nil {
 		return nil, errors.New("decode: nil config")
 	}
@@ -206,7 +212,7 @@ func New(cfg *config.Config, key maphash.Seed) (*Decoder, error) {
 	if len(cfg.Histograms) == 0 {
 		return nil, errors.New("decode: no histograms configured")
 	}
-	d := &Decoder{maxBytes: ev.MaxMessageBytes, seed: key}
+	d := &Decoder{maxBytes: ev.MaxMessageBytes, key: key}
 	if d.maxBytes == 0 {
 		d.maxBytes = DefaultMaxMessageBytes
 	}
@@ -457,9 +463,9 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 			return ReasonMissingUser
 		}
 		if us.esc {
-			ev.User = hashEscaped(d.seed, msg[us.start:us.end])
+			ev.User = hashEscaped(d.key, msg[us.start:us.end])
 		} else {
-			ev.User = maphash.Bytes(d.seed, msg[us.start:us.end])
+			ev.User = d.key.Sum64(msg[us.start:us.end])
 		}
 	case kindNumber:
 		for _, c := range msg[us.start:us.end] {
@@ -467,7 +473,7 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 				return ReasonWrongType
 			}
 		}
-		ev.User = maphash.Bytes(d.seed, msg[us.start:us.end])
+		ev.User = d.key.Sum64(msg[us.start:us.end])
 	default:
 		return ReasonWrongType
 	}
@@ -626,36 +632,17 @@ func parseFloat(b []byte) (float64, bool) {
 	return x, true
 }
 
-// hashEscaped hashes the unescaped form of an escaped string, streaming it
-// through maphash.Hash (the result equals maphash.Bytes of the unescaped
-// bytes).
-func hashEscaped(seed maphash.Seed, v []byte) uint64 {
-	var h maphash.Hash
-	h.SetSeed(seed)
-	var buf [64]byte
-	for i := 0; i < len(v); {
-		// Unescape a chunk that ends at an escape boundary.
-		j := i
-		n := 0
-		for j < len(v) && n+4 <= len(buf) {
-			k := j + 1
-			if v[j] == '\\' {
-				k = j + 2
-				if v[j+1] == 'u' {
-					k = j + 6
-					if u := hex4(v, j+2); u >= 0xD800 && u < 0xDC00 {
-						k = j + 12
-					}
-				}
-			}
-			m, _ := unescape(buf[n:], v[j:k]) // at most 4 bytes: fits
-			n += m
-			j = k
-		}
-		h.Write(buf[:n])
-		i = j
+// hashEscaped hashes the unescaped form of an escaped string (the result
+// equals key.Sum64 of the unescaped bytes). Escaped user ids are rare; one
+// up to 256 bytes unescapes on the stack.
+func hashEscaped(key siphash.Key, v []byte) uint64 {
+	var stack [256]byte
+	buf := stack[:]
+	if len(v) > len(buf) {
+		buf = make([]byte, len(v)) // unescaping never lengthens
 	}
-	return h.Sum64()
+	n, _ := unescape(buf, v)
+	return key.Sum64(buf[:n])
 }
 
 // scan validates msg as one JSON object and records in slots where the

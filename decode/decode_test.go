@@ -3,7 +3,6 @@ package decode
 import (
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -239,7 +238,7 @@ func TestDecodeTable(t *testing.T) {
 		if ev.TimeMs != c.time {
 			t.Errorf("%s: time %d, want %d", c.name, ev.TimeMs, c.time)
 		}
-		if c.user != "" && ev.User != maphash.String(testSeed, c.user) {
+		if c.user != "" && ev.User != testSeed.String(c.user) {
 			t.Errorf("%s: user hash differs from hash of %q", c.name, c.user)
 		}
 		if c.bins != nil && (fmt.Sprint(ev.Bins) != fmt.Sprint(c.bins) || fmt.Sprint(ev.Groups) != fmt.Sprint(c.groups) || fmt.Sprint(ev.Drops) != fmt.Sprint(c.drops)) {

@@ -73,6 +73,11 @@ const (
 	// smaller-hash event or group of the same user, or by the user's
 	// eviction from a full window.
 	ReasonBoundDisplaced
+	// ReasonBoundWindows: the user was admitted to
+	// contribution.max_windows_per_user earlier windows of the budget
+	// period (dropped on arrival, or at the window's close when earlier
+	// windows closed after the event arrived).
+	ReasonBoundWindows
 	// ReasonBoundAverageUsers: an average histogram's vector from a user not
 	// among the window's average.users kept users at arrival.
 	ReasonBoundAverageUsers
@@ -96,7 +101,7 @@ var WindowReasons = []Reason{ReasonLate, ReasonTimeTooFarAhead}
 
 // BoundReasons are the bounding outcomes counted in the stage's drop
 // counters (ReasonBoundAverageUsers is counted apart, see Bound).
-var BoundReasons = []Reason{ReasonBoundUserEvents, ReasonBoundUserGroups, ReasonBoundCapacity, ReasonBoundDisplaced}
+var BoundReasons = []Reason{ReasonBoundUserEvents, ReasonBoundUserGroups, ReasonBoundCapacity, ReasonBoundDisplaced, ReasonBoundWindows}
 
 var reasonNames = [NumReasons]string{
 	ReasonNone:         "none",
@@ -119,6 +124,7 @@ var reasonNames = [NumReasons]string{
 	ReasonBoundUserGroups:   "bound_user_groups",
 	ReasonBoundCapacity:     "bound_capacity",
 	ReasonBoundDisplaced:    "bound_displaced",
+	ReasonBoundWindows:      "bound_windows",
 	ReasonBoundAverageUsers: "bound_average_users",
 }
 

@@ -3,7 +3,6 @@ package decode
 import (
 	"bytes"
 	"encoding/json"
-	"hash/maphash"
 	"math"
 	"math/big"
 	"regexp"
@@ -13,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/siphash"
 )
 
 // testConfig: three histograms exercising overflow, groups, no groups,
@@ -39,7 +39,7 @@ func avgConfig() *config.Config {
 	return cfg
 }
 
-var testSeed = maphash.MakeSeed()
+var testSeed = siphash.MustNewKey()
 
 func mustNew(cfg *config.Config) *Decoder {
 	d, err := New(cfg, testSeed)
@@ -220,12 +220,12 @@ func reference(cfg *config.Config, msg []byte) (e expected, ok bool) {
 		if u == "" {
 			return expected{reason: ReasonMissingUser}, true
 		}
-		e.user = maphash.String(testSeed, u)
+		e.user = testSeed.String(u)
 	case json.Number:
 		if strings.ContainsAny(string(u), ".eE") {
 			return expected{reason: ReasonWrongType}, true
 		}
-		e.user = maphash.String(testSeed, string(u))
+		e.user = testSeed.String(string(u))
 	default:
 		return expected{reason: ReasonWrongType}, true
 	}

@@ -29,7 +29,7 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
 	}
 	defer r.Close()
-	dec, err := decode.New(s.cfg, s.userSeed)
+	dec, err := decode.New(s.cfg, s.userKey)
 	if err != nil {
 		s.fail(fmt.Errorf("build decoder: %w", err))
 		return
@@ -202,7 +202,7 @@ type partitionLocal struct {
 
 	// Counters not yet added to Stats.
 	decoded, counted, boundEvents, boundGroups, boundCapacity int64
-	boundDisplaced, flushedConsumed                           int64
+	boundDisplaced, boundWindows, flushedConsumed             int64
 }
 
 // observe records a counted event's time; sizeMs is the window size.
@@ -266,7 +266,11 @@ func (l *partitionLocal) flushStats(st *Stats) {
 	if l.boundDisplaced > 0 {
 		st.DropN(decode.ReasonBoundDisplaced, l.boundDisplaced)
 	}
+	if l.boundWindows > 0 {
+		st.DropN(decode.ReasonBoundWindows, l.boundWindows)
+	}
 	l.decoded, l.counted, l.boundEvents, l.boundGroups, l.boundCapacity, l.boundDisplaced = 0, 0, 0, 0, 0, 0
+	l.boundWindows = 0
 }
 
 // handle bounds and counts a decoded event whose record (arrival) time is
@@ -292,6 +296,19 @@ func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Eve
 		return reason
 	}
 	sess.closeMu.RLock()
+	if sess.adm != nil && !sess.adm.Admissible(ev.User, s.periodOf(w)) {
+		// Admitted to max_windows_per_user closed windows of the period
+		// already: never admitted to w (aggregate.Admissions). Nothing of
+		// the event can count, so its offset is done.
+		sess.closeMu.RUnlock()
+		if !s.arrival {
+			loc.observe(ev.TimeMs, s.sizeMs)
+		}
+		s.countOutcome(ev, aggregate.Outcome{}, loc)
+		loc.boundWindows += int64(validParts(ev))
+		tracker.Processed(offset)
+		return decode.ReasonNone
+	}
 	// Into the window of every size still open (windows.go).
 	out, ao, track, ok := sess.add(w, s.sizeMs, ev)
 	if !ok {
@@ -332,4 +349,16 @@ func (s *Stage) countOutcome(ev *decode.Event, out aggregate.Outcome, loc *parti
 	loc.boundGroups += int64(out.DroppedUserGroups)
 	loc.boundCapacity += int64(out.DroppedCapacity)
 	loc.boundDisplaced += int64(out.Displaced)
+}
+
+// validParts is the number of histogram parts of a decoded event that no
+// per-histogram reason dropped.
+func validParts(ev *decode.Event) int {
+	n := 0
+	for _, r := range ev.Drops {
+		if r == decode.ReasonNone {
+			n++
+		}
+	}
+	return n
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/release"
@@ -188,8 +189,31 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 // finds it recorded). It returns the units still to publish.
 func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
+	var admit func(uint64) bool
+	var adm *ledger.Admitted // the users the cross-window bound admits to w
+	if sess.adm != nil {
+		// The window's eligible users are those with a part to count in any
+		// histogram: each is decided once (Admissions.Admit), the count and
+		// average histograms sharing the decision.
+		period := s.periodOf(w)
+		sess.adm.Forget(period) // earlier periods are over
+		adm = &ledger.Admitted{Period: period}
+		decided := map[uint64]bool{}
+		admit = func(u uint64) bool {
+			u = aggregate.UserKey(u)
+			ok, seen := decided[u]
+			if !seen {
+				ok = sess.adm.Admit(period, u)
+				decided[u] = ok
+				if ok {
+					adm.Users = append(adm.Users, u)
+				}
+			}
+			return ok
+		}
+	}
 	// The windows of every size ending with w (windows.go).
-	counts, err := sess.closeBoundary(w + s.sizeMs)
+	counts, err := sess.closeBoundary(w+s.sizeMs, admit)
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
@@ -199,7 +223,14 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
 		s.stats.DropN(decode.ReasonBoundDisplaced, d)
 	}
-	return s.rel.Record(w, counts, counts)
+	// Counted on arrival, then earlier windows took the user's K.
+	if nc, na := counts.NotAdmitted(); nc+na > 0 {
+		s.stats.DropN(decode.ReasonBoundWindows, nc+na)
+	}
+	if n := counts.AverageNotSelected(); n > 0 {
+		s.stats.AverageNotSelected.Add(n)
+	}
+	return s.rel.RecordAdmitted(w, counts, counts, adm)
 }
 
 func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }

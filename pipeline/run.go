@@ -11,6 +11,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
@@ -70,6 +72,9 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		return err
 	}
 	if s.meta, err = s.loadMeta(); err != nil {
+		return err
+	}
+	if err := s.loadUserKey(); err != nil {
 		return err
 	}
 	if err := s.prune(); err != nil {
@@ -210,6 +215,11 @@ type session struct {
 	sets []*windowSet
 	// first is the ledger's first window: earlier events are late.
 	first int64
+	// adm is the cross-window bound's state (contribution.
+	// max_windows_per_user; nil when off), restored from the ledger at
+	// the session's start: the admissions of the recorded windows of the
+	// period of next.
+	adm *aggregate.Admissions
 
 	closeMu sync.RWMutex // guards next against adds into closed windows: workers add under RLock, the releaser closes under Lock
 	// next is the start of the first window not yet closed.
@@ -260,6 +270,10 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		return source.GenerationDone
 	}
 	sess.next = next
+	if sess.adm, err = s.restoreAdmissions(next); err != nil {
+		s.fail(fmt.Errorf("read ledger: %w", err))
+		return source.GenerationDone
+	}
 	if err := s.checkContinuity(ctx); err != nil {
 		// A standby with its own empty state.dir taking over after the
 		// active instance published: stop rather than release again.
@@ -336,4 +350,48 @@ func joinContexts(a, b context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(a)
 	stop := context.AfterFunc(b, cancel)
 	return c, func() { stop(); cancel() }
+}
+
+// loadUserKey sets the user hash key from the ledger's metadata, recording a
+// new random one at the first start (unless Options.HashKey set it). The
+// hash of a user must be the same after a restart: the cross-window bound's
+// admissions are kept in the ledger under it.
+func (s *Stage) loadUserKey() error {
+	if s.hashKeySet {
+		return nil
+	}
+	b, err := s.ledger.UserHashKey(func() ([]byte, error) {
+		k, err := siphash.NewKey()
+		return k.Bytes(), err
+	})
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	s.userKey = siphash.KeyFromBytes(b)
+	return nil
+}
+
+// restoreAdmissions returns the cross-window bound's state for a session
+// whose first window is next (nil when contribution.max_windows_per_user
+// is off): the users admitted to the recorded windows of next's period,
+// from the ledger. Windows are recorded whole with their admissions, so
+// this is exactly the state after the last recorded window, whatever was
+// held in memory before (a window closed but not recorded is computed
+// again from its events, with the same admissions).
+func (s *Stage) restoreAdmissions(next int64) (*aggregate.Admissions, error) {
+	k := s.cfg.Contribution.MaxWindowsPerUser
+	if k <= 0 {
+		return nil, nil
+	}
+	adm, err := aggregate.NewAdmissions(k)
+	if err != nil {
+		return nil, err
+	}
+	p := s.periodOf(next)
+	counts, err := s.ledger.Admissions(p)
+	if err != nil {
+		return nil, err
+	}
+	adm.Restore(p, counts)
+	return adm, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
@@ -43,11 +43,12 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Now is the wall clock (tests). Default time.Now.
 	Now func() time.Time
-	// HashSeed, when set, keys the user hash (and so which users and events
-	// the bounder selects) instead of a random per-process seed: for tests
-	// that compute the expected bounded counts. Never set it in production:
-	// a known seed lets producers predict which events count.
-	HashSeed *maphash.Seed
+	// HashKey, when set, keys the user hash (and so which users and events
+	// the bounder selects) instead of the secret key kept in the ledger
+	// (generated at the first start): for tests that compute the expected
+	// bounded counts. Never set it in production: a known key lets
+	// producers predict which events count.
+	HashKey *siphash.Key
 }
 
 type Stage struct {
@@ -65,9 +66,12 @@ type Stage struct {
 	onRel     func(*ledger.Unit, time.Duration)
 	drain     time.Duration
 	now       func() time.Time
-	userSeed  maphash.Seed
-	sizeMs    int64
-	periodMs  int64
+	// userKey keys the user hash (decode.Event.User): the ledger's key
+	// (Run loads it before any decoder is built), or Options.HashKey.
+	userKey    siphash.Key
+	hashKeySet bool // Options.HashKey was given
+	sizeMs     int64
+	periodMs   int64
 	// arrival: windows close by record (arrival) time, window.watermark
 	// arrival; latenessMs is Window.Lateness (see handle).
 	arrival     bool
@@ -117,11 +121,6 @@ func New(opts Options) (*Stage, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("pipeline: no brokers (start the embedded broker or set kafka.brokers)")
 	}
-	if cfg.Contribution.MaxWindowsPerUser > 0 {
-		// Until the bounder enforces it, the plan's K-window accounting
-		// would be unsound: refuse rather than under-charge.
-		return nil, errors.New("pipeline: contribution.max_windows_per_user is not enforced by this build yet; remove it")
-	}
 	pl, err := plan.DerivePlan(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
@@ -141,7 +140,6 @@ func New(opts Options) (*Stage, error) {
 		onRel:       opts.OnRelease,
 		drain:       opts.DrainTimeout,
 		now:         opts.Now,
-		userSeed:    maphash.MakeSeed(),
 		sizeMs:      cfg.Window.Size.D().Milliseconds(),
 		arrival:     cfg.Window.Arrival(),
 		latenessMs:  cfg.Window.Lateness().D().Milliseconds(),
@@ -152,8 +150,8 @@ func New(opts Options) (*Stage, error) {
 		transport:   opts.Transport,
 	}
 	s.rule = window.Rule{Arrival: s.arrival, SizeMs: s.sizeMs, LatenessMs: s.latenessMs, MaxFutureMs: s.maxFutureMs}
-	if opts.HashSeed != nil {
-		s.userSeed = *opts.HashSeed
+	if opts.HashKey != nil {
+		s.userKey, s.hashKeySet = *opts.HashKey, true
 	}
 	if s.drain <= 0 {
 		s.drain = 30 * time.Second

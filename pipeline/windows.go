@@ -104,7 +104,11 @@ func newWindowSets(cfg *config.Config) ([]*windowSet, error) {
 			set.avgs = append(set.avgs, a.Index)
 		}
 		if len(ws.Averages) > 0 {
-			if set.avg, err = aggregate.NewAverager(ws.Averages); err != nil {
+			newAverager := aggregate.NewAverager
+			if cfg.Contribution.MaxWindowsPerUser > 0 {
+				newAverager = aggregate.NewDeferredAverager // the average.users cap among the admitted users
+			}
+			if set.avg, err = newAverager(ws.Averages); err != nil {
 				return nil, fmt.Errorf("build averager (%s windows): %w", ws.Size, err)
 			}
 		}
@@ -142,24 +146,41 @@ func (sess *session) add(w, baseMs int64, ev *decode.Event) (out aggregate.Outco
 }
 
 // closeBoundary closes, in every window size, the window ending at the base
-// boundary end (the caller holds closeMu).
-func (sess *session) closeBoundary(end int64) (*boundary, error) {
+// boundary end (the caller holds closeMu). With admit (the cross-window
+// bound; histograms[].window is then refused, so only the base size
+// closes) only the users admit accepts are counted and averaged.
+func (sess *session) closeBoundary(end int64, admit func(uint64) bool) (*boundary, error) {
 	b := &boundary{}
 	for _, set := range sess.sets {
 		if window.Start(end, set.sizeMs) != end {
 			continue // its window does not end here
 		}
 		start := end - set.sizeMs
-		wc, err := set.agg.Close(start)
+		var wc *aggregate.WindowCounts
+		var err error
+		if admit != nil {
+			wc, err = set.agg.CloseAdmitted(start, admit)
+		} else {
+			wc, err = set.agg.Close(start)
+		}
 		if err != nil {
 			b.Release()
 			return nil, err
 		}
 		c := closedSet{set: set, counts: wc}
-		if set.avg != nil {
-			c.avgs = set.avg.Close(start)
-		}
 		b.sets = append(b.sets, c)
+		if set.avg != nil {
+			if admit != nil {
+				c.avgs, err = set.avg.CloseAdmitted(start, admit)
+				if err != nil {
+					b.Release()
+					return nil, err
+				}
+			} else {
+				c.avgs = set.avg.Close(start)
+			}
+			b.sets[len(b.sets)-1] = c
+		}
 	}
 	return b, nil
 }
@@ -215,6 +236,31 @@ func (b *boundary) Displaced() int64 {
 		d += c.counts.Displaced()
 	}
 	return d
+}
+
+// NotAdmitted sums the parts the cross-window bound did not admit, in the
+// count and the average histograms (aggregate.WindowCounts.NotAdmitted,
+// aggregate.AverageWindow.NotAdmitted).
+func (b *boundary) NotAdmitted() (counts, averages int64) {
+	for _, c := range b.sets {
+		counts += int64(c.counts.NotAdmitted())
+		if c.avgs != nil {
+			averages += int64(c.avgs.NotAdmitted())
+		}
+	}
+	return counts, averages
+}
+
+// AverageNotSelected sums the users the averages' users cap left out at
+// the close (aggregate.AverageWindow.NotSelected; deferred averagers only).
+func (b *boundary) AverageNotSelected() int64 {
+	var n int64
+	for _, c := range b.sets {
+		if c.avgs != nil {
+			n += int64(c.avgs.NotSelected())
+		}
+	}
+	return n
 }
 
 // Release frees the windows' counts.

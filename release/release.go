@@ -154,6 +154,13 @@ type Means interface {
 // window's curve, and the later units of the period are covered by it
 // (charge, reservation.go).
 func (r *Releaser) Record(w int64, counts Counts, avgs Means) ([]*ledger.Unit, error) {
+	return r.RecordAdmitted(w, counts, avgs, nil)
+}
+
+// RecordAdmitted is Record under the cross-window bound: adm (the users
+// admitted to base window w, nil without the bound) is recorded in the
+// same ledger transaction as the units (ledger.RecordWindowAdmitted).
+func (r *Releaser) RecordAdmitted(w int64, counts Counts, avgs Means, adm *ledger.Admitted) ([]*ledger.Unit, error) {
 	// A boundary is recorded whole, in one ledger transaction (the units of
 	// all the histograms whose windows end there, and their charges) or not
 	// at all; if any of those units is recorded, the boundary is complete:
@@ -214,7 +221,7 @@ func (r *Releaser) Record(w int64, counts Counts, avgs Means) ([]*ledger.Unit, e
 		}
 		units = append(units, u)
 	}
-	if err := r.recordWindow(units, charges); err != nil {
+	if err := r.recordWindow(units, charges, adm); err != nil {
 		return nil, err
 	}
 	return units, nil
@@ -312,7 +319,7 @@ func (r *Releaser) averageCharge(ap *plan.AveragePlan) budget.Charge {
 // write-ahead order: record and charge → publish → mark published), then
 // adds the charges to the book. The ledger is the source of truth after a
 // crash.
-func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge) error {
+func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge, adm *ledger.Admitted) error {
 	book := r.book
 	p := units[0].Period
 	var spentAfter ledger.Curve
@@ -328,7 +335,7 @@ func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge) e
 			}
 		}
 	}
-	if err := r.ledger.RecordWindow(units, spentAfter); err != nil {
+	if err := r.ledger.RecordWindowAdmitted(units, spentAfter, adm); err != nil {
 		return err
 	}
 	for _, c := range charges {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"testing"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
@@ -82,7 +82,7 @@ func newFixture(t *testing.T, cfg *config.Config) *fixture {
 	if f.agg, err = aggregate.New(pipeline.AggregateSpec(cfg)); err != nil {
 		t.Fatal(err)
 	}
-	if f.dec, err = decode.New(cfg, maphash.MakeSeed()); err != nil {
+	if f.dec, err = decode.New(cfg, siphash.MustNewKey()); err != nil {
 		t.Fatal(err)
 	}
 	return f

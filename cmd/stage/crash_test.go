@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,9 +21,12 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
 
@@ -68,7 +74,7 @@ func (e cEvent) msg(stamp bool) kafka.Message {
 // crashStream: window w has users u0..u(n-1) (rotating ids), some of them
 // sending a second, bounded-away event with the same page, country and
 // device (which of the two the bounder keeps depends on the process's hash
-// seed, new at every restart; the counts do not); FR never appears.
+// key; the counts do not); FR never appears.
 func crashStream(run crashRun, window, n int) []cEvent {
 	var evs []cEvent
 	step := run.size / time.Duration(n) / 2 // 500 ms with 1m windows of 60 users: well inside the window
@@ -131,6 +137,45 @@ type crashRun struct {
 	watermark string
 	size      time.Duration
 	base      time.Time
+	// k is contribution.max_windows_per_user (0: off).
+	k int
+}
+
+// crashPeriod is privacy.budget.period of the crash config (e2e.ConfigYAML).
+const crashPeriod = time.Hour
+
+// admittedCrash keeps, per user and budget period, the events of the k
+// earliest windows in which the user has an event (the definition of
+// contribution.max_windows_per_user, from the event set alone), and
+// returns them with each user's number of admitted windows per period.
+func admittedCrash(evs []cEvent, size time.Duration, k int) ([]cEvent, map[string]map[int64]int) {
+	type up struct {
+		user string
+		p    int64
+	}
+	windows := map[up][]int64{}
+	for _, e := range evs {
+		key := up{e.user, e.at.Truncate(crashPeriod).UnixMilli()}
+		if w := e.at.Truncate(size).UnixMilli(); !slices.Contains(windows[key], w) {
+			windows[key] = append(windows[key], w)
+		}
+	}
+	n := map[string]map[int64]int{}
+	for key, ws := range windows {
+		slices.Sort(ws)
+		if n[key.user] == nil {
+			n[key.user] = map[int64]int{}
+		}
+		n[key.user][key.p] = min(k, len(ws))
+	}
+	var out []cEvent
+	for _, e := range evs {
+		ws := windows[up{e.user, e.at.Truncate(crashPeriod).UnixMilli()}]
+		if slices.Index(ws, e.at.Truncate(size).UnixMilli()) < k {
+			out = append(out, e)
+		}
+	}
+	return out, n
 }
 
 func writeCrashConfig(t *testing.T, dir, addr string, run crashRun) string {
@@ -141,6 +186,9 @@ func writeCrashConfig(t *testing.T, dir, addr string, run crashRun) string {
 		Start: run.base.Format(time.RFC3339), Privacy: "mechanism: gaussian", Epsilon: 1e7,
 		StateDir: filepath.Join(dir, "state"), LogLevel: "info",
 	})
+	if run.k > 0 {
+		y = strings.Replace(y, "contribution:\n", fmt.Sprintf("contribution:\n  max_windows_per_user: %d\n", run.k), 1)
+	}
 	if run.watermark == "arrival" {
 		// A record counts when appended before its window's end (+ the
 		// lateness); the producer writes each window at its start.
@@ -210,7 +258,11 @@ func crashRecovery(t *testing.T, run crashRun) {
 	for w := 0; w < windows; w++ {
 		all = append(all, crashStream(run, w, 60)...)
 	}
-	truth := crashTruth(all, run.size)
+	counted, admitted := all, map[string]map[int64]int(nil)
+	if run.k > 0 {
+		counted, admitted = admittedCrash(all, run.size, run.k)
+	}
+	truth := crashTruth(counted, run.size)
 
 	// Producer: one window of events at a time while the stage is killed
 	// and restarted around it.
@@ -353,6 +405,9 @@ func crashRecovery(t *testing.T, run crashRun) {
 	if units != windows*2 {
 		t.Errorf("ledger holds %d units of the stream's windows, want %d", units, windows*2)
 	}
+	if run.k > 0 {
+		checkAdmissions(t, l, run, admitted)
+	}
 	for p, s := range sum {
 		spent, _, err := l.Spent(p)
 		if err != nil {
@@ -379,4 +434,69 @@ func countMessages(t *testing.T, addr, topic string) int64 {
 		t.Fatal(err)
 	}
 	return last
+}
+
+// TestCrashWindowBound is the crash test with contribution.max_windows_per_user
+// = 10 (event watermark): after SIGKILLs at random moments and restarts,
+// every release still equals the truth in which each user counts in exactly
+// its 10 earliest windows of the period, and the ledger's admissions (under
+// the user hash key it keeps) are exactly each user's admitted windows —
+// never more than 10, none lost or doubled by a crash between a window's
+// close and its record. Each of the 120 user ids is in about half of the 32
+// windows, so admissions are still being made through two thirds of the
+// stream, and the last windows count only the users with fewer windows.
+func TestCrashWindowBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: skipped in -short")
+	}
+	run := eventRun
+	run.k = 10
+	dir := t.TempDir()
+	cfg, err := config.Load(writeCrashConfig(t, dir, "127.0.0.1:9", run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.DerivePlan(cfg); err != nil {
+		t.Skipf("plan.DerivePlan refuses contribution.max_windows_per_user (%v): enable with the K-window accounting", err)
+	}
+	crashRecovery(t, run)
+}
+
+// checkAdmissions compares the ledger's admissions with want (per user and
+// period start, the number of windows admitted), hashing the user ids with
+// the key the stage stored in the ledger.
+func checkAdmissions(t *testing.T, l *ledger.Ledger, run crashRun, want map[string]map[int64]int) {
+	t.Helper()
+	kb, err := l.UserHashKey(func() ([]byte, error) { return nil, errors.New("the stage recorded no user hash key") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := siphash.KeyFromBytes(kb)
+	p := run.base.Truncate(crashPeriod).UnixMilli()
+	got, err := l.Admissions(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantH := map[uint64]uint16{}
+	for u, per := range want {
+		if n := per[p]; n > 0 {
+			wantH[key.String(u)] = uint16(n)
+		}
+	}
+	over := 0
+	for _, n := range got {
+		if int(n) > run.k {
+			over++
+		}
+	}
+	if over > 0 || !maps.Equal(got, wantH) {
+		t.Errorf("ledger admissions of period %d: %d users (%d over k=%d), want %d users with their k earliest windows", p, len(got), over, run.k, len(wantH))
+		for h, n := range wantH {
+			if got[h] != n {
+				t.Errorf("user hash %x: %d admitted windows recorded, want %d", h, got[h], n)
+			}
+		}
+		return
+	}
+	t.Logf("ledger admissions: %d users of period %d, as the truth", len(got), p)
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -29,7 +29,7 @@ func inProcess(cfg Config, w *workload, res *Results) error {
 	if err != nil {
 		return err
 	}
-	dec, err := decode.New(lc, maphash.MakeSeed())
+	dec, err := decode.New(lc, siphash.MustNewKey())
 	if err != nil {
 		return fmt.Errorf("bench: in-process: %w", err)
 	}
@@ -153,7 +153,7 @@ func memory(cfg Config, w *workload, res *Results) error {
 	if err != nil {
 		return err
 	}
-	dec, err := decode.New(lc, maphash.MakeSeed())
+	dec, err := decode.New(lc, siphash.MustNewKey())
 	if err != nil {
 		return fmt.Errorf("bench: memory: %w", err)
 	}

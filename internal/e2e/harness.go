@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/release"
@@ -275,16 +275,16 @@ type Running struct {
 	Units atomic.Int64 // units published (OnRelease calls)
 }
 
-// TestSeed keys the user hash of every stage the harness starts, so that
+// TestKey keys the user hash of every stage the harness starts, so that
 // the tests can work out which users and events the bounder selects.
-var TestSeed = maphash.MakeSeed()
+var TestKey = siphash.MustNewKey()
 
 // Start runs a stage with cfg in the background (user hash keyed by
-// TestSeed); it is soft-stopped when the test ends.
+// TestKey); it is soft-stopped when the test ends.
 func (h *Harness) Start(cfg *config.Config) *Running {
 	h.T.Helper()
 	r := &Running{}
-	return StartStage(h.T, r, pipeline.Options{Config: cfg, HashSeed: &TestSeed,
+	return StartStage(h.T, r, pipeline.Options{Config: cfg, HashKey: &TestKey,
 		OnRelease: func(*ledger.Unit, time.Duration) { r.Units.Add(1) }})
 }
 
@@ -442,7 +442,7 @@ func ComputeTruthIn(evs []Event, size time.Duration, m, G, K int) Truth {
 	}
 	parts := map[uw][2][]part{} // per histogram (pages, devices)
 	for _, e := range evs {
-		k := uw{maphash.String(TestSeed, e.User), e.At.Truncate(size)}
+		k := uw{TestKey.String(e.User), e.At.Truncate(size)}
 		ps := parts[k]
 		// pages: overflow bin "other"; group must be declared.
 		if g := idx(Groups, e.Country); g >= 0 && e.Page != "" {

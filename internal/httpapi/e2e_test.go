@@ -84,13 +84,14 @@ dpstage_releases_published_total 3
 # HELP dpstage_budget_exhausted_total (histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead).
 # TYPE dpstage_budget_exhausted_total counter
 dpstage_budget_exhausted_total 0
-# HELP dpstage_contributions_dropped_by_bounding_total Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in).
+# HELP dpstage_contributions_dropped_by_bounding_total Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in; windows: max_windows_per_user, on arrival or at the window's close).
 # TYPE dpstage_contributions_dropped_by_bounding_total counter
 dpstage_contributions_dropped_by_bounding_total{bound="average_users"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="capacity"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="displaced"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="user_events"} 2
 dpstage_contributions_dropped_by_bounding_total{bound="user_groups"} 0
+dpstage_contributions_dropped_by_bounding_total{bound="windows"} 0
 # HELP dpstage_events_dropped_total Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.
 # TYPE dpstage_events_dropped_total counter
 dpstage_events_dropped_total{reason="bad_json"} 1

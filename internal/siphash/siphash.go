@@ -7,7 +7,9 @@
 package siphash
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 )
 
@@ -85,4 +87,22 @@ func round(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
 	v1 ^= v2
 	v2 = bits.RotateLeft64(v2, 32)
 	return v0, v1, v2, v3
+}
+
+// NewKey returns a key of 16 bytes from crypto/rand.
+func NewKey() (Key, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return Key{}, fmt.Errorf("siphash: random key: %w", err)
+	}
+	return KeyFromBytes(b), nil
+}
+
+// MustNewKey is NewKey for tests and tools; it panics if crypto/rand fails.
+func MustNewKey() Key {
+	k, err := NewKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
