@@ -393,6 +393,11 @@ type Generator struct {
 	// TimeScale: event time advances this many times faster than wall clock,
 	// so windows close quickly in the demo. Default 1.
 	TimeScale float64 `yaml:"time_scale"`
+	// UserLifetime, when positive, makes the synthetic users come and go:
+	// each user id is active for at most this long of event time (a few
+	// windows), new users taking the places of old ones, as web traffic
+	// does. Default 0: the same users all the time.
+	UserLifetime Duration `yaml:"user_lifetime"`
 }
 
 // HTTP configures the operator and analyst endpoints: /metrics, /healthz,

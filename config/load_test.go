@@ -67,7 +67,7 @@ func TestFullConfig(t *testing.T) {
 		},
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour)},
 		Log:       Log{Format: "console", Level: "debug"},
-		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60},
+		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60, UserLifetime: Duration(3 * time.Minute)},
 		HTTP:      HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env"},
 		Output:    Output{ArrowDir: "/var/lib/dp-stage/arrow"},
 	}

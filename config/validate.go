@@ -546,6 +546,9 @@ func (k *checker) generator() {
 		return
 	}
 	k.atLeast1("generator.users", g.Users)
+	if g.UserLifetime < 0 {
+		k.add("generator.user_lifetime", "must not be negative (0: users live for the whole stream)")
+	}
 	k.atLeast1("generator.events_per_second", g.EventsPerSecond)
 	if finite(g.TimeScale) && g.TimeScale < 1 {
 		k.add("generator.time_scale", "must be at least 1")

@@ -59,9 +59,9 @@ func planConfig(t *testing.T, calibration string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := strings.Replace(string(data), "calibration: concentrated", "calibration: "+calibration, 1)
+	s := strings.Replace(string(data), "calibration: optimal", "calibration: "+calibration, 1)
 	if !strings.Contains(s, "calibration: "+calibration) {
-		t.Fatal("quickstart.yaml has no calibration: concentrated line")
+		t.Fatal("quickstart.yaml has no calibration: optimal line")
 	}
 	path := filepath.Join(t.TempDir(), "stage.yaml")
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {

@@ -225,6 +225,7 @@ func newGenerator(cfg *config.Config, extra generator.Config) (*generator.Genera
 		Users:           cfg.Generator.Users,
 		EventsPerSecond: cfg.Generator.EventsPerSecond,
 		TimeScale:       cfg.Generator.TimeScale,
+		UserLifetime:    cfg.Generator.UserLifetime.D(),
 		Seed:            uint64(time.Now().UnixNano()),
 		OnError:         extra.OnError,
 		GiveUpAfter:     extra.GiveUpAfter,

@@ -34,8 +34,8 @@ func TestRunAverageOnly(t *testing.T) {
 ` + y[j:]
 	for old, repl := range map[string]string{
 		"size: 5s ":                "size: 1s ",
-		"epsilon: 10.0 ":           "epsilon: 1000.0 ",
-		"period: 10m":              "period: 1m",
+		"epsilon: 1.0 ":            "epsilon: 1000.0 ",
+		"period: 24h":              "period: 1m",
 		"./stage-state/quickstart": filepath.ToSlash(t.TempDir()),
 	} {
 		if !strings.Contains(y, old) {

@@ -83,6 +83,15 @@ type Config struct {
 	// is drawn with weight 1/(k+1)^Skew. Default 1.1; negative means
 	// uniform.
 	Skew float64
+	// UserLifetime, when positive, makes users come and go: population
+	// slot k (0 ≤ k < Users, Zipf-ranked as above) is held by a new user
+	// every UserLifetime of event time, the slots' turnovers staggered
+	// evenly (slot k changes hands at start + (j − k/Users)·UserLifetime).
+	// A user id ("u<slot>.<generation>") is then active for at most
+	// UserLifetime of event time — a few windows, as web users are — which
+	// is the population contribution.max_windows_per_user is made for.
+	// Default 0: every user lives for the whole stream ("u<slot>").
+	UserLifetime time.Duration
 	// Disorder, when positive, moves each event's time back by a uniform
 	// random amount in [0, Disorder), so the stream arrives slightly out of
 	// event-time order (as real streams do). Default 0: in order.
@@ -155,6 +164,9 @@ func New(cfg Config) (*Generator, error) {
 		cfg.Skew = 1.1
 	}
 	var errs []error
+	if cfg.UserLifetime < 0 {
+		errs = append(errs, fmt.Errorf("user lifetime must not be negative, got %s", cfg.UserLifetime))
+	}
 	if cfg.Users < 1 {
 		errs = append(errs, fmt.Errorf("users must be at least 1, got %d", cfg.Users))
 	}
@@ -244,10 +256,21 @@ func (g *Generator) Event(i int64) Event {
 	}
 	t = time.UnixMilli(t.UnixMilli()).UTC()
 	half := uint64(t.UnixMilli() / (30 * 60 * 1000))
+	id := g.userIDs[user]
+	if l := g.cfg.UserLifetime; l > 0 {
+		// The slot's generation at t: its turnovers are shifted back by
+		// user/Users of a lifetime.
+		phase := time.Duration(float64(l) * float64(user) / float64(g.cfg.Users))
+		gen := int64((t.Sub(g.start) + phase) / l)
+		if t.Sub(g.start)+phase < 0 {
+			gen-- // Disorder before start: the previous generation
+		}
+		id += "." + strconv.FormatInt(gen, 10)
+	}
 	return Event{
 		Seq:     i,
 		Time:    t,
-		UserID:  g.userIDs[user],
+		UserID:  id,
 		Page:    Pages[page],
 		Country: Countries[g.userCtry[user]],
 		Device:  Devices[dev],

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -372,5 +373,42 @@ func BenchmarkFill(b *testing.B) {
 	b.SetBytes(int64(10000 * len(buf[0])))
 	for b.Loop() {
 		buf = g.Fill(buf, 10000)
+	}
+}
+
+// TestUserLifetime: with UserLifetime every user id is active for less than
+// one lifetime of event time, and the population turns over (many more ids
+// than slots); the slots keep their Zipf activity and their country.
+func TestUserLifetime(t *testing.T) {
+	const lifetime = 3 * time.Minute
+	g := mustNew(t, Config{Users: 500, EventsPerSecond: 100, TimeScale: 1, Seed: 9, UserLifetime: lifetime,
+		Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
+	first, last := map[string]time.Time{}, map[string]time.Time{}
+	country := map[string]string{}
+	const n = 200_000 // 2000 s of event time: 11 lifetimes
+	for e := range g.Events(0, n) {
+		if _, ok := first[e.UserID]; !ok {
+			first[e.UserID] = e.Time
+		}
+		last[e.UserID] = e.Time
+		slot := e.UserID[:strings.IndexByte(e.UserID, '.')]
+		if c, ok := country[slot]; ok && c != e.Country {
+			t.Fatalf("slot %s changed country: %s then %s", slot, c, e.Country)
+		}
+		country[slot] = e.Country
+	}
+	for id, f := range first {
+		if span := last[id].Sub(f); span >= lifetime {
+			t.Fatalf("user %s active for %s, want < %s", id, span, lifetime)
+		}
+	}
+	// 500 slots over 2000 s with a 180 s lifetime: up to 500·(2000/180 + 1)
+	// ids; the Zipf tail leaves some generations without an event.
+	if len(first) < 2000 {
+		t.Errorf("%d distinct users over 11 lifetimes of 500 slots, want the population to turn over", len(first))
+	}
+	g0 := mustNew(t, Config{Users: 500, EventsPerSecond: 100, TimeScale: 1, Seed: 9})
+	if id := g0.Event(7).UserID; strings.Contains(id, ".") {
+		t.Errorf("without a lifetime the user id is %q, want u<slot>", id)
 	}
 }
