@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"math"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -51,4 +53,54 @@ func (l *Ledger) LastWindowEnd() (int64, bool, error) {
 		return 0, false, fmt.Errorf("ledger: last window end: %w", err)
 	}
 	return end, ok, nil
+}
+
+// keyHistogramSince holds HistogramSince's map (JSON) in the meta bucket.
+var keyHistogramSince = []byte("histogram_since")
+
+// HistogramSince records, in one transaction, since which base window each
+// histogram of the running config (keys: a histogram's name and window
+// size, see pipeline) has been counted without a break, and returns it:
+// the recorded value for a key the previous session had too, next (this
+// session's first window) for a key it did not have, and math.MinInt64
+// for every key when the ledger has recorded no window yet (nothing was
+// committed before). Keys of the previous session that the running config
+// lacks are dropped, so a histogram removed and added back starts again.
+//
+// A histogram with a window longer than window.size must not release a
+// window that began before its key's value: while it was absent, offsets
+// were committed past events of that window, and which of them a restart
+// re-reads depends on other users' events (ground rule 7).
+func (l *Ledger) HistogramSince(keys []string, next int64) (map[string]int64, error) {
+	out := make(map[string]int64, len(keys))
+	err := l.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		old := map[string]int64{}
+		if v := b.Get(keyHistogramSince); v != nil {
+			if err := json.Unmarshal(v, &old); err != nil {
+				return fmt.Errorf("malformed %s: %w", keyHistogramSince, err)
+			}
+		}
+		first, _ := tx.Bucket(bucketUnits).Cursor().First()
+		fresh := first == nil
+		for _, k := range keys {
+			switch v, ok := old[k]; {
+			case ok:
+				out[k] = v
+			case fresh:
+				out[k] = math.MinInt64
+			default:
+				out[k] = next
+			}
+		}
+		v, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyHistogramSince, v)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: histogram since: %w", err)
+	}
+	return out, nil
 }

@@ -300,13 +300,18 @@ func (s *Stage) handle(sess *session, p int, offset, recMs int64, ev *decode.Eve
 		// Admitted to max_windows_per_user closed windows of the period
 		// already: never admitted to w (aggregate.Admissions). Nothing of
 		// the event can count, so its offset is done.
+		next := sess.next
 		sess.closeMu.RUnlock()
 		if !s.arrival {
 			loc.observe(ev.TimeMs, s.sizeMs)
 		}
 		s.countOutcome(ev, aggregate.Outcome{}, loc)
 		loc.boundWindows += int64(validParts(ev))
-		tracker.Processed(offset)
+		if w >= next {
+			tracker.Counted(w, offset) // re-read after a restart, like a counted event
+		} else {
+			tracker.Processed(offset)
+		}
 		return decode.ReasonNone
 	}
 	// Into the window of every size still open (windows.go).

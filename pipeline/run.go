@@ -270,6 +270,10 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		return source.GenerationDone
 	}
 	sess.next = next
+	if err := s.limitNewHistograms(next); err != nil {
+		s.fail(fmt.Errorf("read ledger: %w", err))
+		return source.GenerationDone
+	}
 	if sess.adm, err = s.restoreAdmissions(next); err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
 		return source.GenerationDone
@@ -378,6 +382,30 @@ func (s *Stage) loadUserKey() error {
 // this is exactly the state after the last recorded window, whatever was
 // held in memory before (a window closed but not recorded is computed
 // again from its events, with the same admissions).
+// limitNewHistograms tells the releaser since when each histogram has been
+// counted without a break (ledger.HistogramSince, keyed by name and window
+// size): a histogram with a window of its own that the previous session
+// did not have releases only its windows that start at or after next.
+// Its window open at next began while another config committed offsets
+// past some of its events, so what a restart would count into it depends
+// on where those commits stopped — on other users' events (ground rule 7).
+func (s *Stage) limitNewHistograms(next int64) error {
+	keys := make([]string, len(s.cfg.Histograms))
+	for i, h := range s.cfg.Histograms {
+		keys[i] = fmt.Sprintf("%s@%d", h.Name, h.WindowSize(s.cfg.Window.Size).D().Milliseconds())
+	}
+	since, err := s.ledger.HistogramSince(keys, next)
+	if err != nil {
+		return err
+	}
+	byIndex := make(map[int]int64, len(keys))
+	for i, k := range keys {
+		byIndex[i] = since[k]
+	}
+	s.rel.SetSince(byIndex)
+	return nil
+}
+
 func (s *Stage) restoreAdmissions(next int64) (*aggregate.Admissions, error) {
 	k := s.cfg.Contribution.MaxWindowsPerUser
 	if k <= 0 {

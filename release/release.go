@@ -51,6 +51,9 @@ type Releaser struct {
 	onExh    func()
 	sizeMs   int64
 	periodMs int64
+	// since limits which windows a histogram releases (SetSince); nil:
+	// none. Set by the stage at each session's start.
+	since map[int]int64
 }
 
 // New returns a Releaser.
@@ -234,8 +237,18 @@ func (r *Releaser) closes(h int, end int64) (start int64, ok bool) {
 	if size <= 0 || window.Start(end, size) != end {
 		return 0, false
 	}
+	if since, ok := r.since[h]; ok && end-size < since {
+		return 0, false // began before the histogram was counted without a break (SetSince)
+	}
 	return end - size, true
 }
+
+// SetSince sets, per config histogram index, the first window start the
+// histogram may release (ledger.HistogramSince): a histogram with a longer
+// window added (or given another window) while the stage ran does not
+// release the window that was already open then, whose events a restart
+// re-reads only partly. Histograms absent from since are not limited.
+func (r *Releaser) SetSince(since map[int]int64) { r.since = since }
 
 // newUnit is a new, empty unit of histogram for its window [w, end).
 func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
