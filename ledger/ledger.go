@@ -190,6 +190,11 @@ type Approx struct {
 type Limit struct {
 	Epsilon float64 `json:"epsilon"`
 	Delta   float64 `json:"delta"`
+	// Neighbour is the privacy.neighbour relation the period's first charge
+	// was calibrated under ("" in ledgers written before it was recorded).
+	// The stage refuses to charge the period under a weaker relation
+	// (add_remove after replace: pipeline.ErrConfigChanged).
+	Neighbour string `json:"neighbour,omitempty"`
 }
 
 // Message is one output record.

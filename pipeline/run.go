@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
@@ -270,6 +271,10 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		return source.GenerationDone
 	}
 	sess.next = next
+	if err := s.checkNeighbour(next); err != nil {
+		s.fail(err)
+		return source.GenerationDone
+	}
 	if err := s.limitNewHistograms(next); err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
 		return source.GenerationDone
@@ -382,6 +387,28 @@ func (s *Stage) loadUserKey() error {
 // this is exactly the state after the last recorded window, whatever was
 // held in memory before (a window closed but not recorded is computed
 // again from its events, with the same admissions).
+// checkNeighbour refuses to charge the budget period of next under
+// privacy.neighbour add_remove when its first charge was made under
+// replace: the period's guarantee is the replace relation's, and an
+// add_remove calibration charges each unit its add_remove curve c_a, about
+// half what the same unit costs under replace (c_r = 2c_a for the Gaussian
+// and Theorem-2 Dirichlet). The weaker relation takes effect from the next
+// period. (A change to replace is stricter and allowed: a replace curve
+// bounds the add_remove one.)
+func (s *Stage) checkNeighbour(next int64) error {
+	p := s.periodOf(next)
+	lim, ok, err := s.ledger.PeriodLimit(p)
+	if err != nil {
+		return fmt.Errorf("read ledger: %w", err)
+	}
+	if ok && lim.Neighbour == config.NeighbourReplace && s.cfg.Privacy.Neighbour == config.NeighbourAddRemove {
+		return fmt.Errorf("%w: privacy.neighbour is add_remove, but the budget period starting %s was charged under replace, whose guarantee add_remove charges would not keep; "+
+			"keep neighbour: replace until that period ends (%s), then change it",
+			ErrConfigChanged, release.RFC3339(p), release.RFC3339(p+s.periodMs))
+	}
+	return nil
+}
+
 // limitNewHistograms tells the releaser since when each histogram has been
 // counted without a break (ledger.HistogramSince, keyed by name and window
 // size): a histogram with a window of its own that the previous session

@@ -257,7 +257,7 @@ func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
 		WindowStart: w,
 		WindowEnd:   end,
 		Period:      r.PeriodOf(w),
-		Limit:       &ledger.Limit{Epsilon: r.plan.Epsilon, Delta: r.plan.Delta},
+		Limit:       &ledger.Limit{Epsilon: r.plan.Epsilon, Delta: r.plan.Delta, Neighbour: r.plan.Neighbour},
 		RecordedAt:  r.now().UTC(),
 	}
 }
