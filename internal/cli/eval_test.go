@@ -81,7 +81,8 @@ func TestPlanExact(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, s := range []string{"dirichlet (exact)", "neighbour", "replace", "α=", `histogram "pages": 5 bins, 3 group(s)`,
-		`histogram "countries": 4 bins`, "uniform", "skewed", "sampling ℓ2", "verdict"} {
+		`histogram "countries": 4 bins`, "uniform", "skewed", "sampling ℓ2", "verdict",
+		"calibrations compared at this budget", "dirichlet optimal", "gaussian", "N=1000"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}

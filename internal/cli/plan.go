@@ -95,6 +95,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	printReleasePlan(stdout, cfg, plan)
+	printCalibrations(stdout, cfg, ns)
 
 	var rows []planRow
 	for _, h := range cfg.Histograms {
@@ -272,4 +273,56 @@ func planSeries(rows []planRow) []eval.PlanLine {
 		add(fmt.Sprintf("sampling error, %s, %s", r.hist, r.p.Truth), "sampling", r.p.N, r.p.Sampling.Mean())
 	}
 	return lines
+}
+
+// comparedMechanisms are the settings printCalibrations compares.
+var comparedMechanisms = []struct{ name, mechanism, calibration string }{
+	{"dirichlet concentrated", config.MechanismDirichlet, config.CalibrationConcentrated},
+	{"dirichlet exact", config.MechanismDirichlet, config.CalibrationExact},
+	{"dirichlet diffuse", config.MechanismDirichlet, config.CalibrationDiffuse},
+	{"dirichlet optimal", config.MechanismDirichlet, config.CalibrationOptimal},
+	{"gaussian", config.MechanismGaussian, ""},
+	{"laplace", config.MechanismLaplace, ""},
+}
+
+// printCalibrations compares, at the config's budget, composition and
+// contribution bounds, the expected ℓ2 error of one release of the first
+// count histogram (plan.ExpectedL2) under every mechanism and Dirichlet
+// calibration, at each N of --events (optimal calibrated at that N).
+func printCalibrations(w io.Writer, cfg *config.Config, ns []int) {
+	hist := -1
+	for i, h := range cfg.Histograms {
+		if !h.IsAverage() {
+			hist = i
+			break
+		}
+	}
+	if hist < 0 {
+		return
+	}
+	d := len(cfg.Histograms[hist].Bins)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\ncalibrations compared at this budget: expected ℓ2 of one release of %q (%d bins; flat prior; \"uniform\" scores %.3g)\n",
+		cfg.Histograms[hist].Name, d, plan.UniformL2(d))
+	fmt.Fprint(tw, "mechanism\t")
+	for _, n := range ns {
+		fmt.Fprintf(tw, "N=%d\t", n)
+	}
+	fmt.Fprintln(tw)
+	for _, m := range comparedMechanisms {
+		fmt.Fprintf(tw, "%s\t", m.name)
+		for _, n := range ns {
+			c := *cfg
+			c.Privacy.Mechanism, c.Privacy.Calibration = m.mechanism, m.calibration
+			c.Privacy.ExpectedEventsPerRelease = float64(n)
+			c.Privacy.PriorAlpha = 0
+			cell := "—"
+			if p, err := plan.DerivePlan(&c); err == nil && p.Count != nil {
+				cell = fmt.Sprintf("%.3g", plan.ExpectedL2(p.Count.Mechanism, d, float64(n)))
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
 }
