@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
 )
 
@@ -121,6 +122,14 @@ func checkReleases(h *e2e.Harness, evs []e2e.Event) {
 func TestTransactionalInput(t *testing.T) {
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
+	// The producers append windows 0 and 1 alternately, so each partition's
+	// event times go back and forth; with the event watermark and no
+	// lateness, window 0 could close as soon as every partition had shown a
+	// window-1 event, before the later window-0 events were read (a race
+	// with the releaser: 102 of 700 events late once on a loaded machine).
+	// A minute's lateness holds window 0 until the partitions are read to
+	// their end (the flush at 3m01s then closes windows 0 and 1).
+	cfg.Window.AllowedLateness = config.Duration(time.Minute)
 	cfg.Kafka.DeadLetterTopic = "dlq-" + h.Name
 	mixed := func(prefix string, n, w int) []e2e.Event {
 		return users(prefix, n, w, cycle(e2e.Pages), cycle([]string{"US", "DE"}), cycle(e2e.Devices))
@@ -242,6 +251,14 @@ func checkCommittedToEnd(h *e2e.Harness, group, exceptKey string) {
 func TestCompressedInput(t *testing.T) {
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
+	// The producers append windows 0 and 1 alternately, so each partition's
+	// event times go back and forth; with the event watermark and no
+	// lateness, window 0 could close as soon as every partition had shown a
+	// window-1 event, before the later window-0 events were read (a race
+	// with the releaser: 102 of 700 events late once on a loaded machine).
+	// A minute's lateness holds window 0 until the partitions are read to
+	// their end (the flush at 3m01s then closes windows 0 and 1).
+	cfg.Window.AllowedLateness = config.Duration(time.Minute)
 	codecs := []struct {
 		name  string
 		kafka kafka.Compression
