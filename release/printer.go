@@ -36,8 +36,16 @@ func (p *Printer) Print(r *Release) {
 		n := int(p*40 + 0.5)
 		fmt.Fprintf(&b, "  %-*s %5.1f%% %s\n", width, bin, 100*p, strings.Repeat("█", n))
 	}
-	fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period spent ε=%.4g of %.4g at δ=%g\n",
-		r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta)
+	if w := r.Privacy.ChargeWindows; w > 0 {
+		// The cross-window bound: the period's reservation for this
+		// histogram was charged with its first release of the period and
+		// covers the later ones (not an exhausted budget).
+		fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period charged ε=%.4g of %.4g at δ=%g (reserved up front for %d windows per user; later releases are covered)\n",
+			r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta, w)
+	} else {
+		fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period spent ε=%.4g of %.4g at δ=%g\n",
+			r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta)
+	}
 	p.mu.Lock()
 	_, _ = io.WriteString(p.w, b.String())
 	p.mu.Unlock()
