@@ -58,7 +58,7 @@ type Stage struct {
 	dialer    *kafka.Dialer
 	transport *kafka.Transport
 	plan      *plan.Plan
-	ledger    *ledger.Ledger
+	ledger    ledger.Store // the release log of the state loaded last (attach)
 	sink      *sink.Sink
 	dlq       *sink.Sink // nil without kafka.dead_letter_topic
 	stats     *Stats
@@ -86,6 +86,8 @@ type Stage struct {
 	rel *release.Releaser
 
 	ready readiness
+	// replayed: replayRecent ran (once per Run, at the first attach).
+	replayed bool
 
 	lagMu sync.Mutex // guards lag
 	// lag is the consumer lag per assigned partition (high-water mark −

@@ -467,7 +467,7 @@ func TestCrashWindowBound(t *testing.T) {
 // the key the stage stored in the ledger.
 func checkAdmissions(t *testing.T, l *ledger.Ledger, run crashRun, want map[string]map[int64]int) {
 	t.Helper()
-	kb, err := l.UserHashKey(func() ([]byte, error) { return nil, errors.New("the stage recorded no user hash key") })
+	kb, err := l.UserHashKey(context.Background(), func() ([]byte, error) { return nil, errors.New("the stage recorded no user hash key") })
 	if err != nil {
 		t.Fatal(err)
 	}
