@@ -257,3 +257,67 @@ func TestKafkaLedgerZombieFenced(t *testing.T) {
 		t.Errorf("the newer owner's unit of window 1: ok %v, err %v", ok, err)
 	}
 }
+
+// TestKafkaLedgerHotStandby: with state.ledger kafka a standby on another
+// machine (its own, empty state.dir) joins the group while the active
+// instance runs. It is assigned nothing, so it neither opens the release
+// log nor fences the active one, which keeps releasing; when the active
+// instance stops, the standby is assigned the partitions, restores the log
+// from Kafka and releases the later windows. Every window is released
+// exactly once, counts exact, copies identical.
+func TestKafkaLedgerHotStandby(t *testing.T) {
+	h := e2e.New(t)
+	cfg := kafkaLedgerConfig(t, h)
+	evs := e2e.Stream(4, 60)
+	// The flushes at 1m01s and 2m01s land in windows 1 and 2.
+	var flushes []e2e.Event
+	for _, m := range []time.Duration{1, 2} {
+		flushes = append(flushes, e2e.Event{User: "flush", At: e2e.Base.Add(m*time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"})
+	}
+	tr := e2e.ComputeTruth(append(append([]e2e.Event{}, evs...), flushes...))
+	byWindow := make([][]e2e.Event, 4)
+	for _, e := range evs {
+		w := int(e.At.Sub(e2e.Base) / time.Minute)
+		byWindow[w] = append(byWindow[w], e)
+	}
+	per := len(e2e.Groups) + 1
+	h.ProduceEvents(byWindow[0])
+	h.Produce(e2e.Flush(e2e.Base.Add(time.Minute + time.Second)))
+	active := h.Start(cfg)
+	h.ReadOutput(per, 60*time.Second, 0)
+
+	other := *cfg
+	other.State.Dir = t.TempDir()
+	standby := h.Start(&other)
+	time.Sleep(3 * time.Second) // several heartbeats of the 1s session
+	if standby.Stage.Readiness().StateLoaded {
+		t.Fatal("the standby loaded the release log while the active instance owns the partitions")
+	}
+	// The active instance is still the owner: it releases window 1.
+	h.ProduceEvents(byWindow[1])
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	h.ReadOutput(2*per, 60*time.Second, 0)
+	active.Stop(t) // fails the test if it stopped with an error (fenced)
+
+	h.ProduceEvents(append(byWindow[2], byWindow[3]...))
+	h.Produce(e2e.Flush(e2e.Base.Add(4*time.Minute + time.Second)))
+	out := h.ReadOutput(4*per, 60*time.Second, 2*time.Second)
+	if len(out.Releases) != 4*per {
+		t.Fatalf("got %d releases, want %d", len(out.Releases), 4*per)
+	}
+	for _, r := range out.Releases {
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		k := e2e.Key(r.Histogram, r.Group, ws)
+		e2e.CheckExact(t, k, r, tr[k])
+	}
+	for id, copies := range out.Raw {
+		for _, c := range copies[1:] {
+			if c != copies[0] {
+				t.Errorf("release %s republished with different values", id)
+			}
+		}
+	}
+	if !standby.Stage.Readiness().StateLoaded {
+		t.Error("the standby never took over")
+	}
+}

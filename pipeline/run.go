@@ -212,6 +212,13 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	topic := s.cfg.Kafka.InputTopic
 	assigns := gen.Assignments[topic]
 	if len(assigns) == 0 {
+		if s.cfg.State.KafkaLedger() {
+			// No state.dir lock tells a live standby from a dead owner:
+			// another member owning the partitions may well be alive (a
+			// standby on another machine). Never rejoin to drop it; the
+			// group drops a dead owner when its session expires.
+			standbyWait = -1
+		}
 		return s.group.Standby(ctx, gen, standbyWait)
 	}
 	if s.cfg.State.KafkaLedger() {

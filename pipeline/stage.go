@@ -162,7 +162,8 @@ func New(opts Options) (*Stage, error) {
 		s.now = time.Now
 	}
 	s.group = &source.GroupConfig{ID: cfg.Kafka.GroupID, Topic: cfg.Kafka.InputTopic, Brokers: brokers, Dialer: opts.Dialer,
-		Transport: opts.Transport, SessionTimeout: cfg.Kafka.SessionTimeout.D(), RebalanceTimeout: cfg.Kafka.Rebalance().D(), Log: opts.Log}
+		Transport: opts.Transport, SessionTimeout: cfg.Kafka.SessionTimeout.D(), RebalanceTimeout: cfg.Kafka.Rebalance().D(), Log: opts.Log,
+		Started: time.Now()} // the oldest Stage of the group is active (source/allone)
 	onRetry := func() { s.stats.PublishRetries.Add(1) }
 	s.sink = sink.New(sink.Options{Brokers: brokers, Topic: cfg.Kafka.OutputTopic, Transport: opts.Transport, Log: opts.Log, OnRetry: onRetry})
 	if cfg.Kafka.DeadLetterTopic != "" {
