@@ -146,6 +146,10 @@ type crashRun struct {
 	ledgerTopic string
 	// kills overrides the number of SIGKILLs (0: 20, or -soak-kills).
 	kills int
+	// pause replaces the SIGKILLs (with ledgerTopic): the active process
+	// is paused (SIGSTOP) past its session while a standby runs, then
+	// resumed (SIGCONT) as a zombie; both then run to the end.
+	pause bool
 }
 
 // crashPeriod is privacy.budget.period of the crash config (e2e.ConfigYAML).
@@ -201,6 +205,12 @@ func writeCrashConfigState(t *testing.T, dir, addr string, run crashRun, stateDi
 	})
 	if run.ledgerTopic != "" {
 		y = strings.Replace(y, "state:\n", fmt.Sprintf("state:\n  ledger: kafka\n  ledger_topic: %s\n", run.ledgerTopic), 1)
+	}
+	if run.ledgerTopic != "" {
+		// No HTTP server: the pause variant runs two processes at once,
+		// and a port 8080 taken by anything else on the machine would
+		// make every start fail.
+		y += "http:\n  address: \"\"\n"
 	}
 	if run.k > 0 {
 		y = strings.Replace(y, "contribution:\n", fmt.Sprintf("contribution:\n  max_windows_per_user: %d\n", run.k), 1)
@@ -336,8 +346,12 @@ func crashRecovery(t *testing.T, run crashRun) {
 		}
 	}()
 
+	var zombie, standby *proc
+	if run.pause {
+		zombie, standby = pauseActive(t, b.Addr(), newStart)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for k := 0; k < kills; k++ {
+	for k := 0; k < kills && !run.pause; k++ {
 		p := newStart()
 		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -366,14 +380,25 @@ func crashRecovery(t *testing.T, run crashRun) {
 	// With watermark arrival windows after the stream keep closing (empty):
 	// releases come in window order, so the first want unique ones are the
 	// stream's.
-	final := newStart()
 	want := windows * (len(cGroups) + 1)
-	out := e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
-	if err := final.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := final.cmd.Wait(); err != nil {
-		t.Fatalf("stage after SIGTERM: %v\n%s", err, e2e.Tail(final.out.String(), 3000))
+	var out e2e.Output
+	if run.pause {
+		out = e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
+		stopPaused(t, zombie, standby)
+	} else {
+		final := newStart()
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the last process's output:\n%s", e2e.Tail(final.out.String(), 6000))
+			}
+		})
+		out = e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
+		if err := final.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := final.cmd.Wait(); err != nil {
+			t.Fatalf("stage after SIGTERM: %v\n%s", err, e2e.Tail(final.out.String(), 3000))
+		}
 	}
 
 	// Every (histogram, group, window) present, exactly the truth.
@@ -409,6 +434,9 @@ func crashRecovery(t *testing.T, run crashRun) {
 				t.Errorf("release %s republished with different values:\n%s\n%s", id, copies[0], c)
 			}
 		}
+	}
+	if run.pause {
+		kills = 0 // one pause instead
 	}
 	t.Logf("%d kills, %d windows, %d releases (%d output messages before the final run), %d republished copies (all identical)", kills, windows, len(out.Raw), before, dups)
 
@@ -593,4 +621,64 @@ func TestKafkaLedgerFailover(t *testing.T) {
 		run.ledgerTopic, run.kills, run.k = "ledger-crash", 10, 10
 		crashRecovery(t, run)
 	})
+	// The active process paused (SIGSTOP) past its session while a
+	// standby with its own empty state.dir runs: the standby takes over
+	// and fences it; resumed, the zombie publishes nothing that differs
+	// (it either stops fenced or rejoins the group), and the output and
+	// the log are as after the kills.
+	t.Run("paused zombie", func(t *testing.T) {
+		run := eventRun
+		run.ledgerTopic, run.kills, run.pause = "ledger-crash", 8, true
+		crashRecovery(t, run)
+	})
+}
+
+// pauseActive starts the active process and, once it has published, a
+// standby; then pauses the active one for three 1s sessions (SIGSTOP) and
+// resumes it (SIGCONT).
+func pauseActive(t *testing.T, addr string, start func() *proc) (zombie, standby *proc) {
+	t.Helper()
+	zombie = start()
+	e2e.WaitFor(t, "the first process to publish", 60*time.Second, func() bool { return countMessages(t, addr, "out-crash") > 0 })
+	standby = start()
+	time.Sleep(time.Second)
+	if err := zombie.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := countMessages(t, addr, "out-crash")
+	time.Sleep(3 * time.Second)
+	if n := countMessages(t, addr, "out-crash"); n == stoppedAt {
+		t.Errorf("no release while the active process was paused past its session (%d messages): the standby did not take over", n)
+	}
+	if err := zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	return zombie, standby
+}
+
+// stopPaused stops the processes of pauseActive (SIGTERM). Each must exit
+// 0, or with the fenced error (a record refused after a newer owner
+// opened the log); at least one must have run to the end.
+func stopPaused(t *testing.T, procs ...*proc) {
+	t.Helper()
+	clean := 0
+	for i, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		err := p.cmd.Wait()
+		out := p.out.String()
+		if strings.Contains(out, "panic") {
+			t.Fatalf("process %d panicked:\n%s", i, e2e.Tail(out, 3000))
+		}
+		switch {
+		case err == nil:
+			clean++
+		case strings.Contains(out, "fenced by a newer owner"):
+			t.Logf("process %d stopped fenced (%v)", i, err)
+		default:
+			t.Errorf("process %d: %v\n%s", i, err, e2e.Tail(out, 3000))
+		}
+	}
+	if clean == 0 {
+		t.Error("no process ran to the end")
+	}
 }
