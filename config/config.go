@@ -372,6 +372,39 @@ type State struct {
 	// releases and the last window are never pruned. 0 keeps everything.
 	// Default 168h.
 	Retain Duration `yaml:"retain"`
+	// Ledger is where the release log lives: "bolt" (the default) a bbolt
+	// file under Dir, guarded by its file lock (a standby shares Dir);
+	// "kafka" the compacted topic LedgerTopic, written by a transactional
+	// producer (ledger/kafkalog), so that an instance on another machine,
+	// with an empty Dir, restores it from Kafka alone and takes over.
+	Ledger string `yaml:"ledger"`
+	// LedgerTopic is the release log's topic with ledger "kafka" (required
+	// then; ignored with "bolt"). One partition is used (partition 0); the
+	// topic must have cleanup.policy=compact (see ledger/kafkalog). It
+	// belongs to one consumer group: its transactional id is
+	// LedgerTransactionalID.
+	LedgerTopic string `yaml:"ledger_topic"`
+}
+
+// The values of state.ledger.
+const (
+	LedgerBolt  = "bolt"
+	LedgerKafka = "kafka"
+)
+
+// KafkaLedger reports whether the release log lives on Kafka
+// (state.ledger: kafka).
+func (s State) KafkaLedger() bool { return s.Ledger == LedgerKafka }
+
+// LedgerTransactionalID is the transactional id of the Kafka release log
+// of consumer group groupID on topic: "dp-stage-ledger/<group>/<topic>/0".
+// It is a function of the group and the log's partition only — the same on
+// every instance of the group, never of the instance — so that the member
+// the group makes active fences every older writer of the log, whichever
+// machine it runs on (ledger/kafkalog, "fencing"). Two groups must not
+// share a ledger topic: their ids differ and would not fence each other.
+func LedgerTransactionalID(groupID, topic string) string {
+	return "dp-stage-ledger/" + groupID + "/" + topic + "/0"
 }
 
 // Log configures logging.

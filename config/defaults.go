@@ -127,6 +127,7 @@ func (c *Config) ApplyDefaults() {
 
 	str(&c.State.Dir, "state.dir", DefaultStateDir)
 	dur(&c.State.Retain, "state.retain", DefaultRetain)
+	str(&c.State.Ledger, "state.ledger", LedgerBolt)
 
 	str(&c.Log.Format, "log.format", DefaultLogFormat)
 	str(&c.Log.Level, "log.level", DefaultLogLevel)

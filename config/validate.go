@@ -138,6 +138,7 @@ func (c *Config) Validate() error {
 	k.contribution()
 	k.privacy()
 	k.nonEmpty("state.dir", c.State.Dir)
+	k.stateLedger()
 	k.oneOf("log.format", c.Log.Format, logFormats)
 	k.oneOf("log.level", c.Log.Level, logLevels)
 	k.generator()
@@ -581,4 +582,32 @@ func IsLoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+var ledgerKinds = []string{LedgerBolt, LedgerKafka}
+
+// stateLedger checks state.ledger and state.ledger_topic.
+func (k *checker) stateLedger() {
+	st, kc := &k.c.State, &k.c.Kafka
+	if !k.oneOf("state.ledger", st.Ledger, ledgerKinds) || st.Ledger != LedgerKafka {
+		return
+	}
+	if st.LedgerTopic == "" {
+		k.add("state.ledger_topic", "must be set when state.ledger is kafka (a topic with cleanup.policy=compact, one per consumer group)")
+		return
+	}
+	k.topic("state.ledger_topic", st.LedgerTopic)
+	for _, t := range []struct{ path, name string }{
+		{"kafka.input_topic", kc.InputTopic}, {"kafka.output_topic", kc.OutputTopic}, {"kafka.dead_letter_topic", kc.DeadLetterTopic},
+	} {
+		if t.name != "" && t.name == st.LedgerTopic {
+			k.add("state.ledger_topic", "must differ from %s", t.path)
+		}
+	}
+	if len(kc.Brokers) == 0 {
+		k.add("state.ledger", "kafka needs kafka.brokers: the embedded broker lives and dies with this process, so a release log on it survives nothing the bolt ledger does not")
+	}
+	if kc.TLS.Enabled || kc.SASL.Mechanism != "" {
+		k.add("state.ledger", "kafka does not support kafka.tls or kafka.sasl yet (the release log's client is franz-go's kgo, not yet given the stage's TLS and SASL settings): use state.ledger: bolt")
+	}
 }

@@ -185,6 +185,15 @@ func TestValidateRules(t *testing.T) {
 		{"period not a multiple", func(c *Config) { c.Privacy.Budget.Period = Duration(90 * time.Second) }, "privacy.budget.period", "whole multiple of window.size"},
 		// state, log
 		{"state dir", func(c *Config) { c.State.Dir = "" }, "state.dir", "must not be empty"},
+		{"state ledger", func(c *Config) { c.State.Ledger = "etcd" }, "state.ledger", `must be one of bolt, kafka, got "etcd"`},
+		{"kafka ledger without topic", func(c *Config) { c.State.Ledger = LedgerKafka }, "state.ledger_topic", "must be set when state.ledger is kafka"},
+		{"kafka ledger bad topic", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "a/b" }, "state.ledger_topic", "not a valid Kafka topic name"},
+		{"kafka ledger on the output topic", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, c.Kafka.OutputTopic }, "state.ledger_topic", "must differ from kafka.output_topic"},
+		{"kafka ledger on the embedded broker", func(c *Config) { c.State.Ledger, c.State.LedgerTopic, c.Kafka.Brokers = LedgerKafka, "ledger", nil }, "state.ledger", "kafka needs kafka.brokers"},
+		{"kafka ledger with sasl", func(c *Config) {
+			c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "ledger"
+			c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u", Password: "p"}
+		}, "state.ledger", "does not support kafka.tls or kafka.sasl yet"},
 		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", `must be one of json, console, got "text"`},
 		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", "must be one of debug, info, warn, error"},
 		// generator
@@ -243,6 +252,8 @@ func TestValidateAccepts(t *testing.T) {
 		{"delta just under 1/expected users", func(c *Config) { c.Privacy.ExpectedUsers = 999_999 }},
 		{"embedded port", func(c *Config) { c.Kafka.Brokers, c.Kafka.EmbeddedPort = nil, 65535 }},
 		{"http off", func(c *Config) { c.HTTP.Address = "" }},
+		{"kafka ledger", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "dp-stage-ledger" }},
+		{"bolt ledger ignores the ledger topic", func(c *Config) { c.State.LedgerTopic = "a/b" }},
 		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
 		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"maps"
 	"math/rand/v2"
@@ -54,7 +55,7 @@ func TestRecordWindowAdmitted(t *testing.T) {
 	}
 	for _, st := range steps {
 		if st.units != nil {
-			err := l.RecordWindowAdmitted(st.units, Curve{}, st.adm)
+			err := l.RecordWindowAdmitted(context.Background(), st.units, Curve{}, st.adm)
 			switch {
 			case st.errIs != nil && !errors.Is(err, st.errIs):
 				t.Fatalf("%s: got %v, want %v", st.name, err, st.errIs)
@@ -97,11 +98,11 @@ func TestUserHashKey(t *testing.T) {
 		calls++
 		return bytes.Repeat([]byte{byte(calls)}, 16), nil
 	}
-	k1, err := l.UserHashKey(gen)
+	k1, err := l.UserHashKey(context.Background(), gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.UserHashKey(func() ([]byte, error) { return make([]byte, 15), nil }); err != nil {
+	if _, err := l.UserHashKey(context.Background(), func() ([]byte, error) { return make([]byte, 15), nil }); err != nil {
 		t.Fatalf("a recorded key must not be generated again: %v", err)
 	}
 	l.Close()
@@ -109,7 +110,7 @@ func TestUserHashKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	k2, err := l.UserHashKey(gen)
+	k2, err := l.UserHashKey(context.Background(), gen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestUserHashKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l2.Close()
-	if _, err := l2.UserHashKey(func() ([]byte, error) { return make([]byte, 15), nil }); err == nil {
+	if _, err := l2.UserHashKey(context.Background(), func() ([]byte, error) { return make([]byte, 15), nil }); err == nil {
 		t.Fatalf("a 15-byte key was recorded")
 	}
 }
@@ -154,7 +155,7 @@ func TestAdmissionsDiskBytes(t *testing.T) {
 	}
 	before := size()
 	for w := range int64(k) {
-		if err := l.RecordWindowAdmitted([]*Unit{admUnit("a", w*60_000, 0)}, Curve{}, &Admitted{Period: 0, Users: users}); err != nil {
+		if err := l.RecordWindowAdmitted(context.Background(), []*Unit{admUnit("a", w*60_000, 0)}, Curve{}, &Admitted{Period: 0, Users: users}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +192,7 @@ func TestPruneAdmissions(t *testing.T) {
 	}
 	defer l.Close()
 	const day = 86_400_000
-	if _, _, err := l.SetMeta(Meta{WindowMs: 60_000, PeriodMs: day}); err != nil {
+	if _, _, err := l.SetMeta(context.Background(), Meta{WindowMs: 60_000, PeriodMs: day}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []int64{day, 0} {
@@ -206,7 +207,7 @@ func TestPruneAdmissions(t *testing.T) {
 	if err := l.RecordWindow([]*Unit{u}, Curve{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Prune(day + 60_000); err != nil {
+	if _, _, err := l.Prune(context.Background(), day+60_000); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := l.Admissions(0); len(got) != 0 {

@@ -38,6 +38,7 @@ package ledger
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -302,7 +303,7 @@ func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
 // data. With whole windows, a window is either recorded for every histogram
 // of the config in force or not at all.
 func (l *Ledger) RecordWindow(units []*Unit, spentAfter Curve) error {
-	return l.RecordWindowAdmitted(units, spentAfter, nil)
+	return l.RecordWindowAdmitted(context.Background(), units, spentAfter, nil)
 }
 
 // RecordWindowAdmitted is RecordWindow that also records, in the same
@@ -313,7 +314,7 @@ func (l *Ledger) RecordWindow(units []*Unit, spentAfter Curve) error {
 // has its admissions recorded, and one whose units are not (a crash before
 // the commit) has none: after a restart the window is computed again from
 // its events, with the same admissions.
-func (l *Ledger) RecordWindowAdmitted(units []*Unit, spentAfter Curve, adm *Admitted) error {
+func (l *Ledger) RecordWindowAdmitted(_ context.Context, units []*Unit, spentAfter Curve, adm *Admitted) error {
 	if len(units) == 0 {
 		return nil
 	}
@@ -626,7 +627,7 @@ func (l *Ledger) Meta() (Meta, bool, error) {
 
 // SetMeta records m unless metadata is already recorded (then it returns the
 // recorded one and ok = false).
-func (l *Ledger) SetMeta(m Meta) (Meta, bool, error) {
+func (l *Ledger) SetMeta(_ context.Context, m Meta) (Meta, bool, error) {
 	var cur Meta
 	stored := false
 	err := l.db.Update(func(tx *bolt.Tx) error {
@@ -672,7 +673,7 @@ func (l *Ledger) FirstUnitWindow() (int64, bool, error) {
 
 // MarkPublishedKeys marks the units with the given keys (Unit.Key) published,
 // in one transaction.
-func (l *Ledger) MarkPublishedKeys(keys [][]byte) error {
+func (l *Ledger) MarkPublishedKeys(_ context.Context, keys [][]byte) error {
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		units := tx.Bucket(bucketUnits)
 		for _, key := range keys {
@@ -710,7 +711,7 @@ func (l *Ledger) MarkPublishedKeys(keys [][]byte) error {
 // same values) nor any unit of the last recorded window (the stage resumes
 // from it, and a resumed stage must never go back to an earlier window). It
 // returns how many units and periods it deleted.
-func (l *Ledger) Prune(before int64) (units, periods int, err error) {
+func (l *Ledger) Prune(_ context.Context, before int64) (units, periods int, err error) {
 	meta, ok, err := l.Meta()
 	if err != nil {
 		return 0, 0, err
@@ -945,7 +946,7 @@ func (l *Ledger) Admissions(period int64) (map[uint64]uint16, error) {
 // key must survive restarts (per-user state of the cross-window bound is
 // kept under it) and is a secret, like the rest of the state directory: a
 // producer who knew it could predict which events count.
-func (l *Ledger) UserHashKey(gen func() ([]byte, error)) ([]byte, error) {
+func (l *Ledger) UserHashKey(_ context.Context, gen func() ([]byte, error)) ([]byte, error) {
 	var key []byte
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketMeta)

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"math"
 	"testing"
@@ -94,7 +95,7 @@ func TestPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if _, _, err := l.SetMeta(Meta{FirstWindow: 0, WindowMs: 10, PeriodMs: 100}); err != nil {
+	if _, _, err := l.SetMeta(context.Background(), Meta{FirstWindow: 0, WindowMs: 10, PeriodMs: 100}); err != nil {
 		t.Fatal(err)
 	}
 	c := Curve{Orders: []float64{2}, Epsilons: []float64{0.1}}
@@ -109,7 +110,7 @@ func TestPrune(t *testing.T) {
 			}
 		}
 	}
-	units, periods, err := l.Prune(250)
+	units, periods, err := l.Prune(context.Background(), 250)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestPrune(t *testing.T) {
 		t.Error("the spend of the running period was pruned")
 	}
 	// A horizon past the last window never removes the last window.
-	if _, _, err := l.Prune(1 << 40); err != nil {
+	if _, _, err := l.Prune(context.Background(), 1<<40); err != nil {
 		t.Fatal(err)
 	}
 	if last, ok, _ := l.LastWindow(); !ok || last != 290 {
@@ -140,7 +141,7 @@ func TestApproxSpend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.SetMeta(Meta{FirstWindow: 0, WindowMs: 100, PeriodMs: 1000}); err != nil {
+	if _, _, err := l.SetMeta(context.Background(), Meta{FirstWindow: 0, WindowMs: 100, PeriodMs: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	for w := int64(0); w < 300; w += 100 {
@@ -179,7 +180,7 @@ func TestApproxSpend(t *testing.T) {
 	if err := l.Record(next, Curve{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, periods, err := l.Prune(1000); err != nil || periods != 0 {
+	if _, periods, err := l.Prune(context.Background(), 1000); err != nil || periods != 0 {
 		t.Fatalf("prune: periods %d (RDP buckets) err %v", periods, err)
 	}
 	if _, ok, _ := l.ApproxSpent(0); ok {

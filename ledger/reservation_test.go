@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -18,7 +19,7 @@ func TestReservations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.SetMeta(Meta{WindowMs: minute, PeriodMs: period}); err != nil {
+	if _, _, err := l.SetMeta(context.Background(), Meta{WindowMs: minute, PeriodMs: period}); err != nil {
 		t.Fatal(err)
 	}
 	charge := Curve{Orders: []float64{2}, Epsilons: []float64{0.5}}
@@ -73,12 +74,12 @@ func TestReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(0, "[kd kp]")
-	if n, _, err := l.Prune(2 * minute); err != nil || n != 4 {
+	if n, _, err := l.Prune(context.Background(), 2*minute); err != nil || n != 4 {
 		t.Fatalf("prune: %d units, %v", n, err)
 	}
 	want(0, "[kd kp]")
 	// Once the period is over it goes with its spend.
-	if _, periods, err := l.Prune(period + minute); err != nil || periods != 1 {
+	if _, periods, err := l.Prune(context.Background(), period+minute); err != nil || periods != 1 {
 		t.Fatalf("prune: %d periods, %v", periods, err)
 	}
 	want(0, "[]")

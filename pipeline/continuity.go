@@ -8,8 +8,10 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
@@ -45,6 +47,86 @@ func (s *Stage) openLedger(ctx context.Context) (*ledger.Ledger, error) {
 	}
 }
 
+// attach makes led the stage's release log: the budget book and the
+// releaser restored from it, the continuity check, the metadata, the user
+// hash key, pruning, and the spend of the next release's period loaded
+// before anything is released. With state.ledger bolt Run attaches the
+// ledger once; with kafka every generation assigned the input partitions
+// attaches the log it opened (runGeneration), and everything here is
+// rebuilt from that log alone — nothing of an earlier generation's state
+// is kept, so a new owner on another machine starts from exactly what is
+// committed on Kafka.
+func (s *Stage) attach(ctx context.Context, led ledger.Store) error {
+	s.ledger = led
+	book, err := release.NewBook(s.plan, led)
+	if err != nil {
+		return fmt.Errorf("pipeline: budget book: %w", err)
+	}
+	s.book.Store(book)
+	if s.rel, err = release.New(release.Options{Config: s.cfg, Plan: s.plan, Ledger: led, Book: book, Rand: s.rng,
+		Log: s.log, Printer: s.printer, Now: s.now, OnExhausted: func() { s.stats.Exhausted.Add(1) }}); err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	if err := s.checkContinuity(ctx); err != nil {
+		return err
+	}
+	if s.meta, err = s.loadMeta(ctx); err != nil {
+		return err
+	}
+	if err := s.loadUserKey(ctx); err != nil {
+		return err
+	}
+	if err := s.prune(ctx); err != nil {
+		return err
+	}
+	if !s.replayed {
+		if err := s.replayRecent(256); err != nil {
+			return err
+		}
+		s.replayed = true
+	}
+	// The spend of the period the next release falls in, from the ledger,
+	// before anything is released: status and metrics show it from the
+	// start (not only after the next window closes).
+	next, err := s.resumeWindow()
+	if err != nil {
+		return err
+	}
+	if _, err := book.Status(s.periodOf(next)); err != nil {
+		return err
+	}
+	s.ready.stateLoaded.Store(true)
+	return nil
+}
+
+// openKafkaLedger opens the release log on state.ledger_topic (partition
+// 0) under the group's transactional id (config.LedgerTransactionalID):
+// it fences every older writer of the log — a crashed or paused former
+// owner, whose open transaction the broker aborts — and restores every
+// committed record (ledger/kafkalog, "Opening"). Called by a generation
+// that was assigned the input partitions: the group's single assignment
+// decides who opens it, the fencing that nobody else records after.
+func (s *Stage) openKafkaLedger(ctx context.Context) (*kafkalog.Log, error) {
+	topic := s.cfg.State.LedgerTopic
+	id := config.LedgerTransactionalID(s.cfg.Kafka.GroupID, topic)
+	start := time.Now()
+	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: s.brokers, Topic: topic, TransactionalID: id})
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: open the release log on topic %q: %w", topic, err)
+	}
+	s.log.Info("release log restored from Kafka: this instance is now active", zap.String("ledger_topic", topic),
+		zap.String("transactional_id", id), zap.Duration("took", time.Since(start)))
+	return l, nil
+}
+
+// stateName names where the release log lives, for messages.
+func (s *Stage) stateName() string {
+	if s.cfg.State.KafkaLedger() {
+		return fmt.Sprintf("release log topic %q", s.cfg.State.LedgerTopic)
+	}
+	return fmt.Sprintf("state.dir %q", s.cfg.State.Dir)
+}
+
 // checkContinuity refuses to start with an empty ledger when the output topic
 // already holds messages, unless state.allow_fresh_ledger is set. An empty
 // ledger next to a used output topic means the state that made those
@@ -66,8 +148,8 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 		n, err := source.TopicMessages(ctx, s.brokers, s.transport, s.cfg.Kafka.OutputTopic)
 		if err == nil {
 			if n > 0 {
-				return fmt.Errorf("%w (%d messages in %q, state.dir %q): restore state.dir from the instance that made them, or set state.allow_fresh_ledger: true for a deliberate fresh start",
-					ErrStateLost, n, s.cfg.Kafka.OutputTopic, s.cfg.State.Dir)
+				return fmt.Errorf("%w (%d messages in %q, %s): restore the state from the instance that made them, or set state.allow_fresh_ledger: true for a deliberate fresh start",
+					ErrStateLost, n, s.cfg.Kafka.OutputTopic, s.stateName())
 			}
 			return nil
 		}
@@ -114,7 +196,7 @@ var ErrConfigChanged = errors.New("pipeline: the configuration no longer matches
 // every later one. The first window comes from window.start or the wall
 // clock — never from the data. A ledger written before the metadata existed
 // takes its first recorded window.
-func (s *Stage) loadMeta() (ledger.Meta, error) {
+func (s *Stage) loadMeta(ctx context.Context) (ledger.Meta, error) {
 	want := ledger.Meta{WindowMs: s.sizeMs, PeriodMs: s.periodMs}
 	if first, ok, err := s.ledger.FirstUnitWindow(); err != nil {
 		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
@@ -129,7 +211,7 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 	} else {
 		want.FirstWindow = window.Start(s.now().UnixMilli(), s.sizeMs)
 	}
-	got, stored, err := s.ledger.SetMeta(want)
+	got, stored, err := s.ledger.SetMeta(ctx, want)
 	if err != nil {
 		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
 	}
@@ -138,8 +220,8 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 		return got, nil
 	}
 	if got.WindowMs != s.sizeMs || got.PeriodMs != s.periodMs {
-		return ledger.Meta{}, fmt.Errorf("%w: the ledger in %q was written with window.size %s and privacy.budget.period %s, the config says %s and %s; releases and budget periods would no longer line up — revert the change, or start on a new state.dir and output topic",
-			ErrConfigChanged, s.cfg.State.Dir, time.Duration(got.WindowMs)*time.Millisecond, time.Duration(got.PeriodMs)*time.Millisecond,
+		return ledger.Meta{}, fmt.Errorf("%w: the ledger in %s was written with window.size %s and privacy.budget.period %s, the config says %s and %s; releases and budget periods would no longer line up — revert the change, or start on a new state and output topic",
+			ErrConfigChanged, s.stateName(), time.Duration(got.WindowMs)*time.Millisecond, time.Duration(got.PeriodMs)*time.Millisecond,
 			s.cfg.Window.Size.D(), s.cfg.Privacy.Budget.Period.D())
 	}
 	if st := s.cfg.Window.Start; st != "" {
@@ -154,7 +236,7 @@ func (s *Stage) loadMeta() (ledger.Meta, error) {
 // prune drops published releases older than state.retain behind the last
 // recorded window (see ledger.Prune for what is never dropped), so the
 // ledger and the start-up scan stay bounded.
-func (s *Stage) prune() error {
+func (s *Stage) prune(ctx context.Context) error {
 	keep := s.cfg.State.Retain.D().Milliseconds()
 	if keep <= 0 {
 		return nil
@@ -163,7 +245,7 @@ func (s *Stage) prune() error {
 	if err != nil || !ok {
 		return err
 	}
-	units, periods, err := s.ledger.Prune(last - keep)
+	units, periods, err := s.ledger.Prune(ctx, last-keep)
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}

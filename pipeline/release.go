@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
@@ -87,7 +89,9 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 			if soft.Err() != nil || gctx.Err() != nil {
 				break
 			}
-			units, err := s.closeAndRecord(sess, next)
+			recCtx, cancel := s.publishContext(soft, gctx)
+			units, err := s.closeAndRecord(recCtx, sess, next)
+			cancel()
 			if err != nil {
 				s.releaseFailed(soft, gctx, next, err)
 				return
@@ -167,8 +171,13 @@ const maxPublishBatch = 256
 // rebalance just ends the loop (recorded units are republished with the same
 // values at the next start); anything else stops the stage: a stage that
 // looks healthy but releases nothing is worse than one that restarts.
+//
+// A release log fenced by a newer owner (kafkalog.ErrFenced: another
+// instance took over the log) stops the stage whatever else happened: this
+// instance is a zombie, and its draw of the window was never committed nor
+// published.
 func (s *Stage) releaseFailed(soft, gctx context.Context, w int64, err error) {
-	if soft.Err() == nil && gctx.Err() == nil {
+	if errors.Is(err, kafkalog.ErrFenced) || soft.Err() == nil && gctx.Err() == nil {
 		s.fail(fmt.Errorf("release up to window %s failed: %w", release.RFC3339(w), err))
 	}
 }
@@ -187,7 +196,7 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 
 // closeAndRecord closes window w and records every histogram's unit (or
 // finds it recorded). It returns the units still to publish.
-func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
+func (s *Stage) closeAndRecord(ctx context.Context, sess *session, w int64) ([]*ledger.Unit, error) {
 	sess.closeMu.Lock()
 	var admit func(uint64) bool
 	var adm *ledger.Admitted // the users the cross-window bound admits to w
@@ -230,7 +239,7 @@ func (s *Stage) closeAndRecord(sess *session, w int64) ([]*ledger.Unit, error) {
 	if n := counts.AverageNotSelected(); n > 0 {
 		s.stats.AverageNotSelected.Add(n)
 	}
-	return s.rel.RecordAdmitted(w, counts, counts, adm)
+	return s.rel.RecordAdmitted(ctx, w, counts, counts, adm)
 }
 
 func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }
@@ -249,7 +258,7 @@ func (s *Stage) publishUnits(ctx context.Context, units []*ledger.Unit, passedAt
 	if err := s.sink.PublishUnits(ctx, units); err != nil {
 		return fmt.Errorf("publish %d units from %s@%s: %w", len(units), units[0].Histogram, release.RFC3339(units[0].WindowStart), err)
 	}
-	if err := s.ledger.MarkPublishedKeys(keys); err != nil {
+	if err := s.ledger.MarkPublishedKeys(ctx, keys); err != nil {
 		return err
 	}
 	for _, u := range units {

@@ -14,7 +14,6 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/siphash"
-	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )
@@ -48,65 +47,39 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 		}
 	}()
 	defer s.sink.Close()
-	led, err := s.openLedger(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	s.ledger = led
-	defer led.Close()
-	book, err := release.NewBook(s.plan, led)
-	if err != nil {
-		return fmt.Errorf("pipeline: budget book: %w", err)
-	}
-	s.book.Store(book)
-	if s.rel, err = release.New(release.Options{Config: s.cfg, Plan: s.plan, Ledger: led, Book: book, Rand: s.rng,
-		Log: s.log, Printer: s.printer, Now: s.now, OnExhausted: func() { s.stats.Exhausted.Add(1) }}); err != nil {
-		return fmt.Errorf("pipeline: %w", err)
-	}
-	if err := s.checkContinuity(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	if s.meta, err = s.loadMeta(); err != nil {
-		return err
-	}
-	if err := s.loadUserKey(); err != nil {
-		return err
-	}
-	if err := s.prune(); err != nil {
-		return err
-	}
-	if err := s.replayRecent(256); err != nil {
-		return err
-	}
-	// The spend of the period the next release falls in, from the ledger,
-	// before anything is released: status and metrics show it from the
-	// start (not only after the next window closes).
-	next, err := s.resumeWindow()
-	if err != nil {
-		return err
-	}
-	if _, err := book.Status(s.periodOf(next)); err != nil {
-		return err
-	}
-	s.ready.stateLoaded.Store(true)
 	if s.dlq != nil {
 		defer s.dlq.Close()
 	}
-
-	// Anything recorded but not acknowledged before the last stop goes out
-	// first, with the recorded values.
-	if err := s.republishPending(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
+	if !s.cfg.State.KafkaLedger() {
+		// state.ledger bolt: the state.dir file lock decides which process
+		// is active; a standby sharing state.dir waits for it here.
+		led, err := s.openLedger(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
 		}
-		return err
+		defer led.Close()
+		if err := s.attach(ctx, led); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		// Anything recorded but not acknowledged before the last stop goes
+		// out first, with the recorded values.
+		if err := s.republishPending(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
+	// state.ledger kafka: no lock here. The consumer group decides which
+	// member is active (it is assigned the input partitions); that member
+	// opens the release log for its generation (runGeneration), fencing
+	// every older writer of the log's transactional id.
 
 	defer s.ready.draining.Store(true)
 	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })
@@ -240,7 +213,33 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	topic := s.cfg.Kafka.InputTopic
 	assigns := gen.Assignments[topic]
 	if len(assigns) == 0 {
+		if s.cfg.State.KafkaLedger() {
+			// No state.dir lock tells a live standby from a dead owner:
+			// another member owning the partitions may well be alive (a
+			// standby on another machine). Never rejoin to drop it; the
+			// group drops a dead owner when its session expires.
+			standbyWait = -1
+		}
 		return s.group.Standby(ctx, gen, standbyWait)
+	}
+	if s.cfg.State.KafkaLedger() {
+		led, err := s.openKafkaLedger(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.fail(err)
+			}
+			return source.GenerationDone
+		}
+		defer func() {
+			s.ready.stateLoaded.Store(false)
+			_ = led.Close()
+		}()
+		if err := s.attach(ctx, led); err != nil {
+			if ctx.Err() == nil {
+				s.fail(err)
+			}
+			return source.GenerationDone
+		}
 	}
 	sets, err := newWindowSets(s.cfg)
 	if err != nil {
@@ -365,11 +364,11 @@ func joinContexts(a, b context.Context) (context.Context, context.CancelFunc) {
 // new random one at the first start (unless Options.HashKey set it). The
 // hash of a user must be the same after a restart: the cross-window bound's
 // admissions are kept in the ledger under it.
-func (s *Stage) loadUserKey() error {
+func (s *Stage) loadUserKey(ctx context.Context) error {
 	if s.hashKeySet {
 		return nil
 	}
-	b, err := s.ledger.UserHashKey(func() ([]byte, error) {
+	b, err := s.ledger.UserHashKey(ctx, func() ([]byte, error) {
 		k, err := siphash.NewKey()
 		return k.Bytes(), err
 	})

@@ -58,7 +58,7 @@ type Stage struct {
 	dialer    *kafka.Dialer
 	transport *kafka.Transport
 	plan      *plan.Plan
-	ledger    *ledger.Ledger
+	ledger    ledger.Store // the release log of the state loaded last (attach)
 	sink      *sink.Sink
 	dlq       *sink.Sink // nil without kafka.dead_letter_topic
 	stats     *Stats
@@ -86,6 +86,8 @@ type Stage struct {
 	rel *release.Releaser
 
 	ready readiness
+	// replayed: replayRecent ran (once per Run, at the first attach).
+	replayed bool
 
 	lagMu sync.Mutex // guards lag
 	// lag is the consumer lag per assigned partition (high-water mark −
@@ -160,7 +162,8 @@ func New(opts Options) (*Stage, error) {
 		s.now = time.Now
 	}
 	s.group = &source.GroupConfig{ID: cfg.Kafka.GroupID, Topic: cfg.Kafka.InputTopic, Brokers: brokers, Dialer: opts.Dialer,
-		Transport: opts.Transport, SessionTimeout: cfg.Kafka.SessionTimeout.D(), RebalanceTimeout: cfg.Kafka.Rebalance().D(), Log: opts.Log}
+		Transport: opts.Transport, SessionTimeout: cfg.Kafka.SessionTimeout.D(), RebalanceTimeout: cfg.Kafka.Rebalance().D(), Log: opts.Log,
+		Started: time.Now()} // the oldest Stage of the group is active (source/allone)
 	onRetry := func() { s.stats.PublishRetries.Add(1) }
 	s.sink = sink.New(sink.Options{Brokers: brokers, Topic: cfg.Kafka.OutputTopic, Transport: opts.Transport, Log: opts.Log, OnRetry: onRetry})
 	if cfg.Kafka.DeadLetterTopic != "" {

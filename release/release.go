@@ -1,6 +1,7 @@
 package release
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,9 @@ import (
 type Options struct {
 	Config *config.Config
 	Plan   *plan.Plan
-	Ledger *ledger.Ledger
+	// Ledger is the release log (a bbolt *ledger.Ledger or a Kafka
+	// *kafkalog.Log: the Releaser depends on the ledger.Store interface only).
+	Ledger ledger.Store
 	// Book is the budget book every charge is checked against and added to
 	// (restored from Ledger: NewBook).
 	Book *budget.Book
@@ -42,7 +45,7 @@ type Options struct {
 type Releaser struct {
 	cfg      *config.Config
 	plan     *plan.Plan
-	ledger   *ledger.Ledger
+	ledger   ledger.Store
 	book     *budget.Book
 	rng      *mechanism.Rand
 	log      *zap.Logger
@@ -77,7 +80,7 @@ func New(opts Options) (*Releaser, error) {
 }
 
 // NewBook returns the budget book of p, restored from the ledger l.
-func NewBook(p *plan.Plan, l *ledger.Ledger) (*budget.Book, error) {
+func NewBook(p *plan.Plan, l ledger.Store) (*budget.Book, error) {
 	return budget.NewBook(p.Orders, p.Epsilon, p.Delta, LedgerStore{l})
 }
 
@@ -94,7 +97,7 @@ func toLedgerCurve(c budget.Curve) ledger.Curve {
 // LedgerStore restores a budget period's spend from the ledger for the
 // book: the RDP curve recorded with the last RDP unit, and the sums of the
 // (ε, δ) charges.
-type LedgerStore struct{ L *ledger.Ledger }
+type LedgerStore struct{ L ledger.Store }
 
 func (st LedgerStore) PeriodSpend(p int64) (budget.Spend, bool, error) {
 	var sp budget.Spend
@@ -157,13 +160,15 @@ type Means interface {
 // window's curve, and the later units of the period are covered by it
 // (charge, reservation.go).
 func (r *Releaser) Record(w int64, counts Counts, avgs Means) ([]*ledger.Unit, error) {
-	return r.RecordAdmitted(w, counts, avgs, nil)
+	return r.RecordAdmitted(context.Background(), w, counts, avgs, nil)
 }
 
 // RecordAdmitted is Record under the cross-window bound: adm (the users
 // admitted to base window w, nil without the bound) is recorded in the
-// same ledger transaction as the units (ledger.RecordWindowAdmitted).
-func (r *Releaser) RecordAdmitted(w int64, counts Counts, avgs Means, adm *ledger.Admitted) ([]*ledger.Unit, error) {
+// same ledger transaction as the units (ledger.RecordWindowAdmitted). ctx
+// bounds the ledger write (ledger.Store: a Kafka transaction); nothing
+// returned by a failed call may be published.
+func (r *Releaser) RecordAdmitted(ctx context.Context, w int64, counts Counts, avgs Means, adm *ledger.Admitted) ([]*ledger.Unit, error) {
 	// A boundary is recorded whole, in one ledger transaction (the units of
 	// all the histograms whose windows end there, and their charges) or not
 	// at all; if any of those units is recorded, the boundary is complete:
@@ -224,7 +229,7 @@ func (r *Releaser) RecordAdmitted(w int64, counts Counts, avgs Means, adm *ledge
 		}
 		units = append(units, u)
 	}
-	if err := r.recordWindow(units, charges, adm); err != nil {
+	if err := r.recordWindow(ctx, units, charges, adm); err != nil {
 		return nil, err
 	}
 	return units, nil
@@ -332,7 +337,7 @@ func (r *Releaser) averageCharge(ap *plan.AveragePlan) budget.Charge {
 // write-ahead order: record and charge → publish → mark published), then
 // adds the charges to the book. The ledger is the source of truth after a
 // crash.
-func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge, adm *ledger.Admitted) error {
+func (r *Releaser) recordWindow(ctx context.Context, units []*ledger.Unit, charges []budget.Charge, adm *ledger.Admitted) error {
 	book := r.book
 	p := units[0].Period
 	var spentAfter ledger.Curve
@@ -348,7 +353,7 @@ func (r *Releaser) recordWindow(units []*ledger.Unit, charges []budget.Charge, a
 			}
 		}
 	}
-	if err := r.ledger.RecordWindowAdmitted(units, spentAfter, adm); err != nil {
+	if err := r.ledger.RecordWindowAdmitted(ctx, units, spentAfter, adm); err != nil {
 		return err
 	}
 	for _, c := range charges {

@@ -2,6 +2,7 @@ package release_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -206,7 +207,7 @@ func TestRecordAgainRepublishesSameBytes(t *testing.T) {
 	for _, u := range first {
 		keys = append(keys, u.Key())
 	}
-	if err := f.led.MarkPublishedKeys(keys); err != nil {
+	if err := f.led.MarkPublishedKeys(context.Background(), keys); err != nil {
 		t.Fatal(err)
 	}
 	if left := f.window(t, w, nil); len(left) != 0 {

@@ -1,6 +1,7 @@
 package release_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,13 +153,13 @@ func TestReservationSurvivesRestart(t *testing.T) {
 	for _, u := range first {
 		keys = append(keys, u.Key())
 	}
-	if err := f.led.MarkPublishedKeys(keys); err != nil {
+	if err := f.led.MarkPublishedKeys(context.Background(), keys); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := f.led.SetMeta(ledger.Meta{WindowMs: minute, PeriodMs: 5 * minute}); err != nil {
+	if _, _, err := f.led.SetMeta(context.Background(), ledger.Meta{WindowMs: minute, PeriodMs: 5 * minute}); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := f.led.Prune(period + minute); err != nil || n != 2 {
+	if n, _, err := f.led.Prune(context.Background(), period+minute); err != nil || n != 2 {
 		t.Fatalf("prune: %d units, %v", n, err)
 	}
 	g := reopen(t, f, nil)

@@ -58,6 +58,10 @@ type GroupConfig struct {
 	// kafka.rebalance_timeout (config.Kafka.Rebalance).
 	SessionTimeout, RebalanceTimeout time.Duration
 	Log                              *zap.Logger
+	// Started is when this member counts as started for the all-to-one
+	// balancer (the oldest member is active). Zero: when the process
+	// started; several stages in one process (tests) need their own.
+	Started time.Time
 }
 
 // RejoinCloseLimit bounds closing the group before a standby rejoins.
@@ -78,7 +82,7 @@ func (c *GroupConfig) Join(ctx context.Context, joined func()) (*Member, error) 
 			Brokers:               c.Brokers,
 			Dialer:                conns.dialer(c.Dialer),
 			Topics:                []string{c.Topic},
-			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{}},
+			GroupBalancers:        []kafka.GroupBalancer{allone.Balancer{Started: c.Started}},
 			StartOffset:           kafka.FirstOffset,
 			HeartbeatInterval:     max(c.SessionTimeout/5, 100*time.Millisecond),
 			SessionTimeout:        c.SessionTimeout,
@@ -352,6 +356,12 @@ func (s *GroupConfig) Standby(ctx context.Context, gen *kafka.Generation, wait t
 	case err == nil && n == 0:
 		s.Log.Warn("the input topic has no partitions: waiting for them", zap.String("topic", s.Topic), zap.Int32("generation", gen.ID))
 		wait = -1
+	case wait < 0:
+		// state.ledger kafka: a hot standby on another machine is a live
+		// member; the group reassigns the partitions when the owner
+		// leaves or its session expires.
+		s.Log.Info("standby: another member owns the input partitions; waiting for the group to reassign them",
+			zap.Int32("generation", gen.ID))
 	case wait == 0:
 		// The usual case: a crashed instance is still a member.
 		s.Log.Info("standby: another member owns the input partitions; this instance holds state.dir, so that member is a crashed instance: rejoining to drop it",

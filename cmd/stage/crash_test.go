@@ -26,6 +26,7 @@ import (
 	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
@@ -139,6 +140,16 @@ type crashRun struct {
 	base      time.Time
 	// k is contribution.max_windows_per_user (0: off).
 	k int
+	// ledgerTopic, when set, runs the stage with state.ledger: kafka on
+	// this topic, and every start with a new, empty state.dir: nothing
+	// but Kafka carries the state from one process to the next.
+	ledgerTopic string
+	// kills overrides the number of SIGKILLs (0: 20, or -soak-kills).
+	kills int
+	// pause replaces the SIGKILLs (with ledgerTopic): the active process
+	// is paused (SIGSTOP) past its session while a standby runs, then
+	// resumed (SIGCONT) as a zombie; both then run to the end.
+	pause bool
 }
 
 // crashPeriod is privacy.budget.period of the crash config (e2e.ConfigYAML).
@@ -180,12 +191,27 @@ func admittedCrash(evs []cEvent, size time.Duration, k int) ([]cEvent, map[strin
 
 func writeCrashConfig(t *testing.T, dir, addr string, run crashRun) string {
 	t.Helper()
+	return writeCrashConfigState(t, dir, addr, run, filepath.Join(dir, "state"))
+}
+
+// writeCrashConfigState is writeCrashConfig with state.dir stateDir.
+func writeCrashConfigState(t *testing.T, dir, addr string, run crashRun, stateDir string) string {
+	t.Helper()
 	y := e2e.ConfigYAML(e2e.ConfigParams{
 		Brokers: addr, Name: "crash", Kafka: "  session_timeout: 1s\n",
 		Watermark: run.watermark, Size: run.size.String(), Lateness: "0s", Idle: "500ms",
 		Start: run.base.Format(time.RFC3339), Privacy: "mechanism: gaussian", Epsilon: 1e7,
-		StateDir: filepath.Join(dir, "state"), LogLevel: "info",
+		StateDir: stateDir, LogLevel: "info",
 	})
+	if run.ledgerTopic != "" {
+		y = strings.Replace(y, "state:\n", fmt.Sprintf("state:\n  ledger: kafka\n  ledger_topic: %s\n", run.ledgerTopic), 1)
+	}
+	if run.ledgerTopic != "" {
+		// No HTTP server: the pause variant runs two processes at once,
+		// and a port 8080 taken by anything else on the machine would
+		// make every start fail.
+		y += "http:\n  address: \"\"\n"
+	}
 	if run.k > 0 {
 		y = strings.Replace(y, "contribution:\n", fmt.Sprintf("contribution:\n  max_windows_per_user: %d\n", run.k), 1)
 	}
@@ -242,6 +268,9 @@ func TestCrashRecovery(t *testing.T) {
 
 func crashRecovery(t *testing.T, run crashRun) {
 	kills := 20
+	if run.kills > 0 {
+		kills = run.kills
+	}
 	if *soakKills > 0 {
 		kills = *soakKills
 	}
@@ -253,6 +282,23 @@ func crashRecovery(t *testing.T, run crashRun) {
 	}
 	defer b.Close()
 	cfgPath := writeCrashConfig(t, dir, b.Addr(), run)
+	var stateDirs []string // with a Kafka ledger: one new state.dir per start
+	if run.ledgerTopic != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := kafkalog.EnsureTopic(ctx, []string{b.Addr()}, run.ledgerTopic, 1, -1)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	newStart := func() *proc {
+		if run.ledgerTopic != "" {
+			sd := filepath.Join(dir, fmt.Sprintf("state-%d", len(stateDirs)))
+			stateDirs = append(stateDirs, sd)
+			cfgPath = writeCrashConfigState(t, dir, b.Addr(), run, sd)
+		}
+		return startStage(t, cfgPath)
+	}
 
 	var all []cEvent
 	for w := 0; w < windows; w++ {
@@ -300,9 +346,13 @@ func crashRecovery(t *testing.T, run crashRun) {
 		}
 	}()
 
+	var zombie, standby *proc
+	if run.pause {
+		zombie, standby = pauseActive(t, b.Addr(), newStart)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for k := 0; k < kills; k++ {
-		p := startStage(t, cfgPath)
+	for k := 0; k < kills && !run.pause; k++ {
+		p := newStart()
 		time.Sleep(time.Duration(300+rng.IntN(1700)) * time.Millisecond)
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -330,14 +380,25 @@ func crashRecovery(t *testing.T, run crashRun) {
 	// With watermark arrival windows after the stream keep closing (empty):
 	// releases come in window order, so the first want unique ones are the
 	// stream's.
-	final := startStage(t, cfgPath)
 	want := windows * (len(cGroups) + 1)
-	out := e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
-	if err := final.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := final.cmd.Wait(); err != nil {
-		t.Fatalf("stage after SIGTERM: %v\n%s", err, e2e.Tail(final.out.String(), 3000))
+	var out e2e.Output
+	if run.pause {
+		out = e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
+		stopPaused(t, zombie, standby)
+	} else {
+		final := newStart()
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the last process's output:\n%s", e2e.Tail(final.out.String(), 6000))
+			}
+		})
+		out = e2e.ReadUnique(t, b.Addr(), "out-crash", want, 3*time.Minute, 2*time.Second)
+		if err := final.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := final.cmd.Wait(); err != nil {
+			t.Fatalf("stage after SIGTERM: %v\n%s", err, e2e.Tail(final.out.String(), 3000))
+		}
 	}
 
 	// Every (histogram, group, window) present, exactly the truth.
@@ -374,15 +435,22 @@ func crashRecovery(t *testing.T, run crashRun) {
 			}
 		}
 	}
+	if run.pause {
+		kills = 0 // one pause instead
+	}
 	t.Logf("%d kills, %d windows, %d releases (%d output messages before the final run), %d republished copies (all identical)", kills, windows, len(out.Raw), before, dups)
 
 	// The ledger: one unit per (histogram, window), its spend the sum of the
 	// unique units' charges, never over the budget.
-	l, err := ledger.Open(filepath.Join(dir, "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openCrashLedger(t, dir, b.Addr(), run)
 	defer l.Close()
+	for _, sd := range stateDirs {
+		// The Kafka ledger never touches state.dir's bbolt file: the
+		// takeovers above had nothing on disk to share.
+		if _, err := os.Stat(filepath.Join(sd, "stage.db")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("state.ledger kafka: %s holds a bbolt ledger (stat: %v)", sd, err)
+		}
+	}
 	sum := map[int64][]float64{}
 	units := 0
 	streamEnd := run.base.Add(time.Duration(windows) * run.size).UnixMilli()
@@ -465,9 +533,11 @@ func TestCrashWindowBound(t *testing.T) {
 // checkAdmissions compares the ledger's admissions with want (per user and
 // period start, the number of windows admitted), hashing the user ids with
 // the key the stage stored in the ledger.
-func checkAdmissions(t *testing.T, l *ledger.Ledger, run crashRun, want map[string]map[int64]int) {
+func checkAdmissions(t *testing.T, l ledger.Store, run crashRun, want map[string]map[int64]int) {
 	t.Helper()
-	kb, err := l.UserHashKey(func() ([]byte, error) { return nil, errors.New("the stage recorded no user hash key") })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kb, err := l.UserHashKey(ctx, func() ([]byte, error) { return nil, errors.New("the stage recorded no user hash key") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,4 +569,124 @@ func checkAdmissions(t *testing.T, l *ledger.Ledger, run crashRun, want map[stri
 		return
 	}
 	t.Logf("ledger admissions: %d users of period %d, as the truth", len(got), p)
+}
+
+// openCrashLedger opens the ledger the crash run's stages wrote: the bbolt
+// file under state.dir, or, with run.ledgerTopic, the Kafka release log
+// under the group's transactional id (after the last stage exited, so
+// opening it fences nobody).
+func openCrashLedger(t *testing.T, dir, addr string, run crashRun) ledger.Store {
+	t.Helper()
+	if run.ledgerTopic == "" {
+		l, err := ledger.Open(filepath.Join(dir, "state"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: []string{addr}, Topic: run.ledgerTopic,
+		TransactionalID: config.LedgerTransactionalID("g-crash", run.ledgerTopic)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestKafkaLedgerFailover is the crash test with state.ledger: kafka and a
+// new, empty state.dir at every start (issue #14: fail over without a
+// shared disk): each process is killed with SIGKILL at a random moment and
+// the next one, which has nothing on disk, restores the release log from
+// its compacted topic, fencing the killed process's transactional
+// producer. Over the whole output topic every (histogram, group, window)
+// is released, exactly the truth under the near-noiseless Gaussian; all
+// copies of a release_id are identical (a window recorded by a killed
+// process is republished from the log, never drawn again); the log's
+// period spend equals the sum of its unique units' charges (the spend
+// restored by each new process, then added to); with the cross-window
+// bound, the admissions in the log are each user's admitted windows (the
+// user hash key and the admissions restored from Kafka).
+func TestKafkaLedgerFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: skipped in -short")
+	}
+	t.Run("event", func(t *testing.T) {
+		run := eventRun
+		run.ledgerTopic, run.kills = "ledger-crash", 10
+		crashRecovery(t, run)
+	})
+	t.Run("window bound", func(t *testing.T) {
+		run := eventRun
+		run.ledgerTopic, run.kills, run.k = "ledger-crash", 10, 10
+		crashRecovery(t, run)
+	})
+	// The active process paused (SIGSTOP) past its session while a
+	// standby with its own empty state.dir runs: the standby takes over
+	// and fences it; resumed, the zombie publishes nothing that differs
+	// (it either stops fenced or rejoins the group), and the output and
+	// the log are as after the kills.
+	t.Run("paused zombie", func(t *testing.T) {
+		run := eventRun
+		run.ledgerTopic, run.kills, run.pause = "ledger-crash", 8, true
+		crashRecovery(t, run)
+	})
+}
+
+// pauseActive starts the active process and, once it has published, a
+// standby; then pauses the active one for three 1s sessions (SIGSTOP) and
+// resumes it (SIGCONT).
+func pauseActive(t *testing.T, addr string, start func() *proc) (zombie, standby *proc) {
+	t.Helper()
+	zombie = start()
+	e2e.WaitFor(t, "the first process to publish", 60*time.Second, func() bool { return countMessages(t, addr, "out-crash") > 0 })
+	standby = start()
+	time.Sleep(time.Second)
+	if err := zombie.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt, pausedAt := countMessages(t, addr, "out-crash"), time.Now()
+	var gap time.Duration // from SIGSTOP to the first message published after it
+	for time.Since(pausedAt) < 3*time.Second {
+		if gap == 0 && countMessages(t, addr, "out-crash") > stoppedAt {
+			gap = time.Since(pausedAt)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if gap == 0 {
+		t.Errorf("no release while the active process was paused for 3 sessions (%d messages): the standby did not take over", stoppedAt)
+	} else {
+		t.Logf("first release %v after the active process was paused (session timeout 1s; windows close every 400ms)", gap.Round(10*time.Millisecond))
+	}
+	if err := zombie.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	return zombie, standby
+}
+
+// stopPaused stops the processes of pauseActive (SIGTERM). Each must exit
+// 0, or with the fenced error (a record refused after a newer owner
+// opened the log); at least one must have run to the end.
+func stopPaused(t *testing.T, procs ...*proc) {
+	t.Helper()
+	clean := 0
+	for i, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		err := p.cmd.Wait()
+		out := p.out.String()
+		if strings.Contains(out, "panic") {
+			t.Fatalf("process %d panicked:\n%s", i, e2e.Tail(out, 3000))
+		}
+		switch {
+		case err == nil:
+			clean++
+		case strings.Contains(out, "fenced by a newer owner"):
+			t.Logf("process %d stopped fenced (%v)", i, err)
+		default:
+			t.Errorf("process %d: %v\n%s", i, err, e2e.Tail(out, 3000))
+		}
+	}
+	if clean == 0 {
+		t.Error("no process ran to the end")
+	}
 }

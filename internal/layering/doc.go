@@ -1,4 +1,4 @@
 // Package layering holds only a test of the stage's package layout: one
 // package per step of the data flow, with the Kafka clients confined to
-// source, sink and pipeline's wiring (TestNoKafkaBelowPipeline).
+// source, sink, ledger/kafkalog and pipeline's wiring (TestNoKafkaBelowPipeline).
 package layering

@@ -2,14 +2,18 @@
 // same durable memory as package ledger (which releases were made, with
 // which values, and what each budget period has spent), kept in Kafka
 // instead of a bbolt file, so that a new owner on any machine restores it
-// from Kafka alone (issue #14). bbolt stays the single-process default; this
-// package is a library the distributed mode builds on.
+// from Kafka alone (issue #14). A *Log satisfies ledger.Store, as the bbolt
+// *ledger.Ledger does; the stage uses it with state.ledger: kafka (the
+// pipeline opens it in every consumer-group generation that is assigned
+// the input partitions, under config.LedgerTransactionalID). bbolt stays
+// the single-process default.
 //
 // # Responsibility and invariant
 //
 // A [Log] is one ledger partition, owned by exactly one transactional id
-// (the owner's, fixed: derive it from the ledger topic and partition, never
-// from the instance). It has the meaning of [ledger.Ledger]: [Log.RecordWindow]
+// (the owner's, fixed: derive it from the ledger topic and partition — and
+// the deployment's consumer group, as config.LedgerTransactionalID does —
+// never from the instance). It has the meaning of [ledger.Ledger]: [Log.RecordWindow]
 // records the units of one window and the period's spend after them, all or
 // nothing; [Log.Lookup] finds a recorded unit, which the caller republishes
 // with its recorded values instead of drawing again; [Log.MarkPublished]
@@ -31,7 +35,22 @@
 //	approx/<period ms>                  the period's (ε, δ) spend (ledger.Approx), absolute
 //	limit/<period ms>                   the period's budget (ledger.Limit), written once
 //	meta                                ledger.Meta, written once (SetMeta)
+//	reservation/<period ms>/<key>       a period reservation (ledger.Unit.Reservation);
+//	                                    value the key of the unit that made it
+//	admit/<period ms>/<end ms>/<chunk>  the user hashes admitted to the window ending
+//	                                    at end by the cross-window bound (8 bytes
+//	                                    each, ascending, ≤ 65536 per record)
+//	user_hash_key                       the 16-byte user hash key, written once (a secret)
+//	last_window_end                     the largest window end recorded (decimal ms)
 //	open                                the barrier an owner commits when it opens
+//
+// A window's units, its period's spend, approx spend and budget, the
+// reservations its units make, its admissions (with tombstones for the
+// admissions of earlier periods) and the new last window end are one
+// transaction (RecordWindowAdmitted): after a restore they are all there or
+// none is, as in the bbolt ledger's one transaction. A period's admissions
+// are the sum over its admit records (each written once); a tombstone of
+// any of them drops the period (they are only ever tombstoned together).
 //
 // Every record carries the header kafkalog-format=1; a record without it
 // makes Open fail (ErrIncompatible). Prune writes tombstones (null values).
@@ -114,7 +133,8 @@
 //   - Who owns the id is decided outside: the newest Open wins. Two
 //     processes opening the same id in turn fence each other in turn (each
 //     restores the other's commits, so values stay single), but they make no
-//     progress; ownership must come from a group assignment.
+//     progress; ownership must come from a group assignment (the pipeline
+//     opens the log only in a generation assigned the input partitions).
 //   - Two different transactional ids writing one ledger partition are not
 //     fenced against each other. The id must be a function of the partition.
 //   - A caller that publishes before RecordWindow returned nil, or after it
@@ -151,7 +171,10 @@
 //
 // [EnsureTopic] creates a topic with cleanup.policy=compact (tests, the
 // embedded broker). Only the stage may write the topic and use its
-// transactional ids (ACLs): a writer could record a smaller spend.
+// transactional ids (ACLs): a writer could record a smaller spend. Only the
+// stage may read it: it holds the released values before they are
+// published and the user hash key, with which a producer could predict
+// which events count.
 //
 // Readers of the topic must be franz-go kgo clients with read_committed.
 // segmentio/kafka-go returns aborted records and transaction markers as

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,16 +113,8 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// reader is what ledger.Ledger and Log share for reading.
-type reader interface {
-	Units(func(*ledger.Unit) bool) error
-	Spent(int64) (ledger.Curve, bool, error)
-	ApproxSpent(int64) (ledger.Approx, bool, error)
-	PeriodLimit(int64) (ledger.Limit, bool, error)
-	LastWindow() (int64, bool, error)
-	FirstUnitWindow() (int64, bool, error)
-	Meta() (ledger.Meta, bool, error)
-}
+// reader is what ledger.Ledger and Log share for reading (ledger.Store).
+type reader = ledger.Store
 
 // dump renders everything r holds about the given periods, for comparing
 // two ledgers.
@@ -143,7 +136,24 @@ func dump(t *testing.T, r reader, periods ...int64) string {
 		lim, okL, err := r.PeriodLimit(p)
 		must(t, err)
 		fmt.Fprintf(&b, "period %d: spent %v %s; approx %v %+v; limit %v %+v\n", p, ok, cv, okA, a, okL, lim)
+		res, err := r.Reservations(p)
+		must(t, err)
+		adm, err := r.Admissions(p)
+		must(t, err)
+		users := make([]uint64, 0, len(adm))
+		for u := range adm {
+			users = append(users, u)
+		}
+		slices.Sort(users)
+		fmt.Fprintf(&b, "period %d: reservations %q; admissions", p, res)
+		for _, u := range users {
+			fmt.Fprintf(&b, " %x:%d", u, adm[u])
+		}
+		b.WriteString("\n")
 	}
+	end, okEnd, err := r.LastWindowEnd()
+	must(t, err)
+	fmt.Fprintf(&b, "last end %v %d\n", okEnd, end)
 	last, okLast, err := r.LastWindow()
 	must(t, err)
 	first, okFirst, err := r.FirstUnitWindow()

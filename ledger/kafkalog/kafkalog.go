@@ -1,11 +1,15 @@
 package kafkalog
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -286,16 +290,30 @@ func (l *Log) Lookup(histogram string, windowStart int64) (*ledger.Unit, bool, e
 // approx spend, and the period's RDP spend becomes spentAfter (when not
 // empty). All units must be of the same window and period.
 func (l *Log) RecordWindow(ctx context.Context, units []*ledger.Unit, spentAfter ledger.Curve) error {
+	return l.RecordWindowAdmitted(ctx, units, spentAfter, nil)
+}
+
+// RecordWindowAdmitted is RecordWindow that also records, in the same
+// transaction, the users admitted to the window by the cross-window bound
+// (adm; nil without one), as ledger.Ledger.RecordWindowAdmitted does: each
+// one's count of admitted windows in adm.Period grows by one, and the
+// admissions of earlier periods are deleted (tombstoned). The period
+// reservations the units make (ledger.Unit.Reservation) and the largest
+// window end recorded (LastWindowEnd) are written in the same transaction.
+func (l *Log) RecordWindowAdmitted(ctx context.Context, units []*ledger.Unit, spentAfter ledger.Curve, adm *ledger.Admitted) error {
 	if len(units) == 0 {
 		return nil
 	}
 	w, p := units[0].WindowStart, units[0].Period
+	if adm != nil && adm.Period != p {
+		return fmt.Errorf("kafkalog: record window: admissions of period %d with units of period %d", adm.Period, p)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dead != nil {
 		return l.dead
 	}
-	recs, err := l.windowRecords(units, spentAfter)
+	recs, err := l.windowRecords(units, spentAfter, adm)
 	if err != nil {
 		return fmt.Errorf("kafkalog: record %s@%d: %w", units[0].Histogram, w, err)
 	}
@@ -307,13 +325,15 @@ func (l *Log) RecordWindow(ctx context.Context, units []*ledger.Unit, spentAfter
 
 // windowRecords are the records of RecordWindow(units, spentAfter) on the
 // current state (l.mu held).
-func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve) ([]*kgo.Record, error) {
-	w, p := units[0].WindowStart, units[0].Period
+func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve, adm *ledger.Admitted) ([]*kgo.Record, error) {
+	end, p := units[0].WindowEnd, units[0].Period
 	seen := map[string]bool{}
 	var recs []*kgo.Record
 	for _, u := range units {
-		if u.WindowStart != w || u.Period != p {
-			return nil, fmt.Errorf("units of windows %d and %d in one record", w, u.WindowStart)
+		// One boundary: every unit ends there (a histogram's own, longer
+		// window starts earlier), in one period.
+		if u.WindowEnd != end || u.Period != p {
+			return nil, fmt.Errorf("units of windows ending at %d and %d in one record", end, u.WindowEnd)
 		}
 		k := string(u.Key())
 		if _, ok := l.st.units[k]; ok || seen[k] {
@@ -326,9 +346,18 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve) ([]*k
 		}
 		recs = append(recs, r)
 	}
+	if l.st.lastEnd == nil || *l.st.lastEnd < end {
+		recs = append(recs, newRecord(keyLastEnd, []byte(strconv.FormatInt(end, 10))))
+	}
+	ar, err := l.admitRecords(end, adm)
+	if err != nil {
+		return nil, err
+	}
+	recs = append(recs, ar...)
 	released := false
 	var limit *ledger.Limit
 	approx := l.st.approx[p]
+	resv := map[string]bool{}
 	addedApprox := false
 	for _, u := range units {
 		if u.Status != ledger.StatusReleased {
@@ -337,6 +366,13 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve) ([]*k
 		released = true
 		if _, ok := l.st.limits[p]; !ok && limit == nil && u.Limit != nil {
 			limit = u.Limit
+		}
+		if u.Reservation != "" {
+			if _, ok := l.st.reservations[p][u.Reservation]; ok || resv[u.Reservation] {
+				return nil, fmt.Errorf("%s: period reservation %q is already recorded", u.Histogram, u.Reservation)
+			}
+			resv[u.Reservation] = true
+			recs = append(recs, newRecord(reservationRecordKey(p, u.Reservation), u.Key()))
 		}
 		if u.Approx != nil {
 			approx.Epsilon = budget.AddUp(approx.Epsilon, u.Approx.Epsilon)
@@ -367,6 +403,67 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve) ([]*k
 		recs = append(recs, r)
 	}
 	return recs, nil
+}
+
+// admitRecords are the admissions records of a window ending at end
+// (RecordWindowAdmitted; l.mu held): tombstones for the admissions of the
+// periods before adm.Period, then the admitted users in chunks.
+func (l *Log) admitRecords(end int64, adm *ledger.Admitted) ([]*kgo.Record, error) {
+	if adm == nil {
+		return nil, nil
+	}
+	var recs []*kgo.Record
+	for _, p := range sortedKeys(l.st.admitKeys) {
+		if p < adm.Period {
+			recs = append(recs, tombstones(l.st.admitKeys[p])...)
+		}
+	}
+	users := slices.Clone(adm.Users)
+	slices.Sort(users)
+	for i := 1; i < len(users); i++ {
+		if users[i] == users[i-1] {
+			return nil, fmt.Errorf("user %x admitted twice to one window", users[i])
+		}
+	}
+	counts := l.st.admitted[adm.Period]
+	for _, u := range users {
+		if counts[u] == math.MaxUint16 {
+			return nil, fmt.Errorf("user %x admitted to more than %d windows", u, math.MaxUint16)
+		}
+	}
+	for c := 0; c*admitChunk < len(users); c++ {
+		part := users[c*admitChunk : min((c+1)*admitChunk, len(users))]
+		v := make([]byte, 8*len(part))
+		for i, u := range part {
+			binary.BigEndian.PutUint64(v[8*i:], u)
+		}
+		k := admitRecordKey(adm.Period, end, c)
+		if l.st.admitKeys[adm.Period][k] {
+			return nil, fmt.Errorf("admissions of the window ending at %d are already recorded", end)
+		}
+		recs = append(recs, newRecord(k, v))
+	}
+	return recs, nil
+}
+
+// tombstones are null-valued records for the keys of ks, in key order.
+func tombstones(ks map[string]bool) []*kgo.Record {
+	keys := make([]string, 0, len(ks))
+	for k := range ks {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	recs := make([]*kgo.Record, len(keys))
+	for i, k := range keys {
+		recs[i] = newRecord(k, nil)
+	}
+	return recs
+}
+
+func sortedKeys[V any](m map[int64]V) []int64 {
+	ks := keysOf(m)
+	slices.Sort(ks)
+	return ks
 }
 
 // commit writes recs in one transaction and, once committed, applies them
@@ -597,6 +694,7 @@ func (l *Log) Prune(ctx context.Context, before int64) (units, periods int, err 
 			{prefixApprox, keysOf(l.st.approx)},
 			{prefixLimit, keysOf(l.st.limits)},
 		} {
+			slices.Sort(pp.keys)
 			for _, p := range pp.keys {
 				if ended(p) {
 					recs = append(recs, newRecord(periodRecordKey(pp.prefix, p), nil))
@@ -604,6 +702,22 @@ func (l *Log) Prune(ctx context.Context, before int64) (units, periods int, err 
 						periods++
 					}
 				}
+			}
+		}
+	}
+	if m := l.st.meta; m != nil && m.PeriodMs > 0 {
+		for _, p := range sortedKeys(l.st.reservations) {
+			if p+m.PeriodMs <= before {
+				ks := make(map[string]bool, len(l.st.reservations[p]))
+				for rk := range l.st.reservations[p] {
+					ks[reservationRecordKey(p, rk)] = true
+				}
+				recs = append(recs, tombstones(ks)...)
+			}
+		}
+		for _, p := range sortedKeys(l.st.admitKeys) {
+			if p+m.PeriodMs <= before {
+				recs = append(recs, tombstones(l.st.admitKeys[p])...)
 			}
 		}
 	}
@@ -623,3 +737,76 @@ func keysOf[V any](m map[int64]V) []int64 {
 	}
 	return ks
 }
+
+// Reservations returns the keys of the period reservations recorded in the
+// period starting at period (Unix ms), in key order.
+func (l *Log) Reservations(period int64) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return nil, l.dead
+	}
+	var keys []string
+	for k := range l.st.reservations[period] {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// Admissions returns, per user, the number of recorded windows of the
+// period starting at period (Unix ms) the user was admitted to (see
+// RecordWindowAdmitted).
+func (l *Log) Admissions(period int64) (map[uint64]uint16, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return nil, l.dead
+	}
+	out := make(map[uint64]uint16, len(l.st.admitted[period]))
+	for u, n := range l.st.admitted[period] {
+		out[u] = n
+	}
+	return out, nil
+}
+
+// LastWindowEnd returns the largest window end (Unix ms) recorded, if any.
+func (l *Log) LastWindowEnd() (int64, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return 0, false, l.dead
+	}
+	if l.st.lastEnd == nil {
+		return 0, false, nil
+	}
+	return *l.st.lastEnd, true, nil
+}
+
+// UserHashKey returns the 16-byte user hash key recorded in the log, first
+// recording (in a transaction of its own) the result of gen if none is.
+// The key is a secret: whoever reads the topic can predict which events
+// count (package doc, "Topic settings": ACLs).
+func (l *Log) UserHashKey(ctx context.Context, gen func() ([]byte, error)) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return nil, l.dead
+	}
+	if l.st.userKey != nil {
+		return bytes.Clone(l.st.userKey), nil
+	}
+	k, err := gen()
+	if err != nil {
+		return nil, fmt.Errorf("kafkalog: user hash key: %w", err)
+	}
+	if len(k) != 16 {
+		return nil, fmt.Errorf("kafkalog: user hash key has %d bytes, want 16", len(k))
+	}
+	if err := l.commit(ctx, []*kgo.Record{newRecord(keyUserHash, bytes.Clone(k))}); err != nil {
+		return nil, fmt.Errorf("kafkalog: record user hash key: %w", err)
+	}
+	return bytes.Clone(k), nil
+}
+
+var _ ledger.Store = (*Log)(nil)

@@ -33,6 +33,8 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		meta    *ledger.Meta
 		units   []*ledger.Unit
 		spent   ledger.Curve
+		adm     *ledger.Admitted // admissions recorded with units
+		userKey []byte           // UserHashKey's generated key (non-nil: call it)
 		publish [][]byte
 		prune   int64
 		reopen  bool
@@ -53,7 +55,19 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		{name: "publish", publish: [][]byte{ledger.UnitKey("pages", -minute), ledger.UnitKey("site/pages", 0), ledger.UnitKey("avg", 0)}},
 		{name: "publish again", publish: [][]byte{ledger.UnitKey("pages", -minute)}},
 		{name: "publish unknown", publish: [][]byte{ledger.UnitKey("nope", 0)}, anyErr: true},
-		{name: "next period", units: []*ledger.Unit{released("site/pages", day, 0.3, "h")}, spent: curve(0.3, 0.4)},
+		{name: "reserving window 3min, admissions", units: []*ledger.Unit{reserving(released("r", 3*minute, 0.2, "j"), "rk1"), reserving(released("s", 3*minute, 0.1, "k"), "rk2")},
+			spent: curve(0.9, 1.2), adm: &ledger.Admitted{Period: 0, Users: []uint64{7, 1 << 60, 3}}},
+		{name: "user hash key", userKey: []byte("0123456789abcdef")},
+		{name: "user hash key kept", userKey: []byte("fedcba9876543210")},
+		{name: "covered window 4min, admissions", units: []*ledger.Unit{covered("r", 4*minute, "rk1")},
+			adm: &ledger.Admitted{Period: 0, Users: []uint64{3, 9}}},
+		{name: "reservation again", units: []*ledger.Unit{reserving(released("r2", 5*minute, 0.2, "l"), "rk1")}, spent: curve(1, 1.3), anyErr: true},
+		{name: "user admitted twice to a window", units: []*ledger.Unit{released("r3", 5*minute, 0.1, "m")}, spent: curve(1, 1.3),
+			adm: &ledger.Admitted{Period: 0, Users: []uint64{5, 5}}, anyErr: true},
+		{name: "reopen", reopen: true},
+		{name: "long window ending at 7min", units: []*ledger.Unit{long(released("long", 4*minute, 0.1, "n"), 7*minute), released("r", 6*minute, 0.1, "o")}, spent: curve(1.1, 1.4)},
+		{name: "next period", units: []*ledger.Unit{released("site/pages", day, 0.3, "h")}, spent: curve(0.3, 0.4),
+			adm: &ledger.Admitted{Period: day, Users: []uint64{3}}},
 		{name: "meta again", meta: &ledger.Meta{FirstWindow: 5, WindowMs: 7, PeriodMs: 11}},
 		{name: "reopen", reopen: true},
 		{name: "prune", prune: day + 5*minute},
@@ -70,20 +84,28 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 			must(t, kl.Close())
 			kl = openLog(t, c)
 		case o.meta != nil:
-			mb, sb, eb := bb.SetMeta(*o.meta)
+			mb, sb, eb := bb.SetMeta(ctx, *o.meta)
 			mk, sk, ek := kl.SetMeta(ctx, *o.meta)
 			if mb != mk || sb != sk {
 				t.Fatalf("op %d %s: SetMeta: bolt (%+v, %v), kafka (%+v, %v)", i, o.name, mb, sb, mk, sk)
 			}
 			errB, errK = eb, ek
+		case o.userKey != nil:
+			gen := func() ([]byte, error) { return o.userKey, nil }
+			kb, eb := bb.UserHashKey(ctx, gen)
+			kk, ek := kl.UserHashKey(ctx, gen)
+			if string(kb) != string(kk) {
+				t.Fatalf("op %d %s: UserHashKey: bolt %x, kafka %x", i, o.name, kb, kk)
+			}
+			errB, errK = eb, ek
 		case o.units != nil:
-			errB = bb.RecordWindow(o.units, o.spent)
-			errK = kl.RecordWindow(ctx, o.units, o.spent)
+			errB = bb.RecordWindowAdmitted(ctx, o.units, o.spent, o.adm)
+			errK = kl.RecordWindowAdmitted(ctx, o.units, o.spent, o.adm)
 		case o.publish != nil:
-			errB = bb.MarkPublishedKeys(o.publish)
+			errB = bb.MarkPublishedKeys(ctx, o.publish)
 			errK = kl.MarkPublishedKeys(ctx, o.publish)
 		case o.prune != 0:
-			ub, pb, eb := bb.Prune(o.prune)
+			ub, pb, eb := bb.Prune(ctx, o.prune)
 			uk, pk, ek := kl.Prune(ctx, o.prune)
 			if ub != uk || pb != pk {
 				t.Fatalf("op %d %s: Prune: bolt deleted (%d, %d), kafka (%d, %d)", i, o.name, ub, pb, uk, pk)
@@ -111,15 +133,15 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		if db != dk {
 			t.Fatalf("op %d %s: state differs\nbolt:\n%s\nkafka:\n%s", i, o.name, db, dk)
 		}
-		for _, s := range []string{`"published":true`, "spent true", "approx true", "limit true"} {
+		for _, s := range []string{`"published":true`, "spent true", "approx true", "limit true", `reservations ["rk1" "rk2"]`, " 3:2", "last end true 420000"} {
 			if strings.Contains(dk, s) {
 				seen[s] = true
 			}
 		}
 	}
 	// The states compared were not trivial.
-	if len(seen) != 4 {
-		t.Fatalf("no state had all of published units, spends, approx spends and limits: %v", seen)
+	if len(seen) != 7 {
+		t.Fatalf("no state had all of published units, spends, approx spends, limits, reservations, admissions and a last end: %v", seen)
 	}
 }
 
@@ -542,4 +564,24 @@ func TestForeignRecordRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reserving is u charging the period reservation key.
+func reserving(u *ledger.Unit, key string) *ledger.Unit {
+	u.Reservation = key
+	return u
+}
+
+// covered is a released unit of histogram h for window w covered by the
+// period reservation key (no charge of its own).
+func covered(h string, w int64, key string) *ledger.Unit {
+	u := released(h, w, 0, "covered")
+	u.Charge, u.CoveredBy = ledger.Curve{}, key
+	return u
+}
+
+// long is u with its own, longer window ending at end.
+func long(u *ledger.Unit, end int64) *ledger.Unit {
+	u.WindowEnd = end
+	return u
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,27 @@ const (
 	prefixLimit  = "limit/"
 	keyMeta      = "meta"
 	keyOpen      = "open"
+
+	// prefixReservation: reservation/<period ms>/<reservation key>, value
+	// the ledger key of the unit that made it (ledger.Unit.Reservation).
+	prefixReservation = "reservation/"
+	// prefixAdmit: admit/<period ms>/<window end ms>/<chunk>, value the
+	// hashes of the users admitted to that window by the cross-window
+	// bound (8 bytes each, big-endian, ascending), at most admitChunk per
+	// record. Written once, in the window's transaction; a period's
+	// records are tombstoned together.
+	prefixAdmit = "admit/"
+	// keyUserHash: the 16-byte user hash key (ledger.Ledger.UserHashKey),
+	// written once. A secret: see the package doc.
+	keyUserHash = "user_hash_key"
+	// keyLastEnd: the largest window end recorded (decimal Unix ms),
+	// rewritten in the window's transaction when it grows.
+	keyLastEnd = "last_window_end"
 )
+
+// admitChunk is the most user hashes in one admissions record: 512 KiB,
+// under Kafka's default max.message.bytes (1 MiB).
+const admitChunk = 1 << 16
 
 func unitRecordKey(histogram string, windowStart int64) string {
 	return prefixUnit + strconv.FormatInt(windowStart, 10) + "/" + histogram
@@ -68,6 +89,16 @@ type state struct {
 	approx map[int64]ledger.Approx
 	limits map[int64]ledger.Limit
 	meta   *ledger.Meta
+	// reservations maps a period to its reservation keys → the unit key
+	// that made each.
+	reservations map[int64]map[string]string
+	// admitted maps a period to each admitted user's window count;
+	// admitKeys to the record keys that hold them (for tombstones and to
+	// refuse a key applied twice).
+	admitted  map[int64]map[uint64]uint16
+	admitKeys map[int64]map[string]bool
+	userKey   []byte // nil: none recorded
+	lastEnd   *int64 // nil: none recorded
 }
 
 func newState() *state {
@@ -76,7 +107,102 @@ func newState() *state {
 		spent:  map[int64]ledger.Curve{},
 		approx: map[int64]ledger.Approx{},
 		limits: map[int64]ledger.Limit{},
+
+		reservations: map[int64]map[string]string{},
+		admitted:     map[int64]map[uint64]uint16{},
+		admitKeys:    map[int64]map[string]bool{},
 	}
+}
+
+func reservationRecordKey(period int64, key string) string {
+	return prefixReservation + strconv.FormatInt(period, 10) + "/" + key
+}
+
+func admitRecordKey(period, windowEnd int64, chunk int) string {
+	return prefixAdmit + strconv.FormatInt(period, 10) + "/" + strconv.FormatInt(windowEnd, 10) + "/" + strconv.Itoa(chunk)
+}
+
+// applyMisc folds the records of the keys added with the cross-window
+// bound (reservations, admissions, user hash key, last window end); ok is
+// false for another key.
+func (s *state) applyMisc(k string, v []byte) (ok bool, err error) {
+	switch {
+	case k == keyUserHash:
+		if v == nil {
+			s.userKey = nil
+		} else if len(v) != 16 {
+			return true, fmt.Errorf("%w: user hash key of %d bytes", ErrIncompatible, len(v))
+		} else {
+			s.userKey = bytes.Clone(v)
+		}
+		return true, nil
+	case k == keyLastEnd:
+		if v == nil {
+			s.lastEnd = nil
+			return true, nil
+		}
+		e, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return true, fmt.Errorf("%w: malformed last window end %q", ErrIncompatible, v)
+		}
+		s.lastEnd = &e
+		return true, nil
+	case strings.HasPrefix(k, prefixReservation):
+		ps, rk, cut := strings.Cut(k[len(prefixReservation):], "/")
+		p, err := strconv.ParseInt(ps, 10, 64)
+		if !cut || err != nil || rk == "" {
+			return true, fmt.Errorf("%w: malformed reservation key %q", ErrIncompatible, k)
+		}
+		if v == nil {
+			delete(s.reservations[p], rk)
+			if len(s.reservations[p]) == 0 {
+				delete(s.reservations, p)
+			}
+			return true, nil
+		}
+		if s.reservations[p] == nil {
+			s.reservations[p] = map[string]string{}
+		}
+		s.reservations[p][rk] = string(v)
+		return true, nil
+	case strings.HasPrefix(k, prefixAdmit):
+		parts := strings.Split(k[len(prefixAdmit):], "/")
+		if len(parts) != 3 {
+			return true, fmt.Errorf("%w: malformed admissions key %q", ErrIncompatible, k)
+		}
+		p, err := strconv.ParseInt(parts[0], 10, 64)
+		if err != nil {
+			return true, fmt.Errorf("%w: malformed admissions key %q", ErrIncompatible, k)
+		}
+		if v == nil {
+			// A period's admissions are tombstoned together (Prune,
+			// RecordWindowAdmitted): the first tombstone drops the period.
+			delete(s.admitted, p)
+			delete(s.admitKeys, p)
+			return true, nil
+		}
+		if len(v)%8 != 0 {
+			return true, fmt.Errorf("%w: admissions record %q of %d bytes", ErrIncompatible, k, len(v))
+		}
+		if s.admitKeys[p][k] {
+			return true, fmt.Errorf("%w: admissions record %q applied twice", ErrIncompatible, k)
+		}
+		if s.admitKeys[p] == nil {
+			s.admitKeys[p] = map[string]bool{}
+			s.admitted[p] = map[uint64]uint16{}
+		}
+		s.admitKeys[p][k] = true
+		counts := s.admitted[p]
+		for i := 0; i < len(v); i += 8 {
+			u := binary.BigEndian.Uint64(v[i : i+8])
+			if counts[u] == math.MaxUint16 {
+				return true, fmt.Errorf("%w: user %x admitted to more than %d windows", ErrIncompatible, u, math.MaxUint16)
+			}
+			counts[u]++
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // apply folds one record (key, value; nil value: tombstone) into s. It is
@@ -122,6 +248,9 @@ func (s *state) apply(r *kgo.Record) error {
 		}
 		s.units[uk] = bytes.Clone(v)
 		return nil
+	}
+	if ok, err := s.applyMisc(k, v); ok {
+		return err
 	}
 	for _, pre := range []string{prefixSpend, prefixApprox, prefixLimit} {
 		if !strings.HasPrefix(k, pre) {
