@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -71,7 +72,7 @@ var keyHistogramSince = []byte("histogram_since")
 // window that began before its key's value: while it was absent, offsets
 // were committed past events of that window, and which of them a restart
 // re-reads depends on other users' events (ground rule 7).
-func (l *Ledger) HistogramSince(keys []string, next int64) (map[string]int64, error) {
+func (l *Ledger) HistogramSince(_ context.Context, keys []string, next int64) (map[string]int64, error) {
 	out := make(map[string]int64, len(keys))
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketMeta)

@@ -64,6 +64,10 @@ type Store interface {
 	// UserHashKey returns the recorded 16-byte user hash key, first
 	// recording the result of gen if none is.
 	UserHashKey(ctx context.Context, gen func() ([]byte, error)) ([]byte, error)
+	// HistogramSince records and returns since which base window each
+	// histogram key of the running config has been counted without a
+	// break (Ledger.HistogramSince).
+	HistogramSince(ctx context.Context, keys []string, next int64) (map[string]int64, error)
 	// Prune deletes published units older than before and the state of
 	// the periods that ended before it (Ledger.Prune).
 	Prune(ctx context.Context, before int64) (units, periods int, err error)

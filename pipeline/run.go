@@ -14,6 +14,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )
@@ -274,7 +275,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		s.fail(err)
 		return source.GenerationDone
 	}
-	if err := s.limitNewHistograms(next); err != nil {
+	if err := s.limitNewHistograms(ctx, next); err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
 		return source.GenerationDone
 	}
@@ -415,12 +416,12 @@ func (s *Stage) checkNeighbour(next int64) error {
 // Its window open at next began while another config committed offsets
 // past some of its events, so what a restart would count into it depends
 // on where those commits stopped — on other users' events (ground rule 7).
-func (s *Stage) limitNewHistograms(next int64) error {
+func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
 	keys := make([]string, len(s.cfg.Histograms))
 	for i, h := range s.cfg.Histograms {
 		keys[i] = fmt.Sprintf("%s@%d", h.Name, h.WindowSize(s.cfg.Window.Size).D().Milliseconds())
 	}
-	since, err := s.ledger.HistogramSince(keys, next)
+	since, err := s.ledger.HistogramSince(ctx, keys, next)
 	if err != nil {
 		return err
 	}

@@ -809,4 +809,34 @@ func (l *Log) UserHashKey(ctx context.Context, gen func() ([]byte, error)) ([]by
 	return bytes.Clone(k), nil
 }
 
+// HistogramSince is ledger.Ledger.HistogramSince, the map written in one
+// transaction.
+func (l *Log) HistogramSince(ctx context.Context, keys []string, next int64) (map[string]int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return nil, l.dead
+	}
+	fresh := len(l.st.units) == 0
+	out := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		switch v, ok := l.st.since[k]; {
+		case ok:
+			out[k] = v
+		case fresh:
+			out[k] = math.MinInt64
+		default:
+			out[k] = next
+		}
+	}
+	r, err := jsonRecord(keyHistogramSince, out)
+	if err != nil {
+		return nil, fmt.Errorf("kafkalog: histogram since: %w", err)
+	}
+	if err := l.commit(ctx, []*kgo.Record{r}); err != nil {
+		return nil, fmt.Errorf("kafkalog: record histogram since: %w", err)
+	}
+	return out, nil
+}
+
 var _ ledger.Store = (*Log)(nil)

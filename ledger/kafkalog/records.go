@@ -43,6 +43,9 @@ const (
 	// keyLastEnd: the largest window end recorded (decimal Unix ms),
 	// rewritten in the window's transaction when it grows.
 	keyLastEnd = "last_window_end"
+	// keyHistogramSince: the JSON map of ledger.Ledger.HistogramSince,
+	// rewritten at each session's start.
+	keyHistogramSince = "histogram_since"
 )
 
 // admitChunk is the most user hashes in one admissions record: 512 KiB,
@@ -99,6 +102,8 @@ type state struct {
 	admitKeys map[int64]map[string]bool
 	userKey   []byte // nil: none recorded
 	lastEnd   *int64 // nil: none recorded
+	// since is HistogramSince's map; nil: none recorded.
+	since map[string]int64
 }
 
 func newState() *state {
@@ -135,6 +140,17 @@ func (s *state) applyMisc(k string, v []byte) (ok bool, err error) {
 		} else {
 			s.userKey = bytes.Clone(v)
 		}
+		return true, nil
+	case k == keyHistogramSince:
+		if v == nil {
+			s.since = nil
+			return true, nil
+		}
+		m := map[string]int64{}
+		if err := json.Unmarshal(v, &m); err != nil {
+			return true, fmt.Errorf("%w: malformed histogram since: %v", ErrIncompatible, err)
+		}
+		s.since = m
 		return true, nil
 	case k == keyLastEnd:
 		if v == nil {
