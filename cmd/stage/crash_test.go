@@ -206,12 +206,10 @@ func writeCrashConfigState(t *testing.T, dir, addr string, run crashRun, stateDi
 	if run.ledgerTopic != "" {
 		y = strings.Replace(y, "state:\n", fmt.Sprintf("state:\n  ledger: kafka\n  ledger_topic: %s\n", run.ledgerTopic), 1)
 	}
-	if run.ledgerTopic != "" {
-		// No HTTP server: the pause variant runs two processes at once,
-		// and a port 8080 taken by anything else on the machine would
-		// make every start fail.
-		y += "http:\n  address: \"\"\n"
-	}
+	// No HTTP server: the pause variant runs two processes at once, and a
+	// port 8080 taken by anything else on the machine (another test
+	// package's process included) would make a start fail.
+	y += "http:\n  address: \"\"\n"
 	if run.k > 0 {
 		y = strings.Replace(y, "contribution:\n", fmt.Sprintf("contribution:\n  max_windows_per_user: %d\n", run.k), 1)
 	}
