@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +37,9 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		spent   ledger.Curve
 		adm     *ledger.Admitted // admissions recorded with units
 		userKey []byte           // UserHashKey's generated key (non-nil: call it)
+		since   []string         // HistogramSince's keys (non-nil: call it at sinceAt)
+		sinceAt int64
+		want    map[string]int64 // HistogramSince's result, when set
 		publish [][]byte
 		prune   int64
 		reopen  bool
@@ -44,6 +49,7 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 	meta := ledger.Meta{FirstWindow: -minute, WindowMs: minute, PeriodMs: day}
 	ops := []op{
 		{name: "meta", meta: &meta},
+		{name: "histogram since, fresh", since: []string{"pages@60000", "pages3@180000"}, sinceAt: -minute},
 		{name: "window -1min", units: []*ledger.Unit{released("pages", -minute, 0.5, "a")}, spent: curve(0.5, 1)},
 		{name: "window 0", units: []*ledger.Unit{released("site/pages", 0, 0.3, "b"), averaged("avg", 0, 0.1, 1e-7)}, spent: curve(0.3, 0.4)},
 		{name: "reopen", reopen: true},
@@ -58,6 +64,10 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		{name: "reserving window 3min, admissions", units: []*ledger.Unit{reserving(released("r", 3*minute, 0.2, "j"), "rk1"), reserving(released("s", 3*minute, 0.1, "k"), "rk2")},
 			spent: curve(0.9, 1.2), adm: &ledger.Admitted{Period: 0, Users: []uint64{7, 1 << 60, 3}}},
 		{name: "user hash key", userKey: []byte("0123456789abcdef")},
+		{name: "histogram since, one kept, one new, one dropped", since: []string{"pages3@180000", "daily@86400000"}, sinceAt: 3 * minute},
+		{name: "reopen", reopen: true},
+		{name: "histogram since after reopen", since: []string{"pages3@180000", "daily@86400000", "pages@60000"}, sinceAt: 4 * minute,
+			want: map[string]int64{"pages3@180000": math.MinInt64, "daily@86400000": 3 * minute, "pages@60000": 4 * minute}},
 		{name: "user hash key kept", userKey: []byte("fedcba9876543210")},
 		{name: "covered window 4min, admissions", units: []*ledger.Unit{covered("r", 4*minute, "rk1")},
 			adm: &ledger.Admitted{Period: 0, Users: []uint64{3, 9}}},
@@ -88,6 +98,16 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 			mk, sk, ek := kl.SetMeta(ctx, *o.meta)
 			if mb != mk || sb != sk {
 				t.Fatalf("op %d %s: SetMeta: bolt (%+v, %v), kafka (%+v, %v)", i, o.name, mb, sb, mk, sk)
+			}
+			errB, errK = eb, ek
+		case o.since != nil:
+			sb, eb := bb.HistogramSince(ctx, o.since, o.sinceAt)
+			sk, ek := kl.HistogramSince(ctx, o.since, o.sinceAt)
+			if !reflect.DeepEqual(sb, sk) {
+				t.Fatalf("op %d %s: HistogramSince: bolt %v, kafka %v", i, o.name, sb, sk)
+			}
+			if o.want != nil && !reflect.DeepEqual(sk, o.want) {
+				t.Fatalf("op %d %s: HistogramSince %v, want %v", i, o.name, sk, o.want)
 			}
 			errB, errK = eb, ek
 		case o.userKey != nil:
