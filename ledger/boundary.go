@@ -73,7 +73,7 @@ var keyHistogramSince = []byte("histogram_since")
 // were committed past events of that window, and which of them a restart
 // re-reads depends on other users' events (ground rule 7).
 func (l *Ledger) HistogramSince(_ context.Context, keys []string, next int64) (map[string]int64, error) {
-	out := make(map[string]int64, len(keys))
+	var out map[string]int64
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
 		old := map[string]int64{}
@@ -83,17 +83,7 @@ func (l *Ledger) HistogramSince(_ context.Context, keys []string, next int64) (m
 			}
 		}
 		first, _ := tx.Bucket(bucketUnits).Cursor().First()
-		fresh := first == nil
-		for _, k := range keys {
-			switch v, ok := old[k]; {
-			case ok:
-				out[k] = v
-			case fresh:
-				out[k] = math.MinInt64
-			default:
-				out[k] = next
-			}
-		}
+		out = NextSince(old, keys, next, first == nil)
 		v, err := json.Marshal(out)
 		if err != nil {
 			return err
@@ -104,4 +94,22 @@ func (l *Ledger) HistogramSince(_ context.Context, keys []string, next int64) (m
 		return nil, fmt.Errorf("ledger: histogram since: %w", err)
 	}
 	return out, nil
+}
+
+// NextSince is HistogramSince's rule, shared by the Store implementations:
+// for each key, its value in old (the previous session's map), else
+// math.MinInt64 when no window is recorded yet (fresh), else next.
+func NextSince(old map[string]int64, keys []string, next int64, fresh bool) map[string]int64 {
+	out := make(map[string]int64, len(keys))
+	for _, k := range keys {
+		switch v, ok := old[k]; {
+		case ok:
+			out[k] = v
+		case fresh:
+			out[k] = math.MinInt64
+		default:
+			out[k] = next
+		}
+	}
+	return out
 }

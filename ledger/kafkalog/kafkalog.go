@@ -817,18 +817,7 @@ func (l *Log) HistogramSince(ctx context.Context, keys []string, next int64) (ma
 	if l.dead != nil {
 		return nil, l.dead
 	}
-	fresh := len(l.st.units) == 0
-	out := make(map[string]int64, len(keys))
-	for _, k := range keys {
-		switch v, ok := l.st.since[k]; {
-		case ok:
-			out[k] = v
-		case fresh:
-			out[k] = math.MinInt64
-		default:
-			out[k] = next
-		}
-	}
+	out := ledger.NextSince(l.st.since, keys, next, len(l.st.units) == 0)
 	r, err := jsonRecord(keyHistogramSince, out)
 	if err != nil {
 		return nil, fmt.Errorf("kafkalog: histogram since: %w", err)
