@@ -381,7 +381,7 @@ type State struct {
 	// LedgerTopic is the release log's topic with ledger "kafka" (required
 	// then; ignored with "bolt"). One partition is used (partition 0); the
 	// topic must have cleanup.policy=compact (see ledger/kafkalog). It
-	// belongs to one consumer group: its transactional id is
+	// belongs to one deployment: its transactional id is
 	// LedgerTransactionalID.
 	LedgerTopic string `yaml:"ledger_topic"`
 }
@@ -397,14 +397,18 @@ const (
 func (s State) KafkaLedger() bool { return s.Ledger == LedgerKafka }
 
 // LedgerTransactionalID is the transactional id of the Kafka release log
-// of consumer group groupID on topic: "dp-stage-ledger/<group>/<topic>/0".
-// It is a function of the group and the log's partition only — the same on
-// every instance of the group, never of the instance — so that the member
-// the group makes active fences every older writer of the log, whichever
-// machine it runs on (ledger/kafkalog, "fencing"). Two groups must not
-// share a ledger topic: their ids differ and would not fence each other.
-func LedgerTransactionalID(groupID, topic string) string {
-	return "dp-stage-ledger/" + groupID + "/" + topic + "/0"
+// on topic: "dp-stage-ledger/<topic>/0". It is a function of the log's
+// topic and partition only — never of the instance or of the consumer
+// group — so that whoever opens the log fences every older writer of it,
+// whichever machine it runs on and whatever group it joined
+// (ledger/kafkalog, "fencing"). With the group in the id (an earlier
+// version), a kafka.group_id change during a rolling redeploy gave the log
+// a second, unfenced writer: both instances recorded and published the
+// same window with different draws (review of issue #14). A ledger topic
+// therefore belongs to one deployment: two stages given the same topic
+// fence each other.
+func LedgerTransactionalID(topic string) string {
+	return "dp-stage-ledger/" + topic + "/0"
 }
 
 // Log configures logging.

@@ -100,7 +100,7 @@ func (s *Stage) attach(ctx context.Context, led ledger.Store) error {
 }
 
 // openKafkaLedger opens the release log on state.ledger_topic (partition
-// 0) under the group's transactional id (config.LedgerTransactionalID):
+// 0) under the log's transactional id (config.LedgerTransactionalID):
 // it fences every older writer of the log — a crashed or paused former
 // owner, whose open transaction the broker aborts — and restores every
 // committed record (ledger/kafkalog, "Opening"). Called by a generation
@@ -108,7 +108,7 @@ func (s *Stage) attach(ctx context.Context, led ledger.Store) error {
 // decides who opens it, the fencing that nobody else records after.
 func (s *Stage) openKafkaLedger(ctx context.Context) (*kafkalog.Log, error) {
 	topic := s.cfg.State.LedgerTopic
-	id := config.LedgerTransactionalID(s.cfg.Kafka.GroupID, topic)
+	id := config.LedgerTransactionalID(topic)
 	start := time.Now()
 	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: s.brokers, Topic: topic, TransactionalID: id})
 	if err != nil {

@@ -41,7 +41,7 @@ func openGroupLog(t *testing.T, h *e2e.Harness, cfg *config.Config) *kafkalog.Lo
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: []string{h.Broker.Addr()}, Topic: cfg.State.LedgerTopic,
-		TransactionalID: config.LedgerTransactionalID(cfg.Kafka.GroupID, cfg.State.LedgerTopic)})
+		TransactionalID: config.LedgerTransactionalID(cfg.State.LedgerTopic)})
 	if err != nil {
 		t.Fatal(err)
 	}

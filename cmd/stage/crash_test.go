@@ -585,7 +585,7 @@ func openCrashLedger(t *testing.T, dir, addr string, run crashRun) ledger.Store 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: []string{addr}, Topic: run.ledgerTopic,
-		TransactionalID: config.LedgerTransactionalID("g-crash", run.ledgerTopic)})
+		TransactionalID: config.LedgerTransactionalID(run.ledgerTopic)})
 	if err != nil {
 		t.Fatal(err)
 	}

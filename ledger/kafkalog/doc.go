@@ -11,9 +11,10 @@
 // # Responsibility and invariant
 //
 // A [Log] is one ledger partition, owned by exactly one transactional id
-// (the owner's, fixed: derive it from the ledger topic and partition — and
-// the deployment's consumer group, as config.LedgerTransactionalID does —
-// never from the instance). It has the meaning of [ledger.Ledger]: [Log.RecordWindow]
+// (the owner's, fixed: derive it from the ledger topic and partition only,
+// as config.LedgerTransactionalID does — never from the instance or the
+// consumer group, whose change would give the log a second, unfenced
+// writer). It has the meaning of [ledger.Ledger]: [Log.RecordWindow]
 // records the units of one window and the period's spend after them, all or
 // nothing; [Log.Lookup] finds a recorded unit, which the caller republishes
 // with its recorded values instead of drawing again; [Log.MarkPublished]
@@ -119,10 +120,15 @@
 // open a new Log (which restores from the topic) only if it still owns the
 // id. A fenced Log never initialises its producer id again: it sends no
 // abort (the newer owner's InitProducerID aborted its transaction) and no
-// later request. After any other error it tries one abort; if kgo then
-// re-initialises the producer id (its KIP-360 recovery, sending the old id
-// and epoch), the coordinator refuses a stale epoch, so that cannot fence a
-// newer owner either (brokers 2.5 or newer; transactions need them anyway).
+// later request. After an error before the commit it tries one abort.
+// After a failed commit it sends none: the commit's outcome may be
+// unknown, and kgo's abort would then re-initialise the producer id at the
+// old epoch (its KIP-360 recovery). A Kafka coordinator refuses a stale
+// epoch there, but the embedded broker (kfake) accepted it and bumped the
+// epoch, fencing a newer owner that had opened meanwhile (review of issue
+// #14; TestZombieUnconfirmedCommitDoesNotFenceNewOwner). A transaction left
+// open that way is aborted by the next owner's InitProducerID or by the
+// transaction timeout.
 //
 // # What this does not cover
 //

@@ -225,7 +225,13 @@ func (l *Log) transact(ctx context.Context, recs []*kgo.Record) error {
 		l.beforeCommit()
 	}
 	if err := l.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return l.fail(ctx, fmt.Errorf("commit: %w", err), true)
+		// No abort after a commit was attempted: its outcome may be
+		// unknown, and kgo's abort would then re-initialise the producer
+		// id at the old epoch (KIP-360), which the embedded broker accepts
+		// and so fences a newer owner that opened meanwhile (review of
+		// issue #14). The transaction, if still open, is aborted by the
+		// next owner's InitProducerID or by the transaction timeout.
+		return l.fail(ctx, fmt.Errorf("commit: %w", err), false)
 	}
 	return nil
 }
@@ -256,7 +262,8 @@ func (l *Log) classify(err error) error {
 }
 
 // Close closes the Log's client. Every transaction of the Log ended before
-// its call returned, so none is left open.
+// its call returned, except one whose commit failed (transact): that one
+// the next owner's InitProducerID or the transaction timeout aborts.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
