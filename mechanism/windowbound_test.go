@@ -50,29 +50,8 @@ func TestWindowBoundBruteForce(t *testing.T) {
 			}
 			return v
 		}
-		admit := func(v []int) []int { // the K earliest windows with an event
-			out := slices.Clone(v)
-			n := 0
-			for w := range out {
-				if out[w] >= 0 {
-					if n >= k {
-						out[w] = -1
-					}
-					n++
-				}
-			}
-			return out
-		}
-		counts := func(v []int) [][]float64 {
-			c := make([][]float64, windows)
-			for w := range c {
-				c[w] = slices.Clone(others[w])
-				if v[w] >= 0 {
-					c[w][v[w]]++
-				}
-			}
-			return c
-		}
+		admit := func(v []int) []int { return admitEarliest(v, k) }
+		counts := func(v []int) [][]float64 { return withUser(others, v) }
 		a, b := version(), version()
 		for _, rel := range []string{"add_remove", "replace"} {
 			x := counts(admit(a))
@@ -241,29 +220,8 @@ func TestWindowBoundBruteForceExact(t *testing.T) {
 			}
 			return v
 		}
-		admit := func(v []int) []int {
-			out := slices.Clone(v)
-			n := 0
-			for w := range out {
-				if out[w] >= 0 {
-					if n >= k {
-						out[w] = -1
-					}
-					n++
-				}
-			}
-			return out
-		}
-		counts := func(v []int) [][]float64 {
-			c := make([][]float64, windows)
-			for w := range c {
-				c[w] = slices.Clone(others[w])
-				if v[w] >= 0 {
-					c[w][v[w]]++
-				}
-			}
-			return c
-		}
+		admit := func(v []int) []int { return admitEarliest(v, k) }
+		counts := func(v []int) [][]float64 { return withUser(others, v) }
 		a, b := version(), version()
 		none := make([]int, windows)
 		for w := range none {
@@ -314,4 +272,34 @@ func TestWindowBoundBruteForceExact(t *testing.T) {
 	if !(worst["replace"] > 0.9 && worst["add_remove"] > 0.9) {
 		t.Errorf("no trial came near the bounds (%v): the brute force does not probe the worst cases", worst)
 	}
+}
+
+// admitEarliest is the cross-window bound on one user's windows: v[w] is
+// the user's bin in window w (−1: no event); the events of the K earliest
+// windows with one are kept, the others dropped.
+func admitEarliest(v []int, k int) []int {
+	out := slices.Clone(v)
+	n := 0
+	for w := range out {
+		if out[w] >= 0 {
+			if n >= k {
+				out[w] = -1
+			}
+			n++
+		}
+	}
+	return out
+}
+
+// withUser is every window's counts: the other users' plus the user's
+// event of v (v[w] < 0: none).
+func withUser(others [][]float64, v []int) [][]float64 {
+	c := make([][]float64, len(others))
+	for w := range c {
+		c[w] = slices.Clone(others[w])
+		if v[w] >= 0 {
+			c[w][v[w]]++
+		}
+	}
+	return c
 }
