@@ -223,27 +223,8 @@ func TestRecordAgainRepublishesSameBytes(t *testing.T) {
 func TestRefusedChargeIsBudgetExhausted(t *testing.T) {
 	cfg := testConfig(t, "")
 	cfg.Privacy.Budget.Epsilon = 1
-	// Find a per-release ε that fits exactly 3 units per period (of 10).
-	fit := 0
-	lo, hi := 1e-4, 1e3
-	for i := 0; i < 200 && fit != 3; i++ {
-		mid := math.Sqrt(lo * hi)
-		cfg.Privacy.RDPEpsilon = mid
-		if p, err := plan.DerivePlan(cfg); err == nil {
-			fit = p.Count.FitUnits
-		} else {
-			fit = 0
-		}
-		switch {
-		case fit > 3:
-			lo = mid
-		case fit < 3:
-			hi = mid
-		}
-	}
-	if fit != 3 {
-		t.Fatalf("no per-release ε fits 3 units per period (last %d)", fit)
-	}
+	// A per-release ε that fits exactly 3 units per period (of 10).
+	fitRDPEpsilon(t, cfg, 3, nil)
 	f := newFixture(t, cfg)
 	period := int64(29_000_000) * minute // a period start (5m divides it)
 	var statuses []string
@@ -298,4 +279,33 @@ func mustPlan(t *testing.T, cfg *config.Config) *plan.Plan {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// fitRDPEpsilon sets cfg's privacy.rdp_epsilon, by bisection, to a value
+// whose plan fits exactly want units per period (plan.CountPlan.FitUnits),
+// failing the test when none does; check, when set, sees every plan tried.
+func fitRDPEpsilon(t *testing.T, cfg *config.Config, want int, check func(*plan.Plan)) {
+	t.Helper()
+	fit := 0
+	lo, hi := 1e-4, 1e3
+	for i := 0; i < 200 && fit != want; i++ {
+		mid := math.Sqrt(lo * hi)
+		cfg.Privacy.RDPEpsilon = mid
+		fit = 0
+		if p, err := plan.DerivePlan(cfg); err == nil {
+			fit = p.Count.FitUnits
+			if check != nil {
+				check(p)
+			}
+		}
+		switch {
+		case fit > want:
+			lo = mid
+		case fit < want:
+			hi = mid
+		}
+	}
+	if fit != want {
+		t.Fatalf("no rdp_epsilon fits %d units per period (last %d)", want, fit)
+	}
 }

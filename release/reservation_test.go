@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"testing"
 
 	"github.com/dpstage/stage/aggregate"
@@ -399,28 +398,12 @@ func TestReservationRefusedForThePeriod(t *testing.T) {
 	cfg.Contribution.MaxWindowsPerUser = 2
 	cfg.Contribution.MaxTrackedUsers = 0
 	cfg.Privacy.Budget.Epsilon = 1
-	fit := 0
-	lo, hi := 1e-4, 1e3
-	for i := 0; i < 200 && fit != 2; i++ {
-		mid := math.Sqrt(lo * hi)
-		cfg.Privacy.RDPEpsilon = mid
-		fit = 0
-		if p, err := plan.DerivePlan(cfg); err == nil {
-			fit = p.Count.FitUnits
-			if fit%p.Bound.CountWindows != 0 {
-				t.Fatalf("FitUnits %d is not whole reservations of %d windows", fit, p.Bound.CountWindows)
-			}
+	// An rdp_epsilon that fits one reservation of 2 windows.
+	fitRDPEpsilon(t, cfg, 2, func(p *plan.Plan) {
+		if p.Count.FitUnits%p.Bound.CountWindows != 0 {
+			t.Fatalf("FitUnits %d is not whole reservations of %d windows", p.Count.FitUnits, p.Bound.CountWindows)
 		}
-		switch {
-		case fit > 2:
-			lo = mid
-		case fit < 2:
-			hi = mid
-		}
-	}
-	if fit != 2 {
-		t.Fatalf("no rdp_epsilon fits one reservation of 2 windows (last %d)", fit)
-	}
+	})
 	f := newFixture(t, cfg)
 	period := int64(29_000_000) * minute
 	var got []string
