@@ -18,9 +18,9 @@ import (
 
 // kafkaLedgerConfig is the harness config (near-noiseless Gaussian) with
 // state.ledger: kafka on a compacted topic created here.
-func kafkaLedgerConfig(t *testing.T, h *e2e.Harness) *config.Config {
+func kafkaLedgerConfig(t *testing.T, h *e2e.Harness, epsilon float64) *config.Config {
 	t.Helper()
-	cfg := h.Config("gaussian", 1e7)
+	cfg := h.Config("gaussian", epsilon)
 	cfg.Kafka.SessionTimeout = config.Duration(time.Second)
 	cfg.State.Ledger, cfg.State.LedgerTopic = config.LedgerKafka, "ledger-"+h.Name
 	if err := cfg.Validate(); err != nil {
@@ -34,8 +34,9 @@ func kafkaLedgerConfig(t *testing.T, h *e2e.Harness) *config.Config {
 	return cfg
 }
 
-// openGroupLog opens the release log of cfg's group as its owner would
-// (the group's transactional id): it fences every older writer.
+// openGroupLog opens cfg's release log as its owner would (the log's
+// transactional id, config.LedgerTransactionalID): it fences every older
+// writer.
 func openGroupLog(t *testing.T, h *e2e.Harness, cfg *config.Config) *kafkalog.Log {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -110,7 +111,7 @@ func recordAsOwner(t *testing.T, l *kafkalog.Log, cfg *config.Config, w time.Tim
 // fails with ErrFenced.
 func TestKafkaLedgerTakeoverRepublishes(t *testing.T) {
 	h := e2e.New(t)
-	cfg := kafkaLedgerConfig(t, h)
+	cfg := kafkaLedgerConfig(t, h, 1e7)
 	killed := openGroupLog(t, h, cfg)
 	recorded := recordAsOwner(t, killed, cfg, e2e.Base)
 	want := map[string]string{} // release_id → recorded value
@@ -221,7 +222,7 @@ func checkSpendIsSumOfCharges(t *testing.T, l ledger.Store, units int) {
 // nothing for window 1 — neither its own draw nor anything else.
 func TestKafkaLedgerZombieFenced(t *testing.T) {
 	h := e2e.New(t)
-	cfg := kafkaLedgerConfig(t, h)
+	cfg := kafkaLedgerConfig(t, h, 1e7)
 	evs := e2e.Stream(2, 50)
 	h.ProduceEvents(evs[:50])
 	h.Produce(e2e.Flush(e2e.Base.Add(time.Minute + time.Second)))
@@ -267,7 +268,7 @@ func TestKafkaLedgerZombieFenced(t *testing.T) {
 // exactly once, counts exact, copies identical.
 func TestKafkaLedgerHotStandby(t *testing.T) {
 	h := e2e.New(t)
-	cfg := kafkaLedgerConfig(t, h)
+	cfg := kafkaLedgerConfig(t, h, 1e7)
 	evs := e2e.Stream(4, 60)
 	// The flushes at 1m01s and 2m01s land in windows 1 and 2.
 	var flushes []e2e.Event

@@ -1,13 +1,10 @@
 package pipeline_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/ledger/kafkalog"
 )
 
 // TestKafkaLedgerGroupIDChangeFences (found by the review of issue #14):
@@ -28,17 +25,7 @@ import (
 // values.
 func TestKafkaLedgerGroupIDChangeFences(t *testing.T) {
 	h := e2e.New(t)
-	cfg := h.Config("gaussian", 1) // noisy: two draws differ
-	cfg.Kafka.SessionTimeout = config.Duration(time.Second)
-	cfg.State.Ledger, cfg.State.LedgerTopic = config.LedgerKafka, "ledger-"+h.Name
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := kafkalog.EnsureTopic(ctx, []string{h.Broker.Addr()}, cfg.State.LedgerTopic, 1, -1); err != nil {
-		t.Fatal(err)
-	}
+	cfg := kafkaLedgerConfig(t, h, 1) // noisy: two draws differ
 	per := len(e2e.Groups) + 1
 	evs := e2e.Stream(2, 50)
 	h.ProduceEvents(evs[:50])
