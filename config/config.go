@@ -1,5 +1,7 @@
 package config
 
+import "fmt"
+
 // Config is the whole stage configuration.
 type Config struct {
 	Kafka        Kafka        `yaml:"kafka"`
@@ -57,6 +59,79 @@ type Kafka struct {
 	// SASL authenticates to external brokers. Off by default (no mechanism,
 	// no username, no password).
 	SASL SASL `yaml:"sasl"`
+	// Distributed runs the stage as one of N instances sharing the work
+	// (see [Distributed]). Off by default: one process owns every input
+	// partition.
+	Distributed Distributed `yaml:"distributed"`
+}
+
+// Distributed configures the scale-out mode (kafka.distributed): every
+// instance bounds and pre-aggregates the input partitions the consumer
+// group gives it and sends exact bounded partial counts, per (window,
+// source partition), through an internal partials topic to the one
+// releasing instance, which merges them when every source partition has
+// passed the window, then charges, draws, records and publishes as the
+// single-process stage does (package pipeline, "Distributed mode").
+type Distributed struct {
+	// Enabled turns the mode on. It needs state.ledger: kafka (the
+	// release log must move between machines) and refuses, in this
+	// version, average histograms, histograms[].window and
+	// contribution.max_tracked_users. Default false.
+	Enabled bool `yaml:"enabled"`
+	// InternalTopicPrefix names the internal topics: <prefix>partials
+	// (one partition), <prefix>progress (one partition per input
+	// partition, compacted) and, unless state.ledger_topic is set,
+	// <prefix>ledger. They hold raw bounded counts and user hashes: give
+	// them the input topic's ACLs. Default "<kafka.group_id>.".
+	InternalTopicPrefix string `yaml:"internal_topic_prefix"`
+	// Partitioner is how the producers of the input topic choose a
+	// partition from the record key, which must be the user id (the
+	// events.user_field value as text): "murmur2" (default; Kafka's Java
+	// client, kafka-go's Murmur2Balancer, franz-go's default) or "fnv1a"
+	// (kafka-go's Hash balancer). An event whose user does not hash to
+	// the partition it came from is dropped as wrong_partition: a user
+	// read by two instances would be bounded twice.
+	Partitioner string `yaml:"partitioner"`
+	// CreateTopics creates the internal topics when they do not exist.
+	// Default true.
+	CreateTopics bool `yaml:"create_topics"`
+	// ReplicationFactor of the internal topics the stage creates. Default
+	// 0: min(3, number of brokers).
+	ReplicationFactor int `yaml:"replication_factor"`
+}
+
+// The values of kafka.distributed.partitioner.
+const (
+	PartitionerMurmur2 = "murmur2"
+	PartitionerFNV1a   = "fnv1a"
+)
+
+// Prefix is the internal topics' prefix: InternalTopicPrefix, or
+// "<groupID>." when it is empty.
+func (d Distributed) Prefix(groupID string) string {
+	if d.InternalTopicPrefix != "" {
+		return d.InternalTopicPrefix
+	}
+	return groupID + "."
+}
+
+// PartialsTopic is the internal topic of partial counts (one partition).
+func (k Kafka) PartialsTopic() string { return k.Distributed.Prefix(k.GroupID) + "partials" }
+
+// ProgressTopic is the internal, compacted topic of each source
+// partition's progress (one partition per input partition).
+func (k Kafka) ProgressTopic() string { return k.Distributed.Prefix(k.GroupID) + "progress" }
+
+// ReleaseGroupID is the consumer group of the partials topic, whose one
+// member assigned its partition releases.
+func (k Kafka) ReleaseGroupID() string { return k.GroupID + ".release" }
+
+// BoundTransactionalID is the transactional id of the bounder of input
+// partition p: "<prefix>bound/<p>". Like LedgerTransactionalID it is a
+// function of what is written, never of the instance, so that the new
+// owner of a partition fences every older writer of it.
+func (k Kafka) BoundTransactionalID(p int) string {
+	return fmt.Sprintf("%sbound/%d", k.Distributed.Prefix(k.GroupID), p)
 }
 
 // Rebalance returns the effective rebalance timeout: RebalanceTimeout, or

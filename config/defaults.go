@@ -96,9 +96,9 @@ func (c *Config) ApplyDefaults() {
 
 	num(&c.Contribution.MaxEventsPerUser, "contribution.max_events_per_user", DefaultMaxEventsPerUser)
 	num(&c.Contribution.MaxGroupsPerUser, "contribution.max_groups_per_user", DefaultMaxGroupsPerUser)
-	if c.Contribution.MaxWindowsPerUser <= 0 {
+	if c.Contribution.MaxWindowsPerUser <= 0 && !c.Kafka.Distributed.Enabled {
 		num(&c.Contribution.MaxTrackedUsers, "contribution.max_tracked_users", DefaultMaxTrackedUsers)
-	} // with the cross-window bound an absent cap stays 0 (no cap; see Contribution)
+	} // with the cross-window bound or kafka.distributed an absent cap stays 0 (no cap; see Contribution)
 
 	str(&c.Privacy.Mechanism, "privacy.mechanism", DefaultMechanism)
 	if c.Privacy.Mechanism == MechanismDirichlet {
@@ -128,6 +128,13 @@ func (c *Config) ApplyDefaults() {
 	str(&c.State.Dir, "state.dir", DefaultStateDir)
 	dur(&c.State.Retain, "state.retain", DefaultRetain)
 	str(&c.State.Ledger, "state.ledger", LedgerBolt)
+	if c.Kafka.Distributed.Enabled {
+		str(&c.Kafka.Distributed.Partitioner, "kafka.distributed.partitioner", PartitionerMurmur2)
+		if !c.isSet("kafka.distributed.create_topics") {
+			c.Kafka.Distributed.CreateTopics = true
+		}
+		str(&c.State.LedgerTopic, "state.ledger_topic", c.Kafka.Distributed.Prefix(c.Kafka.GroupID)+"ledger")
+	}
 
 	str(&c.Log.Format, "log.format", DefaultLogFormat)
 	str(&c.Log.Level, "log.level", DefaultLogLevel)

@@ -42,7 +42,8 @@ func TestFullConfig(t *testing.T) {
 				KeyFile:    dir + "/client-key.pem",
 				ServerName: "kafka.internal",
 			},
-			SASL: SASL{Mechanism: SASLScramSHA512, Username: "dp-stage", Password: "pw-from-env"},
+			SASL:        SASL{Mechanism: SASLScramSHA512, Username: "dp-stage", Password: "pw-from-env"},
+			Distributed: Distributed{InternalTopicPrefix: "dp-stage-internal.", Partitioner: PartitionerFNV1a, ReplicationFactor: 2},
 		},
 		Events: Events{Format: "json", TimeField: "event_time", UserField: "account_id", MaxMessageBytes: 131072, MaxFuture: Duration(2 * time.Hour)},
 		Window: Window{

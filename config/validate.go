@@ -139,6 +139,7 @@ func (c *Config) Validate() error {
 	k.privacy()
 	k.nonEmpty("state.dir", c.State.Dir)
 	k.stateLedger()
+	k.distributed()
 	k.oneOf("log.format", c.Log.Format, logFormats)
 	k.oneOf("log.level", c.Log.Level, logLevels)
 	k.generator()
@@ -609,5 +610,45 @@ func (k *checker) stateLedger() {
 	}
 	if kc.TLS.Enabled || kc.SASL.Mechanism != "" {
 		k.add("state.ledger", "kafka does not support kafka.tls or kafka.sasl yet (the release log's client is franz-go's kgo, not yet given the stage's TLS and SASL settings): use state.ledger: bolt")
+	}
+}
+
+var partitioners = []string{PartitionerMurmur2, PartitionerFNV1a}
+
+// distributed checks kafka.distributed and what it cannot run with yet.
+func (k *checker) distributed() {
+	d := &k.c.Kafka.Distributed
+	if !d.Enabled {
+		return
+	}
+	k.oneOf("kafka.distributed.partitioner", d.Partitioner, partitioners)
+	if d.InternalTopicPrefix != "" {
+		k.topic("kafka.distributed.internal_topic_prefix", d.InternalTopicPrefix+"partials")
+	}
+	if d.ReplicationFactor < 0 {
+		k.add("kafka.distributed.replication_factor", "must be 0 (min(3, brokers)) or positive")
+	}
+	if k.c.State.Ledger != LedgerKafka {
+		k.add("kafka.distributed", "needs state.ledger: kafka (the release log must move with the releasing instance, to any machine)")
+	}
+	kc := &k.c.Kafka
+	for _, t := range []struct{ path, name string }{
+		{"kafka.input_topic", kc.InputTopic}, {"kafka.output_topic", kc.OutputTopic}, {"kafka.dead_letter_topic", kc.DeadLetterTopic}, {"state.ledger_topic", k.c.State.LedgerTopic},
+	} {
+		if t.name != "" && (t.name == kc.PartialsTopic() || t.name == kc.ProgressTopic()) {
+			k.add("kafka.distributed.internal_topic_prefix", "the internal topics %s and %s must differ from %s", kc.PartialsTopic(), kc.ProgressTopic(), t.path)
+		}
+	}
+	for i, h := range k.c.Histograms {
+		p := fmt.Sprintf("histograms[%d]", i)
+		if h.IsAverage() {
+			k.add(p+".kind", "average histograms are not supported with kafka.distributed yet (their users cap selects among all users of a window, across partitions)")
+		}
+		if h.Window != 0 {
+			k.add(p+".window", "a histogram's own window is not supported with kafka.distributed yet")
+		}
+	}
+	if k.c.Contribution.MaxTrackedUsers > 0 {
+		k.add("contribution.max_tracked_users", "is not supported with kafka.distributed yet (the cap would hold per partition, not per window)")
 	}
 }

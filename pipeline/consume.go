@@ -29,7 +29,11 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
 	}
 	defer r.Close()
-	dec, err := decode.New(s.cfg, s.userKey)
+	key := s.userKey
+	if sess.userKey != nil {
+		key = *sess.userKey
+	}
+	dec, err := decode.New(s.cfg, key)
 	if err != nil {
 		s.fail(fmt.Errorf("build decoder: %w", err))
 		return

@@ -51,6 +51,9 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	if s.dlq != nil {
 		defer s.dlq.Close()
 	}
+	if s.cfg.Kafka.Distributed.Enabled {
+		return s.runDistributed(ctx)
+	}
 	if !s.cfg.State.KafkaLedger() {
 		// state.ledger bolt: the state.dir file lock decides which process
 		// is active; a standby sharing state.dir waits for it here.
@@ -190,6 +193,10 @@ type session struct {
 	sets []*windowSet
 	// first is the ledger's first window: earlier events are late.
 	first int64
+	// userKey, when set, keys the user hash of this session's decoders
+	// instead of Stage.userKey (distributed mode: each input partition
+	// has its own key, kept with its progress).
+	userKey *siphash.Key
 	// adm is the cross-window bound's state (contribution.
 	// max_windows_per_user; nil when off), restored from the ledger at
 	// the session's start: the admissions of the recorded windows of the

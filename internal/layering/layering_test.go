@@ -12,7 +12,7 @@ const module = "github.com/dpstage/stage/"
 
 // below are the packages below pipeline: the steps of the data flow that
 // neither read nor write Kafka.
-var below = []string{"config", "decode", "window", "aggregate", "plan", "budget", "mechanism", "release", "ledger"}
+var below = []string{"config", "decode", "window", "aggregate", "plan", "budget", "mechanism", "release", "ledger", "partial"}
 
 // kafka is what they must not depend on, directly or not: the Kafka
 // clients (only source, sink, pipeline's wiring and internal tools use
@@ -28,6 +28,8 @@ var kafka = []string{
 	// release and the rest reach it only through the ledger.Store
 	// interface, which pipeline's wiring fills.
 	module + "ledger/kafkalog",
+	// The distributed mode's internal topics (kgo), likewise.
+	module + "partial/kafkapartial",
 }
 
 // TestNoKafkaBelowPipeline: `go list -deps` of every package below pipeline

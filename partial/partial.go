@@ -1,0 +1,226 @@
+// Package partial is the wire format of the distributed mode
+// (kafka.distributed): what one bounding instance tells the releasing one
+// about one source partition, and what it keeps in Kafka to hand a source
+// partition to another instance. It holds no Kafka client (the kgo readers
+// and writers are in package partial/kafkapartial, wired by pipeline).
+//
+// Three record kinds:
+//
+//   - [Partial] (partials topic, one partition): the exact bounded counts
+//     one input partition contributes to one window, with the partition's
+//     marker (Next: the first window it has not emitted; its watermark;
+//     the input topic's partition count). Every (window, source partition)
+//     has exactly one Partial, empty when the partition had no event in
+//     the window: a window is complete when every source partition's Next
+//     has passed it, and only then merged and released.
+//   - [Progress] (progress topic, partition p, key [ProgressKey]): where
+//     the bounder of input partition p resumes — the input offset before
+//     which every record belongs to an emitted window or was dropped, the
+//     next window to emit, and the partition's user-hash key.
+//   - [Admitted] (progress topic, partition p, key [AdmittedKey]): the
+//     users of partition p the cross-window bound admitted to one window.
+//
+// A Partial and the Progress and Admitted records of the same window are
+// written in one Kafka transaction together, so a reader (read_committed)
+// sees all of them or none.
+//
+// Invariant: a Partial's counts are bounded per user already
+// (contribution.*, per window and across windows): users are
+// partition-local (the bounder drops events whose user does not hash to
+// the partition they came from), so the sum over source partitions of
+// their Partials is the single-process stage's bounded count.
+package partial
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Version is the wire format's version, carried in every value.
+const Version = 1
+
+// ErrFormat: a record of an internal topic could not be decoded. The topic
+// was written by something else, or by an incompatible version; the stage
+// stops rather than guess.
+var ErrFormat = errors.New("partial: malformed record")
+
+// Cell is the count vector of one (histogram, group) of a window.
+type Cell struct {
+	// H is the histogram's index in the config's histograms list.
+	H int `json:"h"`
+	// G is the group's index in the histogram's groups (0 without group_by).
+	G int `json:"g"`
+	// Counts has one bounded count per bin.
+	Counts []float64 `json:"counts"`
+}
+
+// Partial is one source partition's contribution to one window.
+type Partial struct {
+	V int `json:"v"`
+	// WindowStart (Unix ms) and WindowMs (window.size) name the window.
+	WindowStart int64 `json:"window_start"`
+	WindowMs    int64 `json:"window_ms"`
+	// Partition is the source (input) partition; Partitions the input
+	// topic's partition count the bounder checked users against.
+	Partition  int `json:"partition"`
+	Partitions int `json:"partitions"`
+	// Next is the start of the first window of this partition not yet
+	// emitted: WindowStart + WindowMs.
+	Next int64 `json:"next"`
+	// Watermark is the partition's watermark (Unix ms) when the window was
+	// closed; informational.
+	Watermark int64 `json:"watermark"`
+	// Counts lists the (histogram, group) cells with a non-zero count.
+	Counts []Cell `json:"counts,omitempty"`
+	// Dropped counts, per drop reason label, the parts of events of this
+	// window the bounds dropped at its close (bound_windows, ...);
+	// informational.
+	Dropped map[string]int64 `json:"dropped,omitempty"`
+}
+
+// Key is the partials topic record key: "w/<window start>/p/<partition>".
+func (p *Partial) Key() []byte {
+	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition))
+}
+
+// Encode returns the record value.
+func (p *Partial) Encode() []byte {
+	q := *p
+	q.V = Version
+	b, err := json.Marshal(&q)
+	if err != nil {
+		panic(fmt.Sprintf("partial: encode partial: %v", err)) // only NaN/Inf counts, which aggregate never makes
+	}
+	return b
+}
+
+// DecodePartial decodes a partials topic record value and checks it.
+func DecodePartial(b []byte) (*Partial, error) {
+	var p Partial
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%w: partial: %v", ErrFormat, err)
+	}
+	switch {
+	case p.V != Version:
+		return nil, fmt.Errorf("%w: partial version %d, this stage reads %d", ErrFormat, p.V, Version)
+	case p.WindowMs <= 0, p.Partition < 0, p.Partitions <= p.Partition, p.Next != p.WindowStart+p.WindowMs:
+		return nil, fmt.Errorf("%w: partial of window %d (%d ms) partition %d of %d, next %d", ErrFormat, p.WindowStart, p.WindowMs, p.Partition, p.Partitions, p.Next)
+	}
+	for _, c := range p.Counts {
+		if c.H < 0 || c.G < 0 {
+			return nil, fmt.Errorf("%w: partial cell (%d, %d)", ErrFormat, c.H, c.G)
+		}
+	}
+	return &p, nil
+}
+
+// ProgressKey is the progress topic key of a partition's Progress.
+const ProgressKey = "progress"
+
+// Progress is where the bounder of one input partition resumes.
+type Progress struct {
+	V         int `json:"v"`
+	Partition int `json:"partition"`
+	// Partitions is the input topic's partition count it checked users
+	// against.
+	Partitions int `json:"partitions"`
+	// Offset is the input offset to read from: every record before it
+	// belongs to an emitted window or was dropped.
+	Offset int64 `json:"offset"`
+	// Next is the start of the first window not yet emitted.
+	Next int64 `json:"next"`
+	// UserKey is the partition's 16-byte user-hash key (SipHash-2-4),
+	// made at the partition's first start; the Admitted records are keyed
+	// by it.
+	UserKey []byte `json:"user_key"`
+}
+
+// Encode returns the record value.
+func (p *Progress) Encode() []byte {
+	q := *p
+	q.V = Version
+	b, _ := json.Marshal(&q)
+	return b
+}
+
+// DecodeProgress decodes a Progress record value and checks it.
+func DecodeProgress(b []byte) (*Progress, error) {
+	var p Progress
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%w: progress: %v", ErrFormat, err)
+	}
+	if p.V != Version || p.Partition < 0 || p.Offset < 0 || len(p.UserKey) != 16 {
+		return nil, fmt.Errorf("%w: progress of partition %d (version %d, offset %d, %d-byte key)", ErrFormat, p.Partition, p.V, p.Offset, len(p.UserKey))
+	}
+	return &p, nil
+}
+
+// MaxAdmittedChunk is the most users in one Admitted record (400 KB of
+// JSON numbers at most, under Kafka's default 1 MB record limit).
+const MaxAdmittedChunk = 20000
+
+// Admitted lists users of one partition admitted to one window by the
+// cross-window bound (contribution.max_windows_per_user), as keyed user
+// hashes (aggregate.UserKey of the partition's key).
+type Admitted struct {
+	V      int      `json:"v"`
+	Period int64    `json:"period"`
+	Window int64    `json:"window"`
+	Chunk  int      `json:"chunk"`
+	Users  []uint64 `json:"users"`
+}
+
+// AdmittedKey is the progress topic key of one chunk of a window's
+// admissions: "adm/<period>/<window>/<chunk>".
+func AdmittedKey(period, window int64, chunk int) []byte {
+	return []byte(fmt.Sprintf("adm/%d/%d/%d", period, window, chunk))
+}
+
+// ParseAdmittedKey returns the period of an admissions key; ok is false for
+// any other key.
+func ParseAdmittedKey(key []byte) (period int64, ok bool) {
+	rest, found := strings.CutPrefix(string(key), "adm/")
+	if !found {
+		return 0, false
+	}
+	ps, _, found := strings.Cut(rest, "/")
+	if !found {
+		return 0, false
+	}
+	period, err := strconv.ParseInt(ps, 10, 64)
+	return period, err == nil
+}
+
+// ChunkAdmitted splits one window's admitted users into records of at most
+// MaxAdmittedChunk users; none when users is empty.
+func ChunkAdmitted(period, window int64, users []uint64) []*Admitted {
+	var out []*Admitted
+	for i := 0; i < len(users); i += MaxAdmittedChunk {
+		j := min(i+MaxAdmittedChunk, len(users))
+		out = append(out, &Admitted{Period: period, Window: window, Chunk: len(out), Users: users[i:j]})
+	}
+	return out
+}
+
+// Encode returns the record value.
+func (a *Admitted) Encode() []byte {
+	q := *a
+	q.V = Version
+	b, _ := json.Marshal(&q)
+	return b
+}
+
+// DecodeAdmitted decodes an Admitted record value.
+func DecodeAdmitted(b []byte) (*Admitted, error) {
+	var a Admitted
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("%w: admissions: %v", ErrFormat, err)
+	}
+	if a.V != Version {
+		return nil, fmt.Errorf("%w: admissions version %d, this stage reads %d", ErrFormat, a.V, Version)
+	}
+	return &a, nil
+}

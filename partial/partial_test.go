@@ -1,0 +1,71 @@
+package partial
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestPartialRoundTrip(t *testing.T) {
+	p := &Partial{WindowStart: 60000, WindowMs: 60000, Partition: 3, Partitions: 12, Next: 120000, Watermark: 125000,
+		Counts: []Cell{{H: 0, G: 2, Counts: []float64{1, 0, 4}}}, Dropped: map[string]int64{"bound_windows": 2}}
+	got, err := DecodePartial(p.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *p
+	want.V = Version
+	if !reflect.DeepEqual(*got, want) {
+		t.Errorf("round trip: got %+v, want %+v", *got, want)
+	}
+	if string(p.Key()) != "w/60000/p/3" {
+		t.Errorf("key %q", p.Key())
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, value string }{
+		{"not json", "{"},
+		{"old version", `{"v":0,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":1}`},
+		{"partition out of range", `{"v":1,"window_start":0,"window_ms":1,"partition":1,"partitions":1,"next":1}`},
+		{"next not the window end", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":2}`},
+		{"negative cell", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":1,"counts":[{"h":-1,"g":0}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := DecodePartial([]byte(tc.value)); !errors.Is(err, ErrFormat) {
+				t.Errorf("DecodePartial(%s) = %v, want ErrFormat", tc.value, err)
+			}
+		})
+	}
+	if _, err := DecodeProgress([]byte(`{"v":1,"partition":0,"offset":5,"next":0,"user_key":"AAEC"}`)); !errors.Is(err, ErrFormat) {
+		t.Errorf("a progress record with a 3-byte key decoded: %v", err)
+	}
+}
+
+func TestAdmittedChunksAndKeys(t *testing.T) {
+	users := make([]uint64, 2*MaxAdmittedChunk+1)
+	for i := range users {
+		users[i] = uint64(i) << 40 // beyond float64's 2^53: JSON must keep them exact
+	}
+	chunks := ChunkAdmitted(0, 60000, users)
+	if len(chunks) != 3 {
+		t.Fatalf("%d chunks, want 3", len(chunks))
+	}
+	var back []uint64
+	for _, c := range chunks {
+		a, err := DecodeAdmitted(c.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		back = append(back, a.Users...)
+	}
+	if !reflect.DeepEqual(back, users) {
+		t.Error("admitted users changed through the wire format")
+	}
+	if p, ok := ParseAdmittedKey(AdmittedKey(86400000, 60000, 2)); !ok || p != 86400000 {
+		t.Errorf("ParseAdmittedKey = %d, %v", p, ok)
+	}
+	if _, ok := ParseAdmittedKey([]byte(ProgressKey)); ok {
+		t.Error("the progress key parsed as an admissions key")
+	}
+}

@@ -1,0 +1,75 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Distributed mode (kafka.distributed.enabled).
+//
+// Every instance runs two roles, each a member of its own consumer group:
+//
+//   - the bounder (dist_bound.go) is a member of kafka.group_id on the
+//     input topic, with a cooperative-sticky assignment, and reads, per
+//     assigned input partition p, with today's consume loop on a session of
+//     its own: decode → window rule → bound → count. When p's watermark
+//     passes a window it writes, in one Kafka transaction under the
+//     transactional id of p (config.Kafka.BoundTransactionalID), the
+//     window's exact bounded partial counts to the partials topic and p's
+//     progress (input offset, next window, admissions) to the progress
+//     topic. The new owner of p fences the old one with that id, restores
+//     the progress and goes on: nothing but Kafka holds a bounder's state.
+//   - the releaser (dist_release.go) is a member of
+//     config.Kafka.ReleaseGroupID on the partials topic (one partition):
+//     the member assigned it opens the release log (fencing the previous
+//     releaser, ledger/kafkalog), merges the partials of a window once
+//     every input partition has passed it, and records, publishes and marks
+//     it as the single-process stage does (release.go), then commits its
+//     partials offset.
+//
+// Package partial holds the wire format and its argument; the package doc
+// of ledger/kafkalog the release log's fencing argument.
+
+// runDistributed runs both roles until ctx ends (a soft stop) or one of
+// them fails (Stage.fail).
+func (s *Stage) runDistributed(ctx context.Context) error {
+	if err := s.ensureInternalTopics(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer s.ready.draining.Store(true)
+	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })
+	progress := time.NewTicker(10 * time.Second)
+	defer progress.Stop()
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { // owner: runDistributed; ends with ctx
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				s.logProgress()
+				return
+			case <-progress.C:
+				s.logProgress()
+			}
+		}
+	}()
+	go func() { // owner: runDistributed
+		defer wg.Done()
+		if err := s.runBounders(ctx); err != nil && ctx.Err() == nil {
+			s.fail(err)
+		}
+	}()
+	go func() { // owner: runDistributed
+		defer wg.Done()
+		if err := s.runReleaser(ctx); err != nil && ctx.Err() == nil {
+			s.fail(err)
+		}
+	}()
+	wg.Wait()
+	return nil
+}
