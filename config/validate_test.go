@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -194,6 +195,15 @@ func TestValidateRules(t *testing.T) {
 			c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "ledger"
 			c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u", Password: "p"}
 		}, "state.ledger", "does not support kafka.tls or kafka.sasl yet"},
+		// kafka.distributed
+		{"distributed on bolt", func(c *Config) { dist(c); c.State.Ledger = LedgerBolt }, "kafka.distributed", "needs state.ledger: kafka"},
+		{"distributed partitioner", func(c *Config) { dist(c); c.Kafka.Distributed.Partitioner = "crc32" }, "kafka.distributed.partitioner", "must be one of murmur2, fnv1a"},
+		{"distributed prefix", func(c *Config) { dist(c); c.Kafka.Distributed.InternalTopicPrefix = "a b" }, "kafka.distributed.internal_topic_prefix", "not a valid Kafka topic name"},
+		{"distributed replication", func(c *Config) { dist(c); c.Kafka.Distributed.ReplicationFactor = -1 }, "kafka.distributed.replication_factor", "must be 0"},
+		{"distributed topic clash", func(c *Config) { dist(c); c.Kafka.OutputTopic = c.Kafka.PartialsTopic() }, "kafka.distributed.internal_topic_prefix", "must differ from kafka.output_topic"},
+		{"distributed average", func(c *Config) { dist(c); avg(c) }, "histograms[0].kind", "not supported with kafka.distributed"},
+		{"distributed histogram window", func(c *Config) { dist(c); c.Histograms[1].Window = Duration(time.Hour) }, "histograms[1].window", "not supported with kafka.distributed"},
+		{"distributed tracked users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }, "contribution.max_tracked_users", "not supported with kafka.distributed"},
 		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", `must be one of json, console, got "text"`},
 		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", "must be one of debug, info, warn, error"},
 		// generator
@@ -254,6 +264,8 @@ func TestValidateAccepts(t *testing.T) {
 		{"http off", func(c *Config) { c.HTTP.Address = "" }},
 		{"kafka ledger", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "dp-stage-ledger" }},
 		{"bolt ledger ignores the ledger topic", func(c *Config) { c.State.LedgerTopic = "a/b" }},
+		{"distributed", func(c *Config) { dist(c) }},
+		{"distributed with the window bound", func(c *Config) { dist(c); c.Contribution.MaxWindowsPerUser = 5 }},
 		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
 		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},
@@ -353,5 +365,50 @@ func TestKafkaRebalance(t *testing.T) {
 		if got := k.Rebalance().D(); got != tc.want {
 			t.Errorf("session %v, rebalance_timeout %v: Rebalance() = %v, want %v", tc.session, tc.rebalance, got, tc.want)
 		}
+	}
+}
+
+// dist turns the distributed mode on as a loaded config would have it.
+func dist(c *Config) {
+	c.Kafka.Distributed = Distributed{Enabled: true, Partitioner: PartitionerMurmur2, CreateTopics: true}
+	c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "dp-stage.ledger"
+	c.Contribution.MaxTrackedUsers = 0
+}
+
+func TestDistributedDefaults(t *testing.T) {
+	const doc = `
+kafka:
+  brokers: [localhost:9092]
+  group_id: views
+  distributed:
+    enabled: true
+%s
+state:
+  ledger: kafka
+histograms:
+  - name: pages
+    field: page
+    bins: [home, other]
+privacy:
+  budget:
+    epsilon: 1
+`
+	cfg, err := Parse([]byte(fmt.Sprintf(doc, "")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Kafka.Distributed
+	if d.Partitioner != PartitionerMurmur2 || !d.CreateTopics || cfg.State.LedgerTopic != "views.ledger" || cfg.Contribution.MaxTrackedUsers != 0 {
+		t.Errorf("defaults: %+v, ledger topic %q, max_tracked_users %d", d, cfg.State.LedgerTopic, cfg.Contribution.MaxTrackedUsers)
+	}
+	if cfg.Kafka.PartialsTopic() != "views.partials" || cfg.Kafka.ProgressTopic() != "views.progress" || cfg.Kafka.BoundTransactionalID(7) != "views.bound/7" || cfg.Kafka.ReleaseGroupID() != "views.release" {
+		t.Errorf("names: %s %s %s %s", cfg.Kafka.PartialsTopic(), cfg.Kafka.ProgressTopic(), cfg.Kafka.BoundTransactionalID(7), cfg.Kafka.ReleaseGroupID())
+	}
+	cfg, err = Parse([]byte(fmt.Sprintf(doc, "    create_topics: false\n    internal_topic_prefix: x-")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.Distributed.CreateTopics || cfg.State.LedgerTopic != "x-ledger" || cfg.Kafka.PartialsTopic() != "x-partials" {
+		t.Errorf("explicit create_topics false / prefix: %+v, ledger %q", cfg.Kafka.Distributed, cfg.State.LedgerTopic)
 	}
 }
