@@ -164,7 +164,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		if err != nil {
 			return err
 		}
-		w := inputWriter(brokers, cfg.Kafka.InputTopic, transport)
+		w := inputWriter(brokers, cfg, transport)
 		defer w.Close()
 		gctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -303,7 +303,7 @@ func generate(ctx context.Context, cfg *config.Config, log *zap.Logger, stderr i
 		log.Error("cannot generate", zap.Error(err))
 		return 1
 	}
-	w := inputWriter(cfg.Kafka.Brokers, cfg.Kafka.InputTopic, transport)
+	w := inputWriter(cfg.Kafka.Brokers, cfg, transport)
 	defer w.Close()
 	log.Info("generating synthetic events", zap.Strings("brokers", cfg.Kafka.Brokers), zap.String("topic", cfg.Kafka.InputTopic))
 	if err := gen.Run(ctx, w); err != nil && ctx.Err() == nil {
@@ -360,9 +360,15 @@ func checkInputTopic(ctx context.Context, brokers []string, topic string, transp
 }
 
 // inputWriter writes synthetic events, keyed by user (one user, one
-// partition).
-func inputWriter(brokers []string, topic string, transport *kafka.Transport) *kafka.Writer {
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{},
+// partition), with the partitioner kafka.distributed.partitioner names
+// when the distributed mode is on (its bounders drop events whose user
+// hashes elsewhere), else kafka-go's Hash.
+func inputWriter(brokers []string, cfg *config.Config, transport *kafka.Transport) *kafka.Writer {
+	var bal kafka.Balancer = &kafka.Hash{}
+	if d := cfg.Kafka.Distributed; d.Enabled && d.Partitioner == config.PartitionerMurmur2 {
+		bal = kafka.Murmur2Balancer{}
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: cfg.Kafka.InputTopic, Balancer: bal,
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 10 * time.Millisecond}
 	if transport != nil { // a typed nil in the interface would crash kafka-go
 		w.Transport = transport

@@ -510,3 +510,43 @@ func TestDeployConfigSpellsOutIssue3Keys(t *testing.T) {
 		}
 	}
 }
+
+// TestDistributedProfile: the profile "distributed" runs replicas of the
+// stage and a producer on deploy/stage-distributed.yaml, a valid
+// distributed-mode config whose topics kafka-init creates and whose
+// brokers are the kafka service.
+func TestDistributedProfile(t *testing.T) {
+	c := loadCompose(t)
+	cfg, err := config.Load(filepath.Join(root, "deploy", "stage-distributed.yaml"))
+	if err != nil {
+		t.Fatalf("deploy/stage-distributed.yaml: %v", err)
+	}
+	if !cfg.Kafka.Distributed.Enabled || !cfg.State.KafkaLedger() {
+		t.Error("deploy/stage-distributed.yaml does not enable kafka.distributed with state.ledger kafka")
+	}
+	if !slices.Equal(cfg.Kafka.Brokers, []string{"kafka:9092"}) {
+		t.Errorf("brokers %v, want the kafka service (kafka:9092)", cfg.Kafka.Brokers)
+	}
+	initCmd := strings.Join(c.Services["kafka-init"].Command, " ")
+	for _, topic := range []string{cfg.Kafka.InputTopic, cfg.Kafka.OutputTopic} {
+		if !strings.Contains(initCmd, topic+":") {
+			t.Errorf("kafka-init does not create topic %q", topic)
+		}
+	}
+	for name, verb := range map[string]string{"stage-replica": "run", "producer-distributed": "generate"} {
+		svc, ok := c.Services[name]
+		if !ok {
+			t.Errorf("no service %s", name)
+			continue
+		}
+		if len(svc.Command) == 0 || svc.Command[0] != verb {
+			t.Errorf("%s runs %q, want /stage %s", name, svc.Command, verb)
+		}
+		if host := hostMount(svc.Volumes, configArg(svc.Command)); filepath.Clean(host) != "deploy/stage-distributed.yaml" {
+			t.Errorf("%s mounts %q as its config, want ./deploy/stage-distributed.yaml", name, host)
+		}
+		if len(svc.Ports) != 0 {
+			t.Errorf("%s publishes ports: replicas would collide on the host", name)
+		}
+	}
+}
