@@ -29,6 +29,44 @@
 // partition-local (the bounder drops events whose user does not hash to
 // the partition they came from), so the sum over source partitions of
 // their Partials is the single-process stage's bounded count.
+//
+// # Fencing: each (window, source partition) is emitted at most once
+//
+// Every record about input partition p (its Partials, Progress and
+// Admitted records) is written in a transaction under one transactional id,
+// T_p = config.Kafka.BoundTransactionalID(p), a function of p alone — never
+// of the instance. The transaction coordinator lets at most one producer
+// epoch of T_p write: InitProducerID (kgo's ProducerID) bumps the epoch and
+// aborts the open transaction of the previous one, and a produce or commit
+// from an older epoch is refused (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED).
+// A bounder taking p over (epoch e):
+//
+//  1. calls InitProducerID: from then on no transaction of an epoch < e can
+//     commit, and none of them is open;
+//  2. restores p's Progress reading the progress topic's partition p
+//     read_committed up to its last stable offset taken after step 1, so
+//     it sees every committed transaction of T_p (only T_p writes that
+//     partition): the last committed Progress, whose Next is n;
+//  3. emits only windows w ≥ n, each in one transaction with the Progress
+//     whose Next is w + size, in increasing w.
+//
+// So the committed transactions of T_p, in commit order, are blocks of one
+// epoch each; each block starts at the Next the previous block committed
+// last, and within a block the windows increase: no window is emitted by
+// two committed transactions. A fenced (older) bounder can commit nothing
+// after step 1 of the newer one, and what it had open is aborted — a
+// read_committed reader never sees it. (A reader that is not read_committed
+// would: kafka-go must never read these topics, see package
+// partial/kafkapartial.)
+//
+// Counts are exact across a takeover: Progress.Offset is the first offset
+// of a record that may count in a window ≥ Next (the offset tracker's commit
+// point after the emitted windows), so the new owner re-reads every such
+// record; records of emitted windows are late for it (its first window is
+// Next). With the cross-window bound, the Admitted records restored at step
+// 2 are exactly those of the committed windows < Next of the period, so a
+// window is admitted as an uninterrupted bounder would have admitted it
+// (aggregate.Admissions decides from a user's own earlier windows only).
 package partial
 
 import (
