@@ -69,6 +69,16 @@ func (d *distDeployment) start(i int) *distProc {
 	return p
 }
 
+// mustRun fails the test at once if a process has exited.
+func (d *distDeployment) mustRun() {
+	d.t.Helper()
+	for i, p := range d.procs {
+		if p.exited() {
+			d.t.Fatalf("process %d exited: %v", i, p.err)
+		}
+	}
+}
+
 // ownerOf returns the slot whose process holds the connection with client
 // address host (e2e.SocketOwner), or -1.
 func (d *distDeployment) ownerOf(host string) int {

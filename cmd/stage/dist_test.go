@@ -103,7 +103,8 @@ func distFailover(t *testing.T, fault distFault) {
 		d.start(i)
 	}
 	t.Cleanup(d.killAll)
-	e2e.WaitFor(t, "3 bounders with input partitions and a releaser", 60*time.Second, func() bool {
+	e2e.WaitFor(t, "3 bounders with input partitions and a releaser", 30*time.Second, func() bool {
+		d.mustRun()
 		return len(e2e.MembersWith(c.Cluster, group, input)) == distProcs && e2e.MemberOf(c.Cluster, releaseGroup, partials, 0) != ""
 	})
 
@@ -150,7 +151,7 @@ func distFailover(t *testing.T, fault distFault) {
 			break
 		}
 	}
-	e2e.WaitFor(t, "a first release", 60*time.Second, func() bool { return countMessages(t, c.Addrs[0], output) > 0 })
+	e2e.WaitFor(t, "a first release", 60*time.Second, func() bool { d.mustRun(); return countMessages(t, c.Addrs[0], output) > 0 })
 	releaser := d.owner(releaseGroup, partials, 0)
 	var gap time.Duration
 	switch fault {
