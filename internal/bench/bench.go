@@ -73,6 +73,11 @@ type Config struct {
 	// times (per variant, see MetricsFigures). Default 200.
 	MetricsScrapes int
 
+	// Instances > 0 runs the distributed mode's bench instead of the
+	// phases above (dist.go): the stage with kafka.distributed as 1
+	// process and as Instances processes, side by side. 0: off.
+	Instances int
+
 	// ChildCommand is the command line that starts a child process (the
 	// broker, a consumer), to which the role and its flags are appended;
 	// the executable must hand them to ChildMain (`stage bench child`
@@ -158,14 +163,16 @@ func (c *Config) defaults() error {
 // CPU per record over X's, so that for both a value ≥ 1 means X is at least
 // as good.
 type Results struct {
-	Events        int     `json:"events"`
-	Partitions    int     `json:"partitions"`
-	Windows       int     `json:"windows"`
-	AvgEventBytes float64 `json:"avg_event_bytes"`
-	GOMAXPROCS    int     `json:"gomaxprocs"`
-	NumCPU        int     `json:"num_cpu"`
-	GoVersion     string  `json:"go_version"`
-	Rounds        int     `json:"rounds"`
+	// Dist holds the distributed bench's figures (Config.Instances > 0).
+	Dist          *DistFigures `json:"dist,omitempty"`
+	Events        int          `json:"events"`
+	Partitions    int          `json:"partitions"`
+	Windows       int          `json:"windows"`
+	AvgEventBytes float64      `json:"avg_event_bytes"`
+	GOMAXPROCS    int          `json:"gomaxprocs"`
+	NumCPU        int          `json:"num_cpu"`
+	GoVersion     string       `json:"go_version"`
+	Rounds        int          `json:"rounds"`
 	// LoadAvgStart and LoadAvgEnd: the machine's 1, 5 and 15 minute load
 	// averages at the start and the end of the run (Linux; absent
 	// elsewhere).
@@ -389,6 +396,11 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	res.Windows = w.windows
 	res.AvgEventBytes = w.avgBytes()
+	if cfg.Instances > 0 {
+		err := runDist(ctx, cfg, w, res)
+		res.LoadAvgEnd = loadAvg()
+		return res, err
+	}
 
 	// The phases without Kafka first: the memory phase's heap figures are
 	// cleanest in a process that has not yet run clients and a broker.

@@ -114,6 +114,8 @@ func ChildMain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		err = consumerChild(ctx, role, c, out)
+	case roleDist:
+		err = distChild(ctx, args[1:], stderr, out)
 	default:
 		fmt.Fprintf(stderr, "stage bench child: unknown role %q\n", role)
 		return 2

@@ -24,9 +24,45 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "child" {
 		return bench.ChildMain(args[1:], stdout, stderr)
 	}
+	c, asJSON, quiet, code := parseBench(args, stderr)
+	if code != 0 {
+		return code
+	}
+	if !quiet {
+		c.Progress = stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, c)
+	if err != nil {
+		fmt.Fprintf(stderr, "stage bench: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "stage bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	write := func() error { return bench.WriteTable(stdout, res) }
+	if res.Dist != nil {
+		write = func() error { return bench.WriteDistTable(stdout, res.Dist) }
+	}
+	if err := write(); err != nil {
+		fmt.Fprintf(stderr, "stage bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// parseBench parses the flags of `stage bench`; code is 0, or the exit
+// code after a usage error (reported on stderr).
+func parseBench(args []string, stderr io.Writer) (c bench.Config, asJSON, quiet bool, code int) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c bench.Config
 	fs.IntVar(&c.Events, "events", 2_000_000, "synthetic events to produce and read")
 	fs.IntVar(&c.Partitions, "partitions", 4, "partitions of the input topic")
 	fs.IntVar(&c.Windows, "windows", 100, "one-minute event-time windows the events span")
@@ -50,42 +86,24 @@ func Bench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.ReaderCPUProfile, "reader-cpuprofile", "", "write a CPU profile of the first kafka-go Reader pass to `file`")
 	fs.StringVar(&c.KgoCPUProfile, "kgo-cpuprofile", "", "write a CPU profile of the first franz-go pass to `file`")
 	fs.StringVar(&c.MetricsCPUProfile, "metrics-cpuprofile", "", "write a CPU profile of the timed /metrics scrapes to `file`")
-	asJSON := fs.Bool("json", false, "print the figures as JSON instead of a table")
-	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	fs.IntVar(&c.Instances, "instances", 0, "run the distributed mode's bench instead: the stage with kafka.distributed as 1 process and as `N` (≥ 2) processes side by side (flags used: --events, --partitions, --windows, --users, --rounds)")
+	fs.BoolVar(&asJSON, "json", false, "print the figures as JSON instead of a table")
+	fs.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return c, false, false, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "stage bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return c, false, false, 2
 	}
 	if c.Events < 1 || c.Partitions < 1 || c.Windows < 1 || c.Users < 1 || c.Rounds < 1 || c.MemoryUsers < 2 || c.MetricsScrapes < 1 ||
 		c.LiveDuration <= 0 || c.LiveEventsPerSec < 1 || c.LiveWindowEvery < time.Millisecond || c.LiveWindowEvery > time.Minute {
 		fmt.Fprintln(stderr, "stage bench: --events, --partitions, --windows, --users, --rounds, --live-rate, --metrics-scrapes must be at least 1, --memory-users at least 2, --live-duration positive and --live-window-every in [1ms, 1m]")
-		return 2
+		return c, false, false, 2
 	}
-	if !*quiet {
-		c.Progress = stderr
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	res, err := bench.Run(ctx, c)
-	if err != nil {
+	if err := bench.ParseInstances(c.Instances); err != nil {
 		fmt.Fprintf(stderr, "stage bench: %v\n", err)
-		return 1
+		return c, false, false, 2
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			fmt.Fprintf(stderr, "stage bench: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	if err := bench.WriteTable(stdout, res); err != nil {
-		fmt.Fprintf(stderr, "stage bench: %v\n", err)
-		return 1
-	}
-	return 0
+	return c, asJSON, quiet, 0
 }
