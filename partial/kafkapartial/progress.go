@@ -46,7 +46,7 @@ func (w *Writer) Restore(ctx context.Context) (*Restored, error) {
 		return nil, dead
 	}
 	topic, p := w.cfg.ProgressTopic, int32(w.cfg.Partition)
-	start, lso, err := offsets(ctx, w.cl, topic, p)
+	start, lso, err := Offsets(ctx, w.cl, topic, p)
 	if err != nil {
 		return nil, fmt.Errorf("kafkapartial: restore %s/%d: %w", topic, p, err)
 	}
@@ -134,9 +134,9 @@ func (w *Writer) Restore(ctx context.Context) (*Restored, error) {
 	return out, nil
 }
 
-// offsets returns the log start offset and the last stable offset of
+// Offsets returns the log start offset and the last stable offset of
 // topic/p.
-func offsets(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, lso int64, err error) {
+func Offsets(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, lso int64, err error) {
 	get := func(ts int64) (int64, error) {
 		req := kmsg.NewPtrListOffsetsRequest()
 		req.IsolationLevel = 1 // read_committed: the latest offset is the LSO

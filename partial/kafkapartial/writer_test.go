@@ -114,7 +114,7 @@ func readPartials(t *testing.T, c *kfake.Cluster) []*partial.Partial {
 	}
 	defer cl.Close()
 	ctx := ctxT(t)
-	_, lso, err := offsets(ctx, cl, partialsTopic, 0)
+	_, lso, err := Offsets(ctx, cl, partialsTopic, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
