@@ -449,6 +449,8 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		return err
 	}
 	// Committed: the window is emitted.
+	s.log.Debug("bounder emitted window", zap.Int("partition", st.p), zap.String("window", release.RFC3339(win)),
+		zap.Int("cells", len(pt.Counts)), zap.Int64("offset", offset))
 	tracker.MarkCommitted(offset)
 	st.next, st.offset = end, offset
 	for _, k := range e.Tombstones {

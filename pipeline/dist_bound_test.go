@@ -307,3 +307,48 @@ func TestDistBoundersShareExact(t *testing.T) {
 		}
 	}
 }
+
+// TestDistBounderTakeover: one of two bounders is stopped mid-stream and
+// the other takes its partitions over (fence, restore from the progress
+// topic): still exactly one Partial per (window, partition) and exact
+// sums. With contribution.max_windows_per_user 1 the restored admissions
+// decide as an uninterrupted bounder would: every user counts only in its
+// first window of the budget period, also when that window was emitted by
+// the stopped bounder.
+func TestDistBounderTakeover(t *testing.T) {
+	h := e2e.New(t)
+	cfg := distConfig(t, h)
+	cfg.Contribution.MaxWindowsPerUser = 1
+	a, b := startBounder(t, cfg, h), startBounder(t, cfg, h)
+	waitStarted(t, h, cfg)
+	var evs []e2e.Event
+	for i := range 4 {
+		// The same users in every window: only their first window counts.
+		batch := liveEvents("u", 40)
+		produceKeyed(t, h, batch)
+		evs = append(evs, batch...)
+		if i == 0 {
+			// Every partition emitted the users' first window: the
+			// admissions that must survive the takeover are committed.
+			e2e.WaitFor(t, "the first window with events emitted", 20*time.Second, func() bool {
+				got := map[int]bool{}
+				for _, p := range readPartials(t, h, cfg) {
+					if len(p.Counts) > 0 {
+						got[p.Partition] = true
+					}
+				}
+				return len(got) == distParts
+			})
+		}
+		if i == 1 {
+			a.stop()
+		}
+		time.Sleep(time.Second)
+	}
+	through := time.Now().Truncate(time.Second).UnixMilli()
+	admitted := admittedEvents(evs, time.Second, time.Hour, 1)
+	checkPartials(t, h, cfg, admitted, through)
+	if err := b.failed(); err != nil {
+		t.Errorf("bounder failed: %v", err)
+	}
+}
