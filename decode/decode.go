@@ -182,6 +182,10 @@ type Decoder struct {
 	hists     []histogram
 	maxValue  int // longest declared bin or group value
 	scratchSz int // size of Event.scratch (0 when the stack buffer suffices)
+	// part, when not PartitionerNone, checks that the user id assigns to
+	// partition of partitions (WithPartitionCheck, partition.go).
+	part                  Partitioner
+	partition, partitions int
 }
 
 // linearFields is how many fields are matched by linear scan before a map is
@@ -462,6 +466,9 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 		if us.start == us.end {
 			return ReasonMissingUser
 		}
+		if d.part != PartitionerNone && !d.checkPartition(msg[us.start:us.end], us.esc) {
+			return ReasonWrongPartition
+		}
 		if us.esc {
 			ev.User = hashEscaped(d.key, msg[us.start:us.end])
 		} else {
@@ -472,6 +479,9 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 			if c == '.' || c == 'e' || c == 'E' {
 				return ReasonWrongType
 			}
+		}
+		if d.part != PartitionerNone && !d.checkPartition(msg[us.start:us.end], false) {
+			return ReasonWrongPartition
 		}
 		ev.User = d.key.Sum64(msg[us.start:us.end])
 	default:

@@ -82,6 +82,13 @@ const (
 	// among the window's average.users kept users at arrival.
 	ReasonBoundAverageUsers
 
+	// ReasonWrongPartition: the user id does not assign to the input
+	// partition the event was read from under the producers' partitioner
+	// (distributed mode: kafka.distributed.partitioner, see
+	// Decoder.WithPartitionCheck). Whole event, like the first group;
+	// declared last so that the values above keep their numbers.
+	ReasonWrongPartition
+
 	// NumReasons is the number of reasons, ReasonNone included: Reason
 	// values are below it.
 	NumReasons
@@ -126,6 +133,8 @@ var reasonNames = [NumReasons]string{
 	ReasonBoundDisplaced:    "bound_displaced",
 	ReasonBoundWindows:      "bound_windows",
 	ReasonBoundAverageUsers: "bound_average_users",
+
+	ReasonWrongPartition: "wrong_partition",
 }
 
 // boundPrefix starts the String form of every bounding outcome.

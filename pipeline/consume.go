@@ -34,6 +34,9 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 		key = *sess.userKey
 	}
 	dec, err := decode.New(s.cfg, key)
+	if err == nil && sess.partitioner != decode.PartitionerNone {
+		dec, err = dec.WithPartitionCheck(sess.partitioner, p, sess.partitions)
+	}
 	if err != nil {
 		s.fail(fmt.Errorf("build decoder: %w", err))
 		return

@@ -3,10 +3,468 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/partial"
+	"github.com/dpstage/stage/partial/kafkapartial"
+	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/source"
+	"github.com/dpstage/stage/window"
 )
 
-// runBounders is the bounder role (dist.go). Placeholder until the bounder
-// lands: the distributed mode is not usable yet.
+// The bounder role (dist.go).
+//
+// Membership: a kgo group client in kafka.group_id on the input topic,
+// cooperative-sticky, without offset commits, with the input topic's
+// fetching paused: kgo only decides which member bounds which partition;
+// the input is read with kafka-go (Stage.consume) from the offset kept in
+// the progress topic. OnPartitionsAssigned starts a worker per partition;
+// OnPartitionsRevoked and OnPartitionsLost stop them and wait (kgo calls
+// them before it gives the partitions up).
+//
+// A worker of input partition p (boundWorker.run): open p's transactional
+// writer (fencing every older owner of p) → restore p's progress → run the
+// consume loop of p on a one-partition session from the restored offset →
+// close each window p's watermark passes, in order, and emit its Partial,
+// admissions and the new progress in one transaction (emit). Only after
+// the commit is confirmed is the offset tracker advanced.
+//
+// Failures: a worker whose writer is fenced (kafkapartial.ErrFenced)
+// ends and logs: another owner of p exists, the group has moved p or is
+// about to. The process stays up; if p is still assigned to this member
+// after the session timeout, a new worker starts (it restores from Kafka
+// and fences in turn), so a fence that the group does not follow up never
+// stalls p for good. Any other failure of a worker (the progress
+// unreadable, a commit with an unknown outcome, the input topic's
+// partition count changed) stops the stage (Stage.fail): it restarts and
+// restores from Kafka, rather than look healthy while p stands still.
+
+// bounder is the bounder role of one process.
+type bounder struct {
+	s     *Stage
+	ctx   context.Context // the role's: ends the workers
+	cl    *kgo.Client     // the group client (also used for offset look-ups)
+	topic string
+
+	mu sync.Mutex // guards workers
+	// workers are the running workers by input partition.
+	workers map[int32]*workerHandle
+
+	// stray counts input records the group client fetched although the
+	// input topic is paused (must stay 0; tests).
+	stray atomic.Int64
+}
+
+// onBounder, when set (tests), sees each bounder runBounders makes.
+var onBounder func(*bounder)
+
+// workerHandle stops one partition's worker and waits for it.
+type workerHandle struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// runBounders is the bounder role (dist.go): it keeps the workers of the
+// partitions the group assigns this member until ctx ends, then stops them
+// and leaves the group.
 func (s *Stage) runBounders(ctx context.Context) error {
-	return errors.New("pipeline: distributed bounder not built yet")
+	b := &bounder{s: s, ctx: ctx, topic: s.cfg.Kafka.InputTopic, workers: map[int32]*workerHandle{}}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(s.brokers...),
+		kgo.ConsumerGroup(s.cfg.Kafka.GroupID),
+		kgo.ConsumeTopics(b.topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(s.cfg.Kafka.SessionTimeout.D()),
+		kgo.HeartbeatInterval(min(3*time.Second, s.cfg.Kafka.SessionTimeout.D()/3)),
+		kgo.RebalanceTimeout(s.cfg.Kafka.Rebalance().D()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.assigned(m[b.topic]) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
+	)
+	if err != nil {
+		return fmt.Errorf("pipeline: bounder group client: %w", err)
+	}
+	b.cl = cl
+	if onBounder != nil {
+		onBounder(b)
+	}
+	// Paused by topic: partitions assigned later are paused too (kgo keeps
+	// the paused topics, not partitions).
+	cl.PauseFetchTopics(b.topic)
+	defer func() {
+		b.stopAll()
+		cl.Close() // leaves the group; its revoke finds no workers left
+	}()
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if n := fs.NumRecords(); n > 0 {
+			b.stray.Add(int64(n))
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			s.log.Warn("bounder group client", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
+		})
+		if errors.Is(fs.Err0(), kgo.ErrClientClosed) {
+			break
+		}
+	}
+	return nil
+}
+
+// assigned starts a worker for each newly assigned partition.
+func (b *bounder) assigned(parts []int32) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx.Err() != nil {
+		return
+	}
+	for _, p := range parts {
+		if _, ok := b.workers[p]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(b.ctx)
+		h := &workerHandle{cancel: cancel, done: make(chan struct{})}
+		b.workers[p] = h
+		go func() { // owner: the bounder; ends with ctx (revoke, lost, stop)
+			defer close(h.done)
+			b.supervise(ctx, int(p))
+		}()
+	}
+	b.s.ready.assigned.Store(len(b.workers) > 0)
+	b.s.log.Info("bounder assigned partitions", zap.Int32s("partitions", parts))
+}
+
+// revoked stops the workers of parts and waits for them.
+func (b *bounder) revoked(parts []int32) {
+	b.mu.Lock()
+	var hs []*workerHandle
+	for _, p := range parts {
+		if h, ok := b.workers[p]; ok {
+			h.cancel()
+			hs = append(hs, h)
+			delete(b.workers, p)
+		}
+	}
+	b.s.ready.assigned.Store(len(b.workers) > 0)
+	b.mu.Unlock()
+	for _, h := range hs {
+		<-h.done
+	}
+	b.s.lagMu.Lock()
+	for _, p := range parts {
+		delete(b.s.lag, int(p))
+	}
+	b.s.lagMu.Unlock()
+	if len(hs) > 0 {
+		b.s.log.Info("bounder revoked partitions", zap.Int32s("partitions", parts))
+	}
+}
+
+// stopAll stops every worker and waits for them.
+func (b *bounder) stopAll() {
+	b.mu.Lock()
+	parts := make([]int32, 0, len(b.workers))
+	for p := range b.workers {
+		parts = append(parts, p)
+	}
+	b.mu.Unlock()
+	b.revoked(parts)
+}
+
+// supervise runs p's worker until ctx ends: again after a fence (see the
+// failure rules above), the stage stopped on any other error.
+func (b *bounder) supervise(ctx context.Context, p int) {
+	for {
+		err := b.runWorker(ctx, p)
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, kafkapartial.ErrFenced) {
+			if err == nil {
+				err = errors.New("worker ended")
+			}
+			b.s.fail(fmt.Errorf("bounder of input partition %d: %w", p, err))
+			return
+		}
+		wait := b.s.cfg.Kafka.SessionTimeout.D()
+		b.s.log.Warn("bounder of input partition fenced by a newer owner; stopped (restarted if still assigned after the session timeout)",
+			zap.Int("partition", p), zap.Duration("wait", wait), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// runWorker bounds input partition p until ctx ends (nil) or it fails.
+func (b *bounder) runWorker(ctx context.Context, p int) error {
+	s := b.s
+	cfg := s.cfg
+	pc := source.NewPartitionCounter(s.dialer, s.brokers, b.topic)
+	defer pc.Close()
+	n, err := pc.Count(ctx)
+	if err != nil {
+		return fmt.Errorf("count the input topic's partitions: %w", err)
+	}
+	if p >= n {
+		return fmt.Errorf("input partition %d assigned, the topic has %d", p, n)
+	}
+	part, err := decode.ParsePartitioner(cfg.Kafka.Distributed.Partitioner)
+	if err != nil {
+		return err
+	}
+	w, err := kafkapartial.OpenWriter(ctx, kafkapartial.WriterConfig{
+		Brokers: s.brokers, PartialsTopic: cfg.Kafka.PartialsTopic(), ProgressTopic: cfg.Kafka.ProgressTopic(),
+		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p),
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	rs, err := w.Restore(ctx)
+	if err != nil {
+		return err
+	}
+	st := &boundState{p: p, n: n, adm: map[string]int64{}}
+	if pr := rs.Progress; pr != nil {
+		if pr.Partitions != n {
+			return fmt.Errorf("%w: the input topic has %d partitions, partition %d was bounded among %d: users moved between partitions and would be bounded twice; "+
+				"the partition count of the input topic must not change in distributed mode (v1)", ErrConfigChanged, n, p, pr.Partitions)
+		}
+		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
+	} else {
+		// The partition's first start: its windows start now (events of
+		// earlier windows are late, as in single mode), read from the
+		// earliest offset, under a new secret key.
+		st.next = window.Start(s.now().UnixMilli(), s.sizeMs)
+		if st.offset, _, err = kafkapartial.Offsets(ctx, b.cl, b.topic, int32(p)); err != nil {
+			return fmt.Errorf("earliest offset of input partition %d: %w", p, err)
+		}
+		st.key = s.userKey
+		if !s.hashKeySet {
+			if st.key, err = siphash.NewKey(); err != nil {
+				return err
+			}
+		}
+	}
+	sets, err := newWindowSets(cfg)
+	if err != nil {
+		return err
+	}
+	sess := &session{
+		topic:       b.topic,
+		parts:       []int{p},
+		trackers:    map[int]*source.OffsetTracker{p: source.NewOffsetTracker(st.offset)},
+		sets:        sets,
+		first:       st.next,
+		next:        st.next,
+		userKey:     &st.key,
+		partitioner: part,
+		partitions:  n,
+	}
+	sess.wm = window.NewWatermarks(sess.parts, s.arrival, cfg.Window.Lateness().D(), cfg.Window.IdlePartitionTimeout.D(), endFresh, s.now)
+	if k := cfg.Contribution.MaxWindowsPerUser; k > 0 {
+		if sess.adm, err = restoreAdmitted(k, s.periodOf(st.next), rs.Admitted); err != nil {
+			return err
+		}
+	}
+	for _, a := range rs.Admitted {
+		st.adm[a.Key] = a.Period
+	}
+	s.log.Info("bounder worker started", zap.Int("partition", p), zap.Int("partitions", n), zap.Int64("offset", st.offset),
+		zap.String("next_window", release.RFC3339(st.next)), zap.Bool("restored", rs.Progress != nil))
+
+	cctx, stopConsume := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owner: runWorker; ends with cctx
+		defer wg.Done()
+		s.consume(cctx, sess, p, st.offset)
+	}()
+	defer func() {
+		stopConsume()
+		wg.Wait()
+		sess.resetSets()
+	}()
+	return b.emitLoop(ctx, sess, st, w, pc)
+}
+
+// boundState is what a worker emits with each window besides its counts.
+type boundState struct {
+	p, n   int
+	offset int64 // the input offset restored
+	next   int64 // the first window not emitted
+	key    siphash.Key
+	// adm are the admissions keys present in p's progress partition, with
+	// their periods (tombstoned once their period is over).
+	adm map[string]int64
+}
+
+// restoreAdmitted is the cross-window bound's state of period restored
+// from the admissions records of p.
+func restoreAdmitted(k int, period int64, recs []kafkapartial.AdmittedRecord) (*aggregate.Admissions, error) {
+	adm, err := aggregate.NewAdmissions(k)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[uint64]uint16{}
+	for _, a := range recs {
+		if a.Period != period {
+			continue
+		}
+		for _, u := range a.Users {
+			counts[u]++
+		}
+	}
+	adm.Restore(period, counts)
+	return adm, nil
+}
+
+// emitLoop closes and emits p's windows as its watermark passes them.
+func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w *kafkapartial.Writer, pc *source.PartitionCounter) error {
+	s := b.s
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	recount := time.Now().Add(time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if now := time.Now(); now.After(recount) {
+			recount = now.Add(time.Second)
+			if m, err := pc.Count(ctx); err == nil && m != st.n {
+				return fmt.Errorf("%w: input partition count changed from %d to %d within a budget period; users moved between partitions and would be bounded twice: "+
+					"the distributed mode (v1) refuses partition count changes while running", ErrConfigChanged, st.n, m)
+			}
+		}
+		wm, _, ok := sess.wm.Current()
+		if !ok {
+			continue
+		}
+		for st.next+s.sizeMs <= wm {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err := b.emit(ctx, sess, st, w, wm); err != nil {
+				if ctx.Err() != nil && !errors.Is(err, kafkapartial.ErrFenced) {
+					return nil // stopped mid-transaction: the next owner emits it
+				}
+				return fmt.Errorf("emit window %s: %w", release.RFC3339(st.next), err)
+			}
+		}
+	}
+}
+
+// emit closes window st.next (closeBoundary with the cross-window bound's
+// admit, as closeAndRecord does) and writes its Partial, admissions and
+// the new progress in one transaction; only once it committed are the
+// offsets advanced.
+func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *kafkapartial.Writer, wm int64) error {
+	s := b.s
+	win := st.next
+	end := win + s.sizeMs
+	period := s.periodOf(win)
+	sess.closeMu.Lock()
+	var admit func(uint64) bool
+	var users []uint64
+	if sess.adm != nil {
+		sess.adm.Forget(period)
+		decided := map[uint64]bool{}
+		admit = func(u uint64) bool {
+			u = aggregate.UserKey(u)
+			ok, seen := decided[u]
+			if !seen {
+				ok = sess.adm.Admit(period, u)
+				decided[u] = ok
+				if ok {
+					users = append(users, u)
+				}
+			}
+			return ok
+		}
+	}
+	counts, err := sess.closeBoundary(end, admit)
+	sess.next = end
+	sess.closeMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("close window: %w", err)
+	}
+	defer counts.Release()
+	pt := &partial.Partial{WindowStart: win, WindowMs: s.sizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm}
+	var dst []float64
+	for h, hc := range s.cfg.Histograms {
+		for g := range max(1, len(hc.Groups)) {
+			dst = counts.Counts(h, g, dst[:0])
+			for _, c := range dst {
+				if c != 0 {
+					pt.Counts = append(pt.Counts, partial.Cell{H: h, G: g, Counts: append([]float64(nil), dst...)})
+					break
+				}
+			}
+		}
+	}
+	displaced := counts.Displaced()
+	nc, na := counts.NotAdmitted()
+	if displaced > 0 || nc+na > 0 {
+		pt.Dropped = map[string]int64{}
+		if displaced > 0 {
+			pt.Dropped[decode.ReasonBoundDisplaced.String()] = displaced
+		}
+		if nc+na > 0 {
+			pt.Dropped[decode.ReasonBoundWindows.String()] = nc + na
+		}
+	}
+	e := kafkapartial.Emission{Partial: pt}
+	if sess.adm != nil {
+		e.Admitted = partial.ChunkAdmitted(period, win, users)
+	}
+	for k, per := range st.adm {
+		if per < period {
+			e.Tombstones = append(e.Tombstones, []byte(k))
+		}
+	}
+	tracker := sess.trackers[st.p]
+	tracker.Released(end)
+	offset, _ := tracker.CommitPoint()
+	if offset < st.offset {
+		offset = st.offset
+	}
+	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, Offset: offset, Next: end, UserKey: st.key.Bytes()}
+	if err := w.Emit(ctx, e); err != nil {
+		return err
+	}
+	// Committed: the window is emitted.
+	s.log.Debug("bounder emitted window", zap.Int("partition", st.p), zap.String("window", release.RFC3339(win)),
+		zap.Int("cells", len(pt.Counts)), zap.Int64("offset", offset))
+	tracker.MarkCommitted(offset)
+	st.next, st.offset = end, offset
+	for _, k := range e.Tombstones {
+		delete(st.adm, string(k))
+	}
+	for _, a := range e.Admitted {
+		st.adm[string(partial.AdmittedKey(a.Period, a.Window, a.Chunk))] = a.Period
+	}
+	s.stats.Commits.Add(1)
+	if displaced > 0 {
+		s.stats.DropN(decode.ReasonBoundDisplaced, displaced)
+	}
+	if nc+na > 0 {
+		s.stats.DropN(decode.ReasonBoundWindows, nc+na)
+	}
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
@@ -197,6 +198,11 @@ type session struct {
 	// instead of Stage.userKey (distributed mode: each input partition
 	// has its own key, kept with its progress).
 	userKey *siphash.Key
+	// partitioner, when set (distributed mode), makes each partition's
+	// decoder drop events whose user does not assign to the partition
+	// among partitions (decode.Decoder.WithPartitionCheck).
+	partitioner decode.Partitioner
+	partitions  int
 	// adm is the cross-window bound's state (contribution.
 	// max_windows_per_user; nil when off), restored from the ledger at
 	// the session's start: the admissions of the recorded windows of the

@@ -106,6 +106,7 @@ dpstage_events_dropped_total{reason="out_of_domain"} 1
 dpstage_events_dropped_total{reason="oversized"} 0
 dpstage_events_dropped_total{reason="time_too_far_ahead"} 0
 dpstage_events_dropped_total{reason="unknown_group"} 1
+dpstage_events_dropped_total{reason="wrong_partition"} 0
 dpstage_events_dropped_total{reason="wrong_type"} 0
 # HELP dpstage_ready 1 when the stage is ready (as /readyz), else 0.
 # TYPE dpstage_ready gauge

@@ -1,0 +1,169 @@
+package kafkapartial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dpstage/stage/partial"
+)
+
+// AdmittedRecord is one admissions record still present in a progress
+// partition, with its key.
+type AdmittedRecord struct {
+	Key string
+	*partial.Admitted
+}
+
+// Restored is a progress partition's committed state.
+type Restored struct {
+	// Progress is the latest Progress; nil for a partition never emitted.
+	Progress *partial.Progress
+	// Admitted are the admissions records not tombstoned, in log order of
+	// their latest write.
+	Admitted []AdmittedRecord
+}
+
+// Restore reads progress partition p read_committed from its start to
+// the last stable offset taken first, and folds it (latest value per key,
+// tombstones delete). Call it after OpenWriter fenced the previous owner:
+// only p's transactional id writes to the partition, so no transaction is
+// open there and the LSO is the end of everything committed. The read
+// keeps control records and stops at the record just below the LSO: a
+// partition written only transactionally ends with a commit or abort
+// marker, and the last batch of a partition (in the active segment) is
+// never compacted, so that record is always there.
+func (w *Writer) Restore(ctx context.Context) (*Restored, error) {
+	w.mu.Lock()
+	dead := w.dead
+	w.mu.Unlock()
+	if dead != nil {
+		return nil, dead
+	}
+	topic, p := w.cfg.ProgressTopic, int32(w.cfg.Partition)
+	start, lso, err := Offsets(ctx, w.cl, topic, p)
+	if err != nil {
+		return nil, fmt.Errorf("kafkapartial: restore %s/%d: %w", topic, p, err)
+	}
+	out := &Restored{}
+	if lso <= start {
+		return out, nil
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(w.cfg.Brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(start)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	}, w.cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkapartial: restore consumer: %w", err)
+	}
+	defer cl.Close()
+	adm := map[string]*partial.Admitted{}
+	var order []string
+	for done := false; !done; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("kafkapartial: restore %s/%d to offset %d: %w", topic, p, lso, err)
+		}
+		if err := fs.Err(); err != nil {
+			return nil, fmt.Errorf("kafkapartial: restore %s/%d: fetch: %w", topic, p, err)
+		}
+		var ferr error
+		fs.EachRecord(func(r *kgo.Record) {
+			if done || ferr != nil || r.Offset >= lso {
+				done = true
+				return
+			}
+			if r.Offset+1 >= lso {
+				done = true
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			key := string(r.Key)
+			switch {
+			case key == partial.ProgressKey:
+				if r.Value == nil {
+					out.Progress = nil
+					return
+				}
+				pr, err := partial.DecodeProgress(r.Value)
+				if err != nil {
+					ferr = err
+					return
+				}
+				if pr.Partition != int(p) {
+					ferr = fmt.Errorf("%w: progress of partition %d in progress partition %d", partial.ErrFormat, pr.Partition, p)
+					return
+				}
+				out.Progress = pr
+			case strings.HasPrefix(key, "adm/"):
+				if r.Value == nil {
+					delete(adm, key)
+					return
+				}
+				a, err := partial.DecodeAdmitted(r.Value)
+				if err != nil {
+					ferr = err
+					return
+				}
+				if _, ok := adm[key]; !ok {
+					order = append(order, key)
+				}
+				adm[key] = a
+			default:
+				ferr = fmt.Errorf("%w: unknown key %q in progress partition %d", partial.ErrFormat, key, p)
+			}
+		})
+		if ferr != nil {
+			return nil, fmt.Errorf("kafkapartial: restore %s/%d: %w", topic, p, ferr)
+		}
+	}
+	for _, k := range order {
+		if a, ok := adm[k]; ok {
+			out.Admitted = append(out.Admitted, AdmittedRecord{Key: k, Admitted: a})
+		}
+	}
+	return out, nil
+}
+
+// Offsets returns the log start offset and the last stable offset of
+// topic/p.
+func Offsets(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, lso int64, err error) {
+	get := func(ts int64) (int64, error) {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.IsolationLevel = 1 // read_committed: the latest offset is the LSO
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, ts
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return 0, err
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return 0, errors.New("list offsets: unexpected answer")
+		}
+		rp2 := resp.Topics[0].Partitions[0]
+		if err := kerr.ErrorForCode(rp2.ErrorCode); err != nil {
+			return 0, fmt.Errorf("list offsets: %w", err)
+		}
+		return rp2.Offset, nil
+	}
+	if start, err = get(-2); err != nil {
+		return 0, 0, err
+	}
+	if lso, err = get(-1); err != nil {
+		return 0, 0, err
+	}
+	return start, lso, nil
+}

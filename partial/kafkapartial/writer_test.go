@@ -1,0 +1,235 @@
+package kafkapartial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dpstage/stage/partial"
+)
+
+const (
+	partialsTopic = "t.partials"
+	progressTopic = "t.progress"
+	minute        = int64(60_000)
+)
+
+// newCluster starts a kfake broker with the partials topic (1 partition)
+// and the compacted progress topic (parts partitions).
+func newCluster(t *testing.T, parts int32) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if err := CreateTestTopics(ctxT(t), c.ListenAddrs(), partialsTopic, progressTopic, parts); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// CreateTestTopics creates the partials topic (1 partition) and the
+// compacted progress topic (parts partitions) for tests.
+func CreateTestTopics(ctx context.Context, brokers []string, partials, progress string, parts int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	for _, tp := range []struct {
+		name   string
+		n      int32
+		policy string
+	}{{partials, 1, "delete"}, {progress, parts, "compact"}} {
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic, t.NumPartitions, t.ReplicationFactor = tp.name, tp.n, -1
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = "cleanup.policy", kmsg.StringPtr(tp.policy)
+		t.Configs = append(t.Configs, c)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create %s: %w", t.Topic, err)
+		}
+	}
+	return nil
+}
+
+func writerConfig(c *kfake.Cluster, p int) WriterConfig {
+	return WriterConfig{Brokers: c.ListenAddrs(), PartialsTopic: partialsTopic, ProgressTopic: progressTopic,
+		Partition: p, TransactionalID: fmt.Sprintf("t.bound/%d", p)}
+}
+
+func openWriter(t *testing.T, c *kfake.Cluster, p int) *Writer {
+	t.Helper()
+	w, err := OpenWriter(ctxT(t), writerConfig(c, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+var testKey = []byte("0123456789abcdef")
+
+// emission is window w of partition p with one cell and admissions.
+func emission(p int, w int64, users ...uint64) Emission {
+	period := w - w%(10*minute)
+	e := Emission{
+		Partial:  &partial.Partial{WindowStart: w, WindowMs: minute, Partition: p, Partitions: 2, Next: w + minute, Counts: []partial.Cell{{H: 0, G: 0, Counts: []float64{float64(w / minute), 1}}}},
+		Progress: &partial.Progress{Partition: p, Partitions: 2, Offset: w / minute * 10, Next: w + minute, UserKey: testKey},
+		Admitted: partial.ChunkAdmitted(period, w, users),
+	}
+	return e
+}
+
+// readPartials reads the partials topic read_committed to its end.
+func readPartials(t *testing.T, c *kfake.Cluster) []*partial.Partial {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{partialsTopic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := ctxT(t)
+	_, lso, err := Offsets(ctx, cl, partialsTopic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*partial.Partial
+	for last := int64(-1); last+1 < lso; {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+		cancel()
+		if fs.NumRecords() == 0 && timedOut {
+			break // the rest below the LSO are markers
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			last = r.Offset
+			p, err := partial.DecodePartial(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, p)
+		})
+	}
+	return out
+}
+
+// TestWriterEmitRestore: emitted windows are visible read_committed, and a
+// new writer of the partition restores the last Progress and the
+// admissions not tombstoned; another partition's progress is apart.
+func TestWriterEmitRestore(t *testing.T) {
+	c := newCluster(t, 2)
+	ctx := ctxT(t)
+	w := openWriter(t, c, 1)
+	r, err := w.Restore(ctx)
+	if err != nil || r.Progress != nil || len(r.Admitted) != 0 {
+		t.Fatalf("fresh restore: %+v, %v", r, err)
+	}
+	for i, users := range [][]uint64{{1, 2}, {3}, nil} {
+		e := emission(1, 10*minute+int64(i)*minute, users...)
+		if i == 2 {
+			e.Tombstones = [][]byte{partial.AdmittedKey(10*minute, 10*minute, 0)}
+		}
+		if err := w.Emit(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := openWriter(t, c, 0).Emit(ctx, emission(0, 10*minute, 9)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	w2 := openWriter(t, c, 1)
+	r, err = w2.Restore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Progress == nil || r.Progress.Next != 13*minute || r.Progress.Offset != 120 || r.Progress.Partition != 1 {
+		t.Fatalf("restored progress %+v", r.Progress)
+	}
+	if len(r.Admitted) != 1 || r.Admitted[0].Window != 11*minute || !slices.Equal(r.Admitted[0].Users, []uint64{3}) ||
+		r.Admitted[0].Key != string(partial.AdmittedKey(10*minute, 11*minute, 0)) {
+		t.Fatalf("restored admissions %+v", r.Admitted)
+	}
+	ps := readPartials(t, c)
+	if len(ps) != 4 {
+		t.Fatalf("%d partials visible, want 4", len(ps))
+	}
+}
+
+// TestWriterZombieFenced: a writer of p used after a newer writer of p
+// opened gets ErrFenced, both for a transaction begun after the fence and
+// for one open across it, and nothing of it is visible read_committed.
+func TestWriterZombieFenced(t *testing.T) {
+	c := newCluster(t, 1)
+	ctx := ctxT(t)
+	old := openWriter(t, c, 0)
+	if err := old.Emit(ctx, emission(0, 10*minute)); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction open while the new owner fences.
+	inTxn, resume := make(chan struct{}), make(chan struct{})
+	old.beforeCommit = func() { close(inTxn); <-resume }
+	errc := make(chan error, 1)
+	go func() { errc <- old.Emit(ctx, emission(0, 11*minute)) }()
+	<-inTxn
+	neu := openWriter(t, c, 0)
+	close(resume)
+	if err := <-errc; !errors.Is(err, ErrFenced) {
+		t.Fatalf("zombie commit across the fence: %v, want ErrFenced", err)
+	}
+	// A zombie writer opened before the fence and never used since.
+	zombie, err := OpenWriter(ctx, writerConfig(c, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Close()
+	neu2 := openWriter(t, c, 0)
+	if err := zombie.Emit(ctx, emission(0, 12*minute)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("zombie emit after the fence: %v, want ErrFenced", err)
+	}
+	if err := neu.Emit(ctx, emission(0, 13*minute)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("fenced writer emit: %v, want ErrFenced", err)
+	}
+	r, err := neu2.Restore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Progress == nil || r.Progress.Next != 11*minute {
+		t.Fatalf("restored progress %+v, want next 11m", r.Progress)
+	}
+	if err := neu2.Emit(ctx, emission(0, 11*minute)); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	for _, p := range readPartials(t, c) {
+		got = append(got, p.WindowStart/minute)
+	}
+	if !slices.Equal(got, []int64{10, 11}) {
+		t.Fatalf("visible partials of windows %v, want [10 11]", got)
+	}
+}
