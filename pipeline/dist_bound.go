@@ -246,10 +246,13 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		}
 		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
 	} else {
-		// The partition's first start: its windows start now (events of
-		// earlier windows are late, as in single mode), read from the
-		// earliest offset, under a new secret key.
-		st.next = window.Start(s.now().UnixMilli(), s.sizeMs)
+		// The partition's first start: its first window is window.start
+		// when set, else the window of now (events of earlier windows are
+		// late, as in single mode; never chosen by the data), read from
+		// the earliest offset, under a new secret key.
+		if st.next, err = s.firstWindow(); err != nil {
+			return err
+		}
 		if st.offset, _, err = kafkapartial.Offsets(ctx, b.cl, b.topic, int32(p)); err != nil {
 			return fmt.Errorf("earliest offset of input partition %d: %w", p, err)
 		}
@@ -467,4 +470,18 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		s.stats.DropN(decode.ReasonBoundWindows, nc+na)
 	}
 	return nil
+}
+
+// firstWindow is the first window of a source partition's first start:
+// window.start when set (as loadMeta records it for the release log), else
+// the window of the wall clock.
+func (s *Stage) firstWindow() (int64, error) {
+	if st := s.cfg.Window.Start; st != "" {
+		t, err := time.Parse(time.RFC3339, st)
+		if err != nil {
+			return 0, fmt.Errorf("pipeline: window.start: %w", err)
+		}
+		return window.Start(t.UnixMilli(), s.sizeMs), nil
+	}
+	return window.Start(s.now().UnixMilli(), s.sizeMs), nil
 }
