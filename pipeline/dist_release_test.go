@@ -626,4 +626,3 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
