@@ -105,6 +105,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 		Brokers: s.brokers, Group: s.cfg.Kafka.ReleaseGroupID(), Topic: s.cfg.Kafka.PartialsTopic(),
 		SessionTimeout: s.cfg.Kafka.SessionTimeout.D(),
 		OnAssigned:     start,
+		Warn:           func(err error) { s.log.Warn("release group", zap.Error(err)) },
 		OnRevoked: func(lost bool) {
 			s.log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", lost))
 			end()

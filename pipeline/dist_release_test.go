@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/embedded"
@@ -624,5 +628,94 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDistReleaserLostStops: the active releaser's group session is lost
+// (the broker answers its heartbeats UNKNOWN_MEMBER_ID, as after a pause
+// past the session timeout, and keeps it out of the group for a few
+// seconds): it stops releasing at once and closes the release log, without
+// failing; the standby is given the partials topic, opens the log and
+// releases the next window, exactly once.
+func TestDistReleaserLostStops(t *testing.T) {
+	e := newDistEnv(t, 2)
+	s1, s2 := e.start(t), e.start(t)
+	tr := truth{}
+	for p := range e.n {
+		e.emit(t, tr, 0, p)
+	}
+	e.readOut(t, unitsPerWindow, 30*time.Second, 0)
+	waitFor(t, "one active releaser", 10*time.Second, func() bool {
+		return s1.s.ready.stateLoaded.Load() != s2.s.ready.stateLoaded.Load()
+	})
+	active, standby := s1, s2
+	if s2.s.ready.stateLoaded.Load() {
+		active, standby = s2, s1
+	}
+	// The active member is the one assigned partition 0.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, e.cfg.Kafka.ReleaseGroupID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var member string
+	for _, m := range groups[e.cfg.Kafka.ReleaseGroupID()].Members {
+		if c, ok := m.Assigned.AsConsumer(); ok {
+			for _, tp := range c.Topics {
+				if tp.Topic == e.cfg.Kafka.PartialsTopic() && slices.Contains(tp.Partitions, 0) {
+					member = m.MemberID
+				}
+			}
+		}
+	}
+	if member == "" {
+		t.Fatal("no member of the release group holds the partials topic")
+	}
+	lostAt := time.Now()
+	c := e.b.Cluster()
+	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		hb := req.(*kmsg.HeartbeatRequest)
+		if hb.MemberID != member {
+			return nil, nil, false
+		}
+		resp := hb.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+	// The lost member rejoins with a new id; keep new members out until
+	// the old one has expired and the standby holds the partition.
+	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		jg := req.(*kmsg.JoinGroupRequest)
+		if jg.Group != e.cfg.Kafka.ReleaseGroupID() || jg.MemberID != "" || time.Since(lostAt) > 4*time.Second {
+			return nil, nil, false
+		}
+		resp := jg.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		return resp, nil, true
+	})
+	waitFor(t, "the lost releaser to close its log", 10*time.Second, func() bool { return !active.s.ready.stateLoaded.Load() })
+	waitFor(t, "the standby to take over", 20*time.Second, func() bool { return standby.s.ready.stateLoaded.Load() })
+	for p := range e.n {
+		e.emit(t, tr, 1, p)
+	}
+	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, 2*time.Second)
+	for k, r := range checkOnce(t, out, 2) {
+		checkExact(t, r, tr[k])
+	}
+	if n := standby.s.stats.Releases.Load(); n != unitsPerWindow {
+		t.Errorf("the standby published %d releases, want %d (window 1)", n, unitsPerWindow)
+	}
+	select {
+	case err := <-active.done:
+		t.Fatalf("the releaser that lost the partition stopped: %v", err)
+	default:
 	}
 }

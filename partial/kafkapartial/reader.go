@@ -30,6 +30,9 @@ type ReaderConfig struct {
 	// partition on when it returns), and neither may call Close.
 	OnAssigned func()
 	OnRevoked  func(lost bool)
+	// Warn, when set, is told of what Poll skips: a lost group session
+	// (kgo rejoins) or data loss (kgo resets the offset).
+	Warn func(error)
 	// Opts are more kgo options (tests).
 	Opts []kgo.Opt
 }
@@ -43,6 +46,7 @@ type ReaderConfig struct {
 type Reader struct {
 	cl    *kgo.Client
 	topic string
+	warn  func(error)
 }
 
 // NewReader joins the release group.
@@ -78,7 +82,7 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafkapartial: release group client: %w", err)
 	}
-	return &Reader{cl: cl, topic: cfg.Topic}, nil
+	return &Reader{cl: cl, topic: cfg.Topic, warn: cfg.Warn}, nil
 }
 
 func has0(ps []int32) bool {
@@ -108,14 +112,23 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	if fs.IsClientClosed() {
 		return nil, kgo.ErrClientClosed
 	}
-	if errs := fs.Errors(); len(errs) > 0 {
-		// Fetch errors kgo retries itself are not returned here; what
-		// comes is worth stopping for (authorization, a deleted topic).
-		fe := errs[0]
-		if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) {
+	for _, fe := range fs.Errors() {
+		var gs *kgo.ErrGroupSession
+		var dl *kgo.ErrDataLoss
+		switch {
+		case errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded):
 			return nil, fe.Err
+		case errors.As(fe.Err, &gs), errors.As(fe.Err, &dl):
+			// Informational: kgo rejoins the group (OnRevoked ran if
+			// partition 0 was lost) or resets the offset itself.
+			if r.warn != nil {
+				r.warn(fe.Err)
+			}
+		default:
+			// Fetch errors kgo retries itself are not returned here; what
+			// comes is worth stopping for (authorization, a deleted topic).
+			return nil, fmt.Errorf("kafkapartial: fetch %s[%d]: %w", fe.Topic, fe.Partition, fe.Err)
 		}
-		return nil, fmt.Errorf("kafkapartial: fetch %s[%d]: %w", fe.Topic, fe.Partition, fe.Err)
 	}
 	var out []Record
 	var bad error
