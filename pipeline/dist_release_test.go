@@ -660,23 +660,29 @@ func TestDistReleaserLostStops(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, e.cfg.Kafka.ReleaseGroupID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The group may be between generations (the second member joining):
+	// ask until a stable group names the holder.
 	var member string
-	for _, m := range groups[e.cfg.Kafka.ReleaseGroupID()].Members {
-		if c, ok := m.Assigned.AsConsumer(); ok {
-			for _, tp := range c.Topics {
-				if tp.Topic == e.cfg.Kafka.PartialsTopic() && slices.Contains(tp.Partitions, 0) {
-					member = m.MemberID
+	waitFor(t, "the holder of the partials topic", 10*time.Second, func() bool {
+		groups, err := kadm.NewClient(cl).DescribeGroups(ctx, e.cfg.Kafka.ReleaseGroupID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := groups[e.cfg.Kafka.ReleaseGroupID()]
+		if g.State != "Stable" {
+			return false
+		}
+		for _, m := range g.Members {
+			if c, ok := m.Assigned.AsConsumer(); ok {
+				for _, tp := range c.Topics {
+					if tp.Topic == e.cfg.Kafka.PartialsTopic() && slices.Contains(tp.Partitions, 0) {
+						member = m.MemberID
+					}
 				}
 			}
 		}
-	}
-	if member == "" {
-		t.Fatal("no member of the release group holds the partials topic")
-	}
+		return member != ""
+	})
 	lostAt := time.Now()
 	c := e.b.Cluster()
 	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
