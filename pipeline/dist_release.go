@@ -244,8 +244,13 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 			heldSince = time.Time{}
 		}
 		if c := m.CommitPoint(); c > committed {
-			if err := r.Commit(either, c); err != nil {
-				if either.Err() != nil {
+			// Like a publish, the commit after a release survives a soft
+			// stop (drain timeout), not a revocation.
+			comCtx, cancel := s.publishContext(soft, lctx)
+			err := r.Commit(comCtx, c)
+			cancel()
+			if err != nil {
+				if lctx.Err() != nil || soft.Err() != nil {
 					return nil
 				}
 				s.log.Warn("partials offset commit failed; will retry after the next release", zap.Error(err))

@@ -370,8 +370,57 @@ func TestDistReleaserExact(t *testing.T) {
 	if b := r.s.Budget(); len(b) != 1 || b[0].SpentEpsilon <= 0 {
 		t.Errorf("budget status %+v, want the period's spend", b)
 	}
+	// The partials offset committed is past the last partial (the end
+	// offset is after its transaction's commit marker).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, e.cfg.Kafka.PartialsTopic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(e.cfg.Kafka.PartialsTopic(), 0)
+	var committed int64
+	waitFor(t, "the partials offset committed past the last partial", 10*time.Second, func() bool {
+		offs, err := adm.FetchOffsets(ctx, e.cfg.Kafka.ReleaseGroupID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := offs.Lookup(e.cfg.Kafka.PartialsTopic(), 0)
+		committed = o.At
+		return committed == end.Offset-1
+	})
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDistReleaserPartitionCountChanged: a partial made for another input
+// partition count than the releaser's stops the releaser with
+// partial.ErrPartitions, before anything of its window is released.
+func TestDistReleaserPartitionCountChanged(t *testing.T) {
+	e := newDistEnv(t, 2)
+	r := e.start(t)
+	r.s.fail = func(error) {}
+	p := e.partialOf(0, 0, nil)
+	p.Partitions = 3
+	e.write(t, "test-bound/0", true, p, e.partialOf(0, 1, nil))
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if !errors.Is(err, partial.ErrPartitions) {
+			t.Fatalf("the releaser returned %v, want ErrPartitions", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the releaser did not stop")
+	}
+	if n := r.s.stats.Releases.Load(); n != 0 {
+		t.Errorf("%d releases published", n)
 	}
 }
 
