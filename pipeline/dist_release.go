@@ -53,7 +53,7 @@ import (
 // ctx ends, releasing while it holds the partials topic's partition.
 func (s *Stage) runReleaser(ctx context.Context) error {
 	var (
-		mu sync.Mutex // guards stop, done and errs' sender: the group callbacks start and stop the active releaser
+		mu sync.Mutex // guards stop and done: the group callbacks start and stop the active releaser
 		// stop ends the active releaser (nil when standby); done is closed
 		// when it has returned.
 		stop func()
@@ -75,8 +75,8 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 	start := func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if stop != nil {
-			return
+		if stop != nil || ctx.Err() != nil {
+			return // leading already, or stopping (Close may assign)
 		}
 		// The active releaser's context ends on a revocation at once (lead)
 		// and on a soft stop only once the release in flight is published
