@@ -3,13 +3,334 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/ledger/kafkalog"
+	"github.com/dpstage/stage/partial"
+	"github.com/dpstage/stage/partial/kafkapartial"
+	"github.com/dpstage/stage/release"
 )
 
-// runReleaser is the releaser role (dist.go). Placeholder until the
-// releaser lands: the distributed mode is not usable yet.
+// The releaser role of the distributed mode (dist.go).
+//
+// Every instance is a member of the release group on the partials topic,
+// which has one partition: the group gives it to one member, the active
+// releaser; the others wait as standbys. The active releaser
+//
+//  1. opens the release log (openKafkaLedger) under the log's fixed
+//     transactional id: every older releaser of the deployment is fenced
+//     (its open transaction aborted; its next record fails with
+//     kafkalog.ErrFenced), and the log is restored from Kafka alone;
+//  2. republishes what was recorded but not acknowledged, with the
+//     recorded values;
+//  3. reads the partials from the group's committed offset, read_committed,
+//     into a partial.Merger starting at the ledger's resume window (the
+//     partials of windows recorded already are skipped), and releases
+//     every complete window in increasing order: record (draw and charge,
+//     one ledger transaction), publish, mark published, then commit the
+//     partials offset before which every record belongs to a recorded
+//     window.
+//
+// At most once: a window is recorded by one transaction of the log's one
+// transactional id; a releaser that lost partition 0 — revoked, lost, or
+// paused past its session — either stopped before its next ledger write
+// (revocation cancels it at once) or is fenced at it (the new releaser
+// opened the log first), so no two releasers record the same window, and
+// the new one, restoring the log, skips what the old one recorded and
+// republishes its values. The commit of the partials offset only saves
+// re-reading: a commit lost to a crash makes the next releaser read
+// partials of recorded windows again, and skip them.
+
+// runReleaser is the releaser role: a member of the release group until
+// ctx ends, releasing while it holds the partials topic's partition.
 func (s *Stage) runReleaser(ctx context.Context) error {
-	return errors.New("pipeline: distributed releaser not built yet")
+	var (
+		mu sync.Mutex // guards stop and done: the group callbacks start and stop the active releaser
+		// stop ends the active releaser (nil when standby); done is closed
+		// when it has returned.
+		stop func()
+		done chan struct{}
+	)
+	errc := make(chan error, 1)
+	end := func() {
+		mu.Lock()
+		st, d := stop, done
+		stop, done = nil, nil
+		mu.Unlock()
+		if st != nil {
+			st()
+			<-d
+		}
+	}
+	var r *kafkapartial.Reader
+	rdy := make(chan struct{}) // closed once r is set
+	start := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stop != nil || ctx.Err() != nil {
+			return // leading already, or stopping (Close may assign)
+		}
+		// The active releaser's context ends on a revocation at once (lead)
+		// and on a soft stop only once the release in flight is published
+		// (publishContext).
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		d := make(chan struct{})
+		stop, done = cancel, d
+		go func() { // owner: runReleaser, through stop/done
+			defer close(d)
+			defer cancel()
+			select {
+			case <-rdy:
+			case <-lctx.Done():
+				return
+			}
+			if err := s.lead(ctx, lctx, r); err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		}()
+	}
+	var err error
+	r, err = kafkapartial.NewReader(kafkapartial.ReaderConfig{
+		Brokers: s.brokers, Group: s.cfg.Kafka.ReleaseGroupID(), Topic: s.cfg.Kafka.PartialsTopic(),
+		SessionTimeout: s.cfg.Kafka.SessionTimeout.D(),
+		OnAssigned:     start,
+		Warn:           func(err error) { s.log.Warn("release group", zap.Error(err)) },
+		OnRevoked: func(lost bool) {
+			s.log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", lost))
+			end()
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	close(rdy)
+	s.log.Info("releaser: joined the release group as a standby", zap.String("group", s.cfg.Kafka.ReleaseGroupID()),
+		zap.String("partials_topic", s.cfg.Kafka.PartialsTopic()))
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	end()
+	r.Close()
+	return runErr
 }
 
-// ensureInternalTopics creates the internal topics (placeholder).
-func (s *Stage) ensureInternalTopics(ctx context.Context) error { return nil }
+// lead is the active releaser, from the assignment of the partials topic
+// until lctx ends (revocation) or soft does (a soft stop: the release in
+// flight is finished first, bounded by the drain timeout). It returns an
+// error only for what must stop the stage; a fenced release log is one
+// (kafkalog.ErrFenced: this instance is a zombie).
+func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
+	either, cancel := joinContexts(soft, lctx)
+	defer cancel()
+	n, err := kafkapartial.InputPartitions(either, r.Client(), s.cfg.Kafka.InputTopic)
+	if err != nil {
+		return s.leadErr(either, fmt.Errorf("pipeline: count the input topic's partitions: %w", err))
+	}
+	led, err := s.openKafkaLedger(either)
+	if err != nil {
+		return s.leadErr(either, err)
+	}
+	defer func() {
+		s.ready.stateLoaded.Store(false)
+		_ = led.Close()
+	}()
+	if err := s.attach(either, led); err != nil {
+		return s.leadErr(either, err)
+	}
+	pubCtx, cancelPub := s.publishContext(soft, lctx)
+	err = s.republishPending(pubCtx)
+	cancelPub()
+	if err != nil {
+		return s.leadErr(either, fmt.Errorf("pipeline: republish recorded releases: %w", err))
+	}
+	resume, err := s.resumeWindow()
+	if err != nil {
+		return s.leadErr(either, fmt.Errorf("read ledger: %w", err))
+	}
+	if err := s.checkNeighbour(resume); err != nil {
+		return err
+	}
+	if err := s.limitNewHistograms(either, resume); err != nil {
+		return s.leadErr(either, fmt.Errorf("read ledger: %w", err))
+	}
+	m, err := partial.NewMerger(n, s.sizeMs, resume, s.layout())
+	if err != nil {
+		return err
+	}
+	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
+	committed := int64(-1)
+	var heldSince time.Time
+	for {
+		recs, err := r.Poll(either)
+		if either.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, rec := range recs {
+			res, err := m.Add(rec.Partial, rec.Offset)
+			if err != nil {
+				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+			}
+			switch res {
+			case partial.Duplicate:
+				s.log.Warn("a second, identical partial of a (window, source partition) ignored", zap.Int64("offset", rec.Offset),
+					zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)), zap.Int("partition", rec.Partial.Partition))
+			case partial.Conflict:
+				s.log.Error("a second partial of a (window, source partition) with different counts ignored: two bounders wrote one partition",
+					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
+					zap.Int("partition", rec.Partial.Partition))
+			}
+		}
+		passedAt := s.now()
+		var batch []*ledger.Unit
+		closedTo := int64(math.MinInt64)
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			pubCtx, cancel := s.publishContext(soft, lctx)
+			err := s.publishUnits(pubCtx, batch, passedAt)
+			cancel()
+			batch = batch[:0]
+			return err
+		}
+		for {
+			w, ok := m.Next()
+			if !ok || soft.Err() != nil || lctx.Err() != nil {
+				break
+			}
+			recCtx, cancel := s.publishContext(soft, lctx)
+			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, nil, nil)
+			cancel()
+			if err != nil {
+				return s.releaseErr(soft, lctx, w.Start, err)
+			}
+			m.Released(w)
+			closedTo = w.Start + s.sizeMs
+			batch = append(batch, units...)
+			if len(batch) >= maxPublishBatch {
+				if err := flush(); err != nil {
+					return s.releaseErr(soft, lctx, closedTo, err)
+				}
+			}
+		}
+		if err := flush(); err != nil {
+			return s.releaseErr(soft, lctx, closedTo, err)
+		}
+		if lag := m.Lagging(); len(lag) > 0 {
+			if heldSince.IsZero() {
+				heldSince = s.now()
+			} else if s.now().Sub(heldSince) > time.Minute {
+				s.log.Info("releaser: a window is held for source partitions that have not passed it", zap.Ints("partitions", lag),
+					zap.String("window_start", release.RFC3339(m.ReleasedTo())))
+				heldSince = s.now()
+			}
+		} else {
+			heldSince = time.Time{}
+		}
+		if c := m.CommitPoint(); c > committed {
+			// Like a publish, the commit after a release survives a soft
+			// stop (drain timeout), not a revocation.
+			comCtx, cancel := s.publishContext(soft, lctx)
+			err := r.Commit(comCtx, c)
+			cancel()
+			if err != nil {
+				if lctx.Err() != nil || soft.Err() != nil {
+					return nil
+				}
+				s.log.Warn("partials offset commit failed; will retry after the next release", zap.Error(err))
+			} else {
+				committed = c
+				s.stats.Commits.Add(1)
+			}
+		}
+		if soft.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// leadErr is err unless ctx ended (a revocation or a stop is no error).
+func (s *Stage) leadErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// releaseErr is releaseFailed's rule for the releaser role: a fenced
+// release log always stops the stage (a zombie); a revocation or a stop
+// only ends the active releaser; anything else stops the stage.
+func (s *Stage) releaseErr(soft, lctx context.Context, w int64, err error) error {
+	if errors.Is(err, kafkalog.ErrFenced) || soft.Err() == nil && lctx.Err() == nil {
+		return fmt.Errorf("release up to window %s failed: %w", release.RFC3339(w), err)
+	}
+	return nil
+}
+
+// layout is the shape of the counts the partials carry: per config
+// histogram its bins and groups.
+func (s *Stage) layout() partial.Layout {
+	var l partial.Layout
+	for _, h := range s.cfg.Histograms {
+		l.Bins = append(l.Bins, len(h.Bins))
+		l.Groups = append(l.Groups, len(h.GroupNames()))
+	}
+	return l
+}
+
+// ensureInternalTopics creates the internal topics that are missing and
+// checks the others (kafkapartial.EnsureTopics). The progress topic has
+// the input topic's partition count, so the input topic must exist: it is
+// waited for, with a log line, until ctx ends.
+func (s *Stage) ensureInternalTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...))
+	if err != nil {
+		return fmt.Errorf("pipeline: admin client: %w", err)
+	}
+	defer cl.Close()
+	d := s.cfg.Kafka.Distributed
+	t := kafkapartial.Topics{Input: s.cfg.Kafka.InputTopic, Partials: s.cfg.Kafka.PartialsTopic(), Progress: s.cfg.Kafka.ProgressTopic(),
+		Ledger: s.cfg.State.LedgerTopic, Period: s.cfg.Privacy.Budget.Period.D(), ReplicationFactor: d.ReplicationFactor, Create: d.CreateTopics}
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+	logged := false
+	for {
+		n, err := kafkapartial.EnsureTopics(ctx, cl, t)
+		if err == nil {
+			s.ready.connected.Store(true)
+			s.log.Info("internal topics ready", zap.Int("input_partitions", n), zap.String("partials", t.Partials),
+				zap.String("progress", t.Progress), zap.String("ledger", t.Ledger))
+			return nil
+		}
+		if errors.Is(err, kafkapartial.ErrTopicConfig) || ctx.Err() != nil {
+			return fmt.Errorf("pipeline: %w", err)
+		}
+		wait := backoff.Next()
+		if errors.Is(err, kafkapartial.ErrNoInput) {
+			if !logged {
+				s.log.Warn("waiting for the input topic to exist (the progress topic gets its partition count)", zap.String("input_topic", t.Input))
+				logged = true
+			}
+		} else {
+			s.log.Warn("cannot create or check the internal topics; retrying", zap.Error(err), zap.Duration("wait", wait))
+		}
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package kafkapartial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dpstage/stage/partial"
+)
+
+// ReaderConfig configures the releaser's member of the release group.
+type ReaderConfig struct {
+	Brokers []string
+	// Group is the release group (config.Kafka.ReleaseGroupID), Topic the
+	// partials topic (config.Kafka.PartialsTopic).
+	Group, Topic string
+	// SessionTimeout is kafka.session_timeout: how long a dead releaser
+	// keeps partition 0 before the group hands it to a standby.
+	SessionTimeout time.Duration
+	// OnAssigned is called when this member is assigned partition 0 of
+	// the partials topic; OnRevoked when it loses it (lost: the group
+	// dropped this member, it did not give the partition up). Both are
+	// called from kgo's group goroutine, one at a time; OnRevoked must
+	// return only once nothing is released any more (kgo hands the
+	// partition on when it returns), and neither may call Close.
+	OnAssigned func()
+	OnRevoked  func(lost bool)
+	// Warn, when set, is told of what Poll skips: a lost group session
+	// (kgo rejoins) or data loss (kgo resets the offset).
+	Warn func(error)
+	// Opts are more kgo options (tests).
+	Opts []kgo.Opt
+}
+
+// Reader is the releaser's kgo group client on the partials topic:
+// cooperative-sticky, read_committed (an aborted bounder transaction's
+// partial is never returned: kafka-go would return it, issue #1332, and
+// must never read this topic), offsets committed by the caller only
+// (Commit, after a release), consuming from the group's committed offset
+// or the topic's start.
+type Reader struct {
+	cl    *kgo.Client
+	topic string
+	warn  func(error)
+}
+
+// NewReader joins the release group.
+func NewReader(cfg ReaderConfig) (*Reader, error) {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if has0(m[cfg.Topic]) && cfg.OnAssigned != nil {
+				cfg.OnAssigned()
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if has0(m[cfg.Topic]) && cfg.OnRevoked != nil {
+				cfg.OnRevoked(false)
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if has0(m[cfg.Topic]) && cfg.OnRevoked != nil {
+				cfg.OnRevoked(true)
+			}
+		}),
+	}
+	if cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(max(cfg.SessionTimeout/5, 100*time.Millisecond)))
+	}
+	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafkapartial: release group client: %w", err)
+	}
+	return &Reader{cl: cl, topic: cfg.Topic, warn: cfg.Warn}, nil
+}
+
+func has0(ps []int32) bool {
+	for _, p := range ps {
+		if p == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Record is one decoded partial with its partials-topic offset.
+type Record struct {
+	Offset  int64
+	Partial *partial.Partial
+}
+
+// Poll waits for committed partials (or ctx) and decodes them, in log
+// order. A record that does not decode is an error (partial.ErrFormat):
+// the topic was written by something else, and the releaser stops rather
+// than guess. Poll returns ctx's error when ctx ends.
+func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
+	fs := r.cl.PollFetches(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if fs.IsClientClosed() {
+		return nil, kgo.ErrClientClosed
+	}
+	for _, fe := range fs.Errors() {
+		var gs *kgo.ErrGroupSession
+		var dl *kgo.ErrDataLoss
+		switch {
+		case errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded):
+			return nil, fe.Err
+		case errors.As(fe.Err, &gs), errors.As(fe.Err, &dl):
+			// Informational: kgo rejoins the group (OnRevoked ran if
+			// partition 0 was lost) or resets the offset itself.
+			if r.warn != nil {
+				r.warn(fe.Err)
+			}
+		default:
+			// Fetch errors kgo retries itself are not returned here; what
+			// comes is worth stopping for (authorization, a deleted topic).
+			return nil, fmt.Errorf("kafkapartial: fetch %s[%d]: %w", fe.Topic, fe.Partition, fe.Err)
+		}
+	}
+	var out []Record
+	var bad error
+	fs.EachRecord(func(rec *kgo.Record) {
+		if bad != nil || rec.Topic != r.topic || rec.Partition != 0 {
+			return
+		}
+		p, err := partial.DecodePartial(rec.Value)
+		if err != nil {
+			bad = fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)
+			return
+		}
+		out = append(out, Record{Offset: rec.Offset, Partial: p})
+	})
+	return out, bad
+}
+
+// Commit commits offset (the next record to read) of partition 0 for the
+// group, synchronously. ctx bounds it: a revocation cancels it (the next
+// owner then re-reads from the last commit and skips what is recorded).
+func (r *Reader) Commit(ctx context.Context, offset int64) error {
+	var cerr error
+	r.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{r.topic: {0: {Epoch: -1, Offset: offset}}},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				cerr = err
+				return
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if e := kerr.ErrorForCode(p.ErrorCode); e != nil {
+						cerr = e
+					}
+				}
+			}
+		})
+	if cerr != nil {
+		return fmt.Errorf("kafkapartial: commit %s offset %d: %w", r.topic, offset, cerr)
+	}
+	return nil
+}
+
+// Client is the underlying kgo client (admin requests on the same
+// connection).
+func (r *Reader) Client() *kgo.Client { return r.cl }
+
+// Close leaves the group (OnRevoked runs first if partition 0 is held)
+// and closes the client. Not from within a callback.
+func (r *Reader) Close() { r.cl.Close() }

@@ -1,0 +1,170 @@
+package kafkapartial
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dpstage/stage/internal/embedded"
+)
+
+func startBroker(t *testing.T, topics map[string]int) (*embedded.Broker, *kgo.Client) {
+	t.Helper()
+	b, err := embedded.Start(embedded.Config{Topics: topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return b, cl
+}
+
+func testTopics(create bool) Topics {
+	return Topics{Input: "in", Partials: "x.partials", Progress: "x.progress", Ledger: "x.ledger", Period: 240 * time.Hour, Create: create}
+}
+
+// topicState is a topic's partition count and the configs the test looks at.
+func topicState(t *testing.T, cl *kgo.Client, topic string) (int, map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	ds, err := adm.ListTopics(ctx, topic)
+	if err != nil || ds[topic].Err != nil {
+		t.Fatalf("list %s: %v %v", topic, err, ds[topic].Err)
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]string{}
+	for _, c := range rc.Configs {
+		if c.Value != nil && (c.Key == "cleanup.policy" || c.Key == "retention.ms") {
+			cfg[c.Key] = *c.Value
+		}
+	}
+	return len(ds[topic].Partitions), cfg
+}
+
+// TestEnsureTopicsCreates: three instances creating the internal topics at
+// once all succeed (TopicAlreadyExists is fine) and return the input's
+// partition count; the topics have the partition counts and policies of
+// the package doc (partials retention 2 × a 10-day period); a second call
+// checks and keeps them.
+func TestEnsureTopicsCreates(t *testing.T) {
+	_, cl := startBroker(t, map[string]int{"in": 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	ns := make([]int, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := kgo.NewClient(kgo.SeedBrokers(cl.OptValue(kgo.SeedBrokers).([]string)...))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			ns[i], errs[i] = EnsureTopics(ctx, c, testTopics(true))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || ns[i] != 5 {
+			t.Fatalf("instance %d: %d partitions, %v", i, ns[i], err)
+		}
+	}
+	want := []struct {
+		topic      string
+		partitions int
+		cfg        map[string]string
+	}{
+		{"x.partials", 1, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt((480 * time.Hour).Milliseconds(), 10)}},
+		{"x.progress", 5, map[string]string{"cleanup.policy": "compact"}},
+		{"x.ledger", 1, map[string]string{"cleanup.policy": "compact", "retention.ms": "-1"}},
+	}
+	for _, w := range want {
+		n, cfg := topicState(t, cl, w.topic)
+		if n != w.partitions {
+			t.Errorf("%s: %d partitions, want %d", w.topic, n, w.partitions)
+		}
+		for k, v := range w.cfg {
+			if cfg[k] != v {
+				t.Errorf("%s: %s=%q, want %q", w.topic, k, cfg[k], v)
+			}
+		}
+	}
+	if n, err := EnsureTopics(ctx, cl, testTopics(false)); err != nil || n != 5 {
+		t.Fatalf("second call: %d, %v", n, err)
+	}
+}
+
+// compacted creates a compacted topic (only its partition count is wrong).
+func compacted(topic string, partitions int32) func(*testing.T, *kadm.Client) {
+	return func(t *testing.T, adm *kadm.Client) {
+		if _, err := adm.CreateTopic(context.Background(), partitions, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, topic); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestEnsureTopicsRefuses: existing topics that do not fit, a missing one
+// with create_topics off, and a missing input topic are refused with an
+// error saying what to fix.
+func TestEnsureTopicsRefuses(t *testing.T) {
+	cases := []struct {
+		name   string
+		topics map[string]int
+		// setup runs before EnsureTopics (configs the broker cannot take
+		// at start).
+		setup  func(t *testing.T, adm *kadm.Client)
+		create bool
+		want   error
+	}{
+		{name: "partials with 2 partitions", topics: map[string]int{"in": 3, "x.partials": 2}, create: true, want: ErrTopicConfig},
+		{name: "progress with fewer partitions than the input", topics: map[string]int{"in": 3}, create: true, want: ErrTopicConfig,
+			setup: compacted("x.progress", 2)},
+		{name: "ledger with 2 partitions", topics: map[string]int{"in": 3}, create: true, want: ErrTopicConfig,
+			setup: compacted("x.ledger", 2)},
+		{name: "ledger not compacted", topics: map[string]int{"in": 3}, create: true, want: ErrTopicConfig,
+			setup: func(t *testing.T, adm *kadm.Client) {
+				if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")}, "x.ledger"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "missing with create_topics off", topics: map[string]int{"in": 3}, create: false, want: ErrTopicConfig},
+		{name: "no input topic", topics: map[string]int{"other": 1}, create: true, want: ErrNoInput},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, cl := startBroker(t, c.topics)
+			if c.setup != nil {
+				c.setup(t, kadm.NewClient(cl))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := EnsureTopics(ctx, cl, testTopics(c.create))
+			if !errors.Is(err, c.want) {
+				t.Fatalf("EnsureTopics: %v, want %v", err, c.want)
+			}
+			t.Log(err)
+		})
+	}
+}

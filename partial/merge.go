@@ -1,0 +1,265 @@
+package partial
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// ErrPartitions: a Partial was made against an input partition count other
+// than the releaser's. Version 1 refuses a change of the input topic's
+// partition count while running: a user whose partition changes would be
+// bounded twice, once by each owner.
+var ErrPartitions = errors.New("partial: input partition count changed")
+
+// Layout is the shape of the counts a Merger accepts: per config histogram
+// its number of bins and of groups (1 without group_by).
+type Layout struct {
+	Bins   []int
+	Groups []int
+}
+
+// Merger merges the Partials of the partials topic into complete windows,
+// in increasing window order (the releaser, package pipeline).
+//
+// Completeness. Window w (start w, size WindowMs) is complete when every
+// source partition p in [0, N) has reported Next_p >= w+size: the bounder
+// of p emits its windows one after the other, each in one transaction
+// with its progress, so Next_p >= w+size means p's Partial of w has been
+// written (and, read_committed, read: the partials topic has one
+// partition, read in log order). An idle partition keeps emitting empty
+// Partials as its watermark passes windows, so it does not hold a window;
+// a lagging one does, until it catches up. A window with no Partial at
+// all (every partition empty) is complete all the same and merges to zero
+// counts: every declared (histogram, group) is released whatever the data.
+//
+// Offsets. The Merger also tracks, like source.OffsetTracker for the
+// input, the smallest partials-topic offset of a record of a window not
+// yet released ([Merger.CommitPoint]); everything before it belongs to
+// released windows, or to windows before the resume window, and is not
+// needed again. A record of window v < w carries Next = v+size <= w, so no
+// record before the commit point can make a pending window complete: a
+// reader restarting at the commit point learns every Next it needs.
+//
+// A Merger is not safe for concurrent use (the releaser's one goroutine).
+type Merger struct {
+	n      int
+	sizeMs int64
+	layout Layout
+	// next is, per source partition, the largest Next seen
+	// (math.MinInt64 before any).
+	next []int64
+	// released: every window starting before it is released (or was
+	// before the resume window); the next window handed out starts here.
+	released int64
+	pending  map[int64]*Window
+	// end is the offset after the last record fed (-1 before any).
+	end int64
+}
+
+// NewMerger returns a Merger for n source partitions and windows of sizeMs,
+// handing out windows from resume on (earlier ones are recorded already:
+// their Partials are skipped).
+func NewMerger(n int, sizeMs, resume int64, layout Layout) (*Merger, error) {
+	if n <= 0 || sizeMs <= 0 || len(layout.Bins) != len(layout.Groups) {
+		return nil, fmt.Errorf("partial: merger of %d partitions, %d ms windows, %d/%d histograms", n, sizeMs, len(layout.Bins), len(layout.Groups))
+	}
+	next := make([]int64, n)
+	for i := range next {
+		next[i] = math.MinInt64
+	}
+	return &Merger{n: n, sizeMs: sizeMs, layout: layout, next: next, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+}
+
+// AddResult says what Add did with a Partial.
+type AddResult int
+
+const (
+	// Added: the Partial's counts are held for its window.
+	Added AddResult = iota
+	// Skipped: its window is released already (or before the resume
+	// window); only its Next was taken.
+	Skipped
+	// Duplicate: a Partial of the same (window, partition) was added
+	// before, with the same counts; this one is ignored.
+	Duplicate
+	// Conflict: a Partial of the same (window, partition) was added before
+	// with different counts; this one is ignored (the first one is kept).
+	// The bounders write each (window, partition) once, transactionally:
+	// a conflict means two writers of one partition that the transactional
+	// id did not fence. The caller logs it loudly.
+	Conflict
+)
+
+func (r AddResult) String() string {
+	switch r {
+	case Added:
+		return "added"
+	case Skipped:
+		return "skipped"
+	case Duplicate:
+		return "duplicate"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("AddResult(%d)", int(r))
+}
+
+// Add feeds the Partial read at offset (offsets increase from call to
+// call). An error (ErrPartitions, ErrFormat) leaves the Merger unchanged.
+func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
+	if p.Partitions != m.n {
+		return 0, fmt.Errorf("%w: a partial of partition %d (window %d) was made for %d input partitions, the releaser runs with %d; "+
+			"version 1 refuses partition count changes while running: restore the count or start a new deployment (group_id)",
+			ErrPartitions, p.Partition, p.WindowStart, p.Partitions, m.n)
+	}
+	if p.WindowMs != m.sizeMs {
+		return 0, fmt.Errorf("%w: partial of window %d has %d ms windows, the releaser %d ms", ErrFormat, p.WindowStart, p.WindowMs, m.sizeMs)
+	}
+	if p.Partition < 0 || p.Partition >= m.n || p.Next != p.WindowStart+p.WindowMs {
+		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
+	}
+	for _, c := range p.Counts {
+		if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
+			return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
+				ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+		}
+	}
+	if offset+1 > m.end {
+		m.end = offset + 1
+	}
+	if p.Next > m.next[p.Partition] {
+		m.next[p.Partition] = p.Next
+	}
+	if p.WindowStart < m.released {
+		return Skipped, nil
+	}
+	w := m.pending[p.WindowStart]
+	if w == nil {
+		w = &Window{Start: p.WindowStart, layout: &m.layout, parts: map[int][]Cell{}, firstOffset: offset}
+		m.pending[p.WindowStart] = w
+	}
+	cells := sortedCells(p.Counts)
+	if old, ok := w.parts[p.Partition]; ok {
+		if cellsEqual(old, cells) {
+			return Duplicate, nil
+		}
+		return Conflict, nil
+	}
+	w.parts[p.Partition] = cells
+	return Added, nil
+}
+
+// Next returns the next window to release, if it is complete: the window
+// starting at the first unreleased boundary, with the merged counts of
+// every Partial added for it (none, when no partition had events).
+func (m *Merger) Next() (*Window, bool) {
+	w := m.released
+	for _, n := range m.next {
+		if n < w+m.sizeMs {
+			return nil, false
+		}
+	}
+	win := m.pending[w]
+	if win == nil {
+		win = &Window{Start: w, layout: &m.layout, firstOffset: -1}
+	}
+	return win, true
+}
+
+// Released records that the window Next returned is released (recorded):
+// its Partials are dropped and the commit point may pass them.
+func (m *Merger) Released(w *Window) {
+	if w.Start != m.released {
+		panic(fmt.Sprintf("partial: released window %d, next is %d", w.Start, m.released))
+	}
+	delete(m.pending, w.Start)
+	m.released = w.Start + m.sizeMs
+}
+
+// ReleasedTo is the start of the first window not released.
+func (m *Merger) ReleasedTo() int64 { return m.released }
+
+// Lagging returns the source partitions whose Next has not passed the
+// next window (they hold it), ascending.
+func (m *Merger) Lagging() []int {
+	var out []int
+	for p, n := range m.next {
+		if n < m.released+m.sizeMs {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// CommitPoint is the partials offset safe to commit: the smallest offset of
+// a record of a window not yet released, or the offset after the last
+// record fed when none is pending; -1 before any record.
+func (m *Merger) CommitPoint() int64 {
+	c := m.end
+	for _, w := range m.pending {
+		if w.firstOffset < c {
+			c = w.firstOffset
+		}
+	}
+	return c
+}
+
+// Window is one window's merged Partials. It satisfies release.Counts.
+type Window struct {
+	Start  int64
+	layout *Layout
+	// parts holds each source partition's cells, sorted by (H, G).
+	parts       map[int][]Cell
+	firstOffset int64
+}
+
+// Partitions is how many source partitions sent a Partial of the window
+// (every partition that had it in its range; an empty Partial counts).
+func (w *Window) Partitions() int { return len(w.parts) }
+
+// Counts writes the counts of histogram h, group g summed over the source
+// partitions (in partition order: the same sum whatever the arrival order)
+// into dst, grown to the histogram's bins; zeros for a cell no partition
+// had.
+func (w *Window) Counts(h, g int, dst []float64) []float64 {
+	n := 0
+	if h >= 0 && h < len(w.layout.Bins) {
+		n = w.layout.Bins[h]
+	}
+	dst = slices.Grow(dst[:0], n)[:n]
+	clear(dst)
+	ps := make([]int, 0, len(w.parts))
+	for p := range w.parts {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	for _, p := range ps {
+		for _, c := range w.parts[p] {
+			if c.H == h && c.G == g {
+				for i, v := range c.Counts {
+					dst[i] += v
+				}
+			}
+		}
+	}
+	return dst
+}
+
+func sortedCells(cs []Cell) []Cell {
+	out := slices.Clone(cs)
+	slices.SortStableFunc(out, func(a, b Cell) int {
+		if a.H != b.H {
+			return a.H - b.H
+		}
+		return a.G - b.G
+	})
+	return out
+}
+
+func cellsEqual(a, b []Cell) bool {
+	return slices.EqualFunc(a, b, func(x, y Cell) bool {
+		return x.H == y.H && x.G == y.G && slices.Equal(x.Counts, y.Counts)
+	})
+}
