@@ -11,6 +11,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )
@@ -29,9 +30,13 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			zap.Int("partition", p), zap.Int64("from", from), zap.Int64("to", to))
 	}
 	defer r.Close()
-	key := s.userKey
+	// The stage's key is not read when the session has its own: in the
+	// distributed mode the releaser's attach sets it concurrently.
+	var key siphash.Key
 	if sess.userKey != nil {
 		key = *sess.userKey
+	} else {
+		key = s.userKey
 	}
 	dec, err := decode.New(s.cfg, key)
 	if err == nil && sess.partitioner != decode.PartitionerNone {

@@ -40,6 +40,11 @@ func (s *Stage) runDistributed(ctx context.Context) error {
 		}
 		return err
 	}
+	// Readiness in this mode: state_loaded once the internal topics are
+	// there, assigned while the bounder has input partitions, connected as
+	// in single mode. A replica with no partition (more replicas than
+	// partitions) is a standby and not ready, as a single-mode standby.
+	s.ready.stateLoaded.Store(true)
 	defer s.ready.draining.Store(true)
 	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })
 	progress := time.NewTicker(10 * time.Second)

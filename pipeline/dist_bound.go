@@ -256,11 +256,12 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		if st.offset, _, err = kafkapartial.Offsets(ctx, b.cl, b.topic, int32(p)); err != nil {
 			return fmt.Errorf("earliest offset of input partition %d: %w", p, err)
 		}
-		st.key = s.userKey
-		if !s.hashKeySet {
-			if st.key, err = siphash.NewKey(); err != nil {
-				return err
-			}
+		// s.userKey is read only when a test set it (Options.HashKey): the
+		// releaser's attach sets it concurrently otherwise.
+		if s.hashKeySet {
+			st.key = s.userKey
+		} else if st.key, err = siphash.NewKey(); err != nil {
+			return err
 		}
 	}
 	sets, err := newWindowSets(cfg)

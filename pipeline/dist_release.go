@@ -143,10 +143,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 	if err != nil {
 		return s.leadErr(either, err)
 	}
-	defer func() {
-		s.ready.stateLoaded.Store(false)
-		_ = led.Close()
-	}()
+	// state_loaded stays true after the log is closed: in the distributed
+	// mode it says the internal topics are ready (runDistributed).
+	defer func() { _ = led.Close() }()
 	if err := s.attach(either, led); err != nil {
 		return s.leadErr(either, err)
 	}
