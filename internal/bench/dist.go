@@ -132,7 +132,15 @@ func runDist(ctx context.Context, cfg Config, w *workload, res *Results) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	b, err := startBroker(ctx, cfg.ChildCommand, map[string]int{distInputTopic: cfg.Partitions})
+	// The input and every pass's output topic (the stage creates only its
+	// internal topics; it waits for an output topic that does not exist).
+	topics := map[string]int{distInputTopic: cfg.Partitions}
+	for r := range cfg.Rounds {
+		for _, n := range []int{1, cfg.Instances} {
+			topics[distGroup(n, r)+"-out"] = 1
+		}
+	}
+	b, err := startBroker(ctx, cfg.ChildCommand, topics)
 	if err != nil {
 		return err
 	}
@@ -165,7 +173,7 @@ func runDist(ctx context.Context, cfg Config, w *workload, res *Results) error {
 func distPass(ctx context.Context, cfg Config, b *brokerProc, w *workload, dir string, n, round int) (DistPass, error) {
 	pctx, cancel := context.WithTimeout(ctx, passTimeout(w.n)+time.Minute)
 	defer cancel()
-	group := fmt.Sprintf("bench-dist-%d-%d", n, round)
+	group := distGroup(n, round)
 	var kids []*child
 	stopAll := func() {
 		for _, k := range kids {
@@ -422,3 +430,7 @@ func ParseInstances(n int) error {
 	}
 	return nil
 }
+
+// distGroup is the consumer group (and the prefix of the internal and output
+// topics) of the pass of round with n processes.
+func distGroup(n, round int) string { return fmt.Sprintf("bench-dist-%d-%d", n, round) }
