@@ -96,6 +96,7 @@ func (s *Stage) attach(ctx context.Context, led ledger.Store) error {
 		return err
 	}
 	s.ready.stateLoaded.Store(true)
+	s.ready.releasing.Store(true)
 	return nil
 }
 

@@ -144,8 +144,12 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 		return s.leadErr(either, err)
 	}
 	// state_loaded stays true after the log is closed: in the distributed
-	// mode it says the internal topics are ready (runDistributed).
-	defer func() { _ = led.Close() }()
+	// mode it says the internal topics are ready (runDistributed);
+	// releasing says this instance holds the log.
+	defer func() {
+		s.ready.releasing.Store(false)
+		_ = led.Close()
+	}()
 	if err := s.attach(either, led); err != nil {
 		return s.leadErr(either, err)
 	}

@@ -594,12 +594,12 @@ func TestDistReleaserTakeover(t *testing.T) {
 	checkOnce(t, out, 2)
 	var active, standby *releaser
 	switch {
-	case s1.s.ready.stateLoaded.Load() && !s2.s.ready.stateLoaded.Load():
+	case s1.s.ready.releasing.Load() && !s2.s.ready.releasing.Load():
 		active, standby = s1, s2
-	case s2.s.ready.stateLoaded.Load() && !s1.s.ready.stateLoaded.Load():
+	case s2.s.ready.releasing.Load() && !s1.s.ready.releasing.Load():
 		active, standby = s2, s1
 	default:
-		t.Fatalf("active releasers: %v %v, want exactly one", s1.s.ready.stateLoaded.Load(), s2.s.ready.stateLoaded.Load())
+		t.Fatalf("active releasers: %v %v, want exactly one", s1.s.ready.releasing.Load(), s2.s.ready.releasing.Load())
 	}
 	if err := active.stop(t); err != nil {
 		t.Fatal(err)
@@ -695,10 +695,10 @@ func TestDistReleaserLostStops(t *testing.T) {
 	}
 	e.readOut(t, unitsPerWindow, 30*time.Second, 0)
 	waitFor(t, "one active releaser", 10*time.Second, func() bool {
-		return s1.s.ready.stateLoaded.Load() != s2.s.ready.stateLoaded.Load()
+		return s1.s.ready.releasing.Load() != s2.s.ready.releasing.Load()
 	})
 	active, standby := s1, s2
-	if s2.s.ready.stateLoaded.Load() {
+	if s2.s.ready.releasing.Load() {
 		active, standby = s2, s1
 	}
 	// The active member is the one assigned partition 0.
@@ -756,8 +756,8 @@ func TestDistReleaserLostStops(t *testing.T) {
 		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		return resp, nil, true
 	})
-	waitFor(t, "the lost releaser to close its log", 10*time.Second, func() bool { return !active.s.ready.stateLoaded.Load() })
-	waitFor(t, "the standby to take over", 20*time.Second, func() bool { return standby.s.ready.stateLoaded.Load() })
+	waitFor(t, "the lost releaser to close its log", 10*time.Second, func() bool { return !active.s.ready.releasing.Load() })
+	waitFor(t, "the standby to take over", 20*time.Second, func() bool { return standby.s.ready.releasing.Load() })
 	for p := range e.n {
 		e.emit(t, tr, 1, p)
 	}

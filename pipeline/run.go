@@ -246,6 +246,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		}
 		defer func() {
 			s.ready.stateLoaded.Store(false)
+			s.ready.releasing.Store(false)
 			_ = led.Close()
 		}()
 		if err := s.attach(ctx, led); err != nil {

@@ -12,6 +12,10 @@ type readiness struct {
 	connected   atomic.Bool
 	assigned    atomic.Bool
 	draining    atomic.Bool
+	// releasing: this instance holds the release log and releases
+	// (always with the single-process mode once the state is loaded; in
+	// the distributed mode only on the one active releaser).
+	releasing atomic.Bool
 }
 
 // Readiness is a snapshot of the stage's readiness conditions.
@@ -20,6 +24,9 @@ type Readiness struct {
 	Connected   bool `json:"connected"`
 	Assigned    bool `json:"assigned"`
 	Draining    bool `json:"draining"`
+	// Releasing: this instance holds the release log (distributed mode:
+	// the one active releaser). Not a condition of Ready.
+	Releasing bool `json:"releasing"`
 }
 
 // Ready reports whether the stage is doing its job.
@@ -32,6 +39,7 @@ func (s *Stage) Readiness() Readiness {
 		Connected:   s.ready.connected.Load(),
 		Assigned:    s.ready.assigned.Load(),
 		Draining:    s.ready.draining.Load(),
+		Releasing:   s.ready.releasing.Load(),
 	}
 }
 
