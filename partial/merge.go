@@ -47,6 +47,8 @@ type Merger struct {
 	n      int
 	sizeMs int64
 	layout Layout
+	// config is the releaser's counting fingerprint (Partial.Config).
+	config string
 	// next is, per source partition, the largest Next seen
 	// (math.MinInt64 before any).
 	next []int64
@@ -60,8 +62,9 @@ type Merger struct {
 
 // NewMerger returns a Merger for n source partitions and windows of sizeMs,
 // handing out windows from resume on (earlier ones are recorded already:
-// their Partials are skipped).
-func NewMerger(n int, sizeMs, resume int64, layout Layout) (*Merger, error) {
+// their Partials are skipped), merging the Partials made under the counting
+// config whose fingerprint is config (see Foreign).
+func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merger, error) {
 	if n <= 0 || sizeMs <= 0 || len(layout.Bins) != len(layout.Groups) {
 		return nil, fmt.Errorf("partial: merger of %d partitions, %d ms windows, %d/%d histograms", n, sizeMs, len(layout.Bins), len(layout.Groups))
 	}
@@ -69,7 +72,7 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout) (*Merger, error) {
 	for i := range next {
 		next[i] = math.MinInt64
 	}
-	return &Merger{n: n, sizeMs: sizeMs, layout: layout, next: next, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, released: resume, pending: map[int64]*Window{}, end: -1}, nil
 }
 
 // AddResult says what Add did with a Partial.
@@ -84,6 +87,13 @@ const (
 	// Duplicate: a Partial of the same (window, partition) was added
 	// before, with the same counts; this one is ignored.
 	Duplicate
+	// Foreign: the Partial was made under another counting config
+	// (Partial.Config differs from the Merger's: a bounder running an
+	// older or newer config during a rolling change). Its counts are not
+	// merged — they were bounded under bounds the releaser's noise is not
+	// calibrated to — but its Next is taken, so its window is released
+	// without that partition's counts. The caller logs it loudly.
+	Foreign
 	// Conflict: a Partial of the same (window, partition) was added before
 	// with different counts; this one is ignored (the first one is kept).
 	// The bounders write each (window, partition) once, transactionally:
@@ -102,6 +112,8 @@ func (r AddResult) String() string {
 		return "duplicate"
 	case Conflict:
 		return "conflict"
+	case Foreign:
+		return "foreign"
 	}
 	return fmt.Sprintf("AddResult(%d)", int(r))
 }
@@ -120,7 +132,11 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if p.Partition < 0 || p.Partition >= m.n || p.Next != p.WindowStart+p.WindowMs {
 		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
 	}
+	foreign := p.Config != m.config
 	for _, c := range p.Counts {
+		if foreign {
+			break // another config's layout: not merged, not checked against ours
+		}
 		if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
 			return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
 				ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
@@ -134,6 +150,9 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	}
 	if p.WindowStart < m.released {
 		return Skipped, nil
+	}
+	if foreign {
+		return Foreign, nil
 	}
 	w := m.pending[p.WindowStart]
 	if w == nil {

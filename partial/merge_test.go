@@ -19,6 +19,13 @@ func part(w int64, p int, cells ...Cell) *Partial {
 	return &Partial{V: Version, WindowStart: w, WindowMs: testSize, Partition: p, Partitions: 3, Next: w + testSize, Counts: cells}
 }
 
+// foreign is part made under another counting config.
+func foreign(w int64, p int, cells ...Cell) *Partial {
+	q := part(w, p, cells...)
+	q.Config = "another config"
+	return q
+}
+
 func cell(h, g int, counts ...float64) Cell { return Cell{H: h, G: g, Counts: counts} }
 
 // merged renders the merged counts of every (histogram, group) of a
@@ -133,6 +140,16 @@ func TestMerger(t *testing.T) {
 			commit:   6, lagging: []int{0, 1, 2},
 		},
 		{
+			name: "a partial of another counting config is not merged (nor checked against the layout); its Next completes the window",
+			steps: []step{
+				{part(0, 0, cell(0, 0, 1, 0, 0)), Added},
+				{foreign(0, 1, cell(0, 0, 50, 0, 0), cell(7, 3, 1)), Foreign},
+				{part(0, 2, cell(0, 0, 0, 2, 0)), Added},
+			},
+			released: []string{"0:h0g0=[1 2 0] h0g1=[0 0 0] h1g0=[0 0]"},
+			commit:   3, lagging: []int{0, 1, 2},
+		},
+		{
 			name: "partials out of window order across partitions",
 			steps: []step{
 				{part(0, 0, cell(1, 0, 1, 0)), Added},
@@ -149,7 +166,7 @@ func TestMerger(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := NewMerger(3, testSize, c.resume, testLayout)
+			m, err := NewMerger(3, testSize, c.resume, testLayout, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +218,7 @@ func TestMergerRefuses(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := NewMerger(3, testSize, 0, testLayout)
+			m, err := NewMerger(3, testSize, 0, testLayout, "")
 			if err != nil {
 				t.Fatal(err)
 			}

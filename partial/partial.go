@@ -111,6 +111,9 @@ type Partial struct {
 	// Watermark is the partition's watermark (Unix ms) when the window was
 	// closed; informational.
 	Watermark int64 `json:"watermark"`
+	// Config is the bounder's config.Config.CountingFingerprint: the
+	// releaser merges only partials made under its own counting config.
+	Config string `json:"config"`
 	// Counts lists the (histogram, group) cells with a non-zero count.
 	Counts []Cell `json:"counts,omitempty"`
 	// Dropped counts, per drop reason label, the parts of events of this

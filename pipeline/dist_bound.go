@@ -409,7 +409,7 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		return fmt.Errorf("close window: %w", err)
 	}
 	defer counts.Release()
-	pt := &partial.Partial{WindowStart: win, WindowMs: s.sizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm}
+	pt := &partial.Partial{WindowStart: win, WindowMs: s.sizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm, Config: s.countingConfig}
 	var dst []float64
 	for h, hc := range s.cfg.Histograms {
 		for g := range max(1, len(hc.Groups)) {

@@ -169,7 +169,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 	if err := s.limitNewHistograms(either, resume); err != nil {
 		return s.leadErr(either, fmt.Errorf("read ledger: %w", err))
 	}
-	m, err := partial.NewMerger(n, s.sizeMs, resume, s.layout())
+	m, err := partial.NewMerger(n, s.sizeMs, resume, s.layout(), s.countingConfig)
 	if err != nil {
 		return err
 	}
@@ -193,6 +193,11 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 			case partial.Duplicate:
 				s.log.Warn("a second, identical partial of a (window, source partition) ignored", zap.Int64("offset", rec.Offset),
 					zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)), zap.Int("partition", rec.Partial.Partition))
+			case partial.Foreign:
+				s.log.Error("a partial made under another counting config (events, window, histograms, contribution) was not merged: its window is released without that source partition's counts; "+
+					"finish the rolling config change (every replica on one config)",
+					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
+					zap.Int("partition", rec.Partial.Partition), zap.String("partial_config", rec.Partial.Config), zap.String("releaser_config", s.countingConfig))
 			case partial.Conflict:
 				s.log.Error("a second partial of a (window, source partition) with different counts ignored: two bounders wrote one partition",
 					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),

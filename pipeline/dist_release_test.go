@@ -164,7 +164,8 @@ type cells map[int]map[int][]float64
 
 func (e *distEnv) partialOf(w int, p int, c cells) *partial.Partial {
 	start := distBase.Add(time.Duration(w) * distWindow).UnixMilli()
-	pt := &partial.Partial{WindowStart: start, WindowMs: distWindow.Milliseconds(), Partition: p, Partitions: e.n, Next: start + distWindow.Milliseconds()}
+	pt := &partial.Partial{WindowStart: start, WindowMs: distWindow.Milliseconds(), Partition: p, Partitions: e.n, Next: start + distWindow.Milliseconds(),
+		Config: e.cfg.CountingFingerprint()}
 	for h := range distBins {
 		for g, counts := range c[h] {
 			pt.Counts = append(pt.Counts, partial.Cell{H: h, G: g, Counts: counts})
@@ -772,5 +773,41 @@ func TestDistReleaserLostStops(t *testing.T) {
 	case err := <-active.done:
 		t.Fatalf("the releaser that lost the partition stopped: %v", err)
 	default:
+	}
+}
+
+// TestDistReleaserRefusesOtherCountingConfig: a bounder still on another
+// counting config (a rolling change: here its contribution bounds
+// differ) writes partition 1's partial of window 0 with huge counts. The
+// releaser does not merge it — the noise is calibrated to its own bounds —
+// but takes its Next: window 0 is released with partitions 0 and 2 only,
+// and window 1, all on the releaser's config, exactly.
+func TestDistReleaserRefusesOtherCountingConfig(t *testing.T) {
+	e := newDistEnv(t, 3)
+	r := e.start(t)
+	tr := truth{}
+	other := *e.cfg
+	other.Contribution.MaxEventsPerUser = 50
+	for p := range e.n {
+		if p == 1 {
+			pt := e.partialOf(0, p, cells{0: {0: {1000, 0, 0, 0, 0}}, 1: {0: {1000, 0}}})
+			pt.Config = other.CountingFingerprint()
+			if pt.Config == e.cfg.CountingFingerprint() {
+				t.Fatal("the contribution bounds are not in the counting fingerprint")
+			}
+			e.write(t, "test-bound/1", true, pt)
+			continue
+		}
+		e.emit(t, tr, 0, p)
+	}
+	for p := range e.n {
+		e.emit(t, tr, 1, p)
+	}
+	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, 2*time.Second)
+	for k, rl := range checkOnce(t, out, 2) {
+		checkExact(t, rl, tr[k])
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }

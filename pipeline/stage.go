@@ -81,6 +81,9 @@ type Stage struct {
 	rule        window.Rule     // which events count (window.Rule.Decide)
 	// group is how the stage is a member of its consumer group.
 	group *source.GroupConfig
+	// countingConfig is cfg.CountingFingerprint (distributed mode: stamped
+	// on every partial; the releaser merges only its own).
+	countingConfig string
 	// rel draws, charges and records closed windows (release.Releaser);
 	// set by Run once the ledger is open, used by the releaser goroutine.
 	rel *release.Releaser
@@ -151,6 +154,7 @@ func New(opts Options) (*Stage, error) {
 		lag:         make(map[int]int64),
 		transport:   opts.Transport,
 	}
+	s.countingConfig = cfg.CountingFingerprint()
 	s.rule = window.Rule{Arrival: s.arrival, SizeMs: s.sizeMs, LatenessMs: s.latenessMs, MaxFutureMs: s.maxFutureMs}
 	if opts.HashKey != nil {
 		s.userKey, s.hashKeySet = *opts.HashKey, true
