@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/aggregate"
@@ -62,6 +63,55 @@ type bounder struct {
 	// stray counts input records the group client fetched although the
 	// input topic is paused (must stay 0; tests).
 	stray atomic.Int64
+
+	offMu sync.Mutex // guards offs
+	// offs is, per owned input partition, the input offset of its last
+	// emitted progress not yet committed to the consumer group
+	// (commitLoop). Informational only — a bounder resumes from the
+	// progress topic, never from the group's offsets — so that the usual
+	// consumer-lag tools see the group's progress.
+	offs map[int32]int64
+}
+
+// noteEmitted records p's resume offset for the next group commit.
+func (b *bounder) noteEmitted(p int, offset int64) {
+	b.offMu.Lock()
+	if b.offs == nil {
+		b.offs = map[int32]int64{}
+	}
+	b.offs[int32(p)] = offset
+	b.offMu.Unlock()
+}
+
+// commitLoop commits, every second, the resume offsets of the windows
+// emitted since the last commit to the consumer group (informational: see
+// offs). It ends with ctx.
+func (b *bounder) commitLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.offMu.Lock()
+		offs := b.offs
+		b.offs = nil
+		b.offMu.Unlock()
+		if len(offs) == 0 {
+			continue
+		}
+		m := make(map[int32]kgo.EpochOffset, len(offs))
+		for p, o := range offs {
+			m[p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+		}
+		b.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{b.topic: m}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			if err != nil && ctx.Err() == nil {
+				b.s.log.Debug("bounder: informational offset commit failed (the progress topic holds the resume point)", zap.Error(err))
+			}
+		})
+	}
 }
 
 // onBounder, when set (tests), sees each bounder runBounders makes.
@@ -101,7 +151,15 @@ func (s *Stage) runBounders(ctx context.Context) error {
 	// Paused by topic: partitions assigned later are paused too (kgo keeps
 	// the paused topics, not partitions).
 	cl.PauseFetchTopics(b.topic)
+	cctx, stopCommits := context.WithCancel(ctx)
+	commitsDone := make(chan struct{})
+	go func() { // owner: runBounders; ends before the client closes
+		defer close(commitsDone)
+		b.commitLoop(cctx)
+	}()
 	defer func() {
+		stopCommits()
+		<-commitsDone
 		b.stopAll()
 		cl.Close() // leaves the group; its revoke finds no workers left
 	}()
@@ -167,6 +225,11 @@ func (b *bounder) revoked(parts []int32) {
 		delete(b.s.lag, int(p))
 	}
 	b.s.lagMu.Unlock()
+	b.offMu.Lock()
+	for _, p := range parts {
+		delete(b.offs, p) // its new owner commits it now
+	}
+	b.offMu.Unlock()
 	if len(hs) > 0 {
 		b.s.log.Info("bounder revoked partitions", zap.Int32s("partitions", parts))
 	}
@@ -456,6 +519,7 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	s.log.Debug("bounder emitted window", zap.Int("partition", st.p), zap.String("window", release.RFC3339(win)),
 		zap.Int("cells", len(pt.Counts)), zap.Int64("offset", offset))
 	tracker.MarkCommitted(offset)
+	b.noteEmitted(st.p, offset)
 	st.next, st.offset = end, offset
 	for _, k := range e.Tombstones {
 		delete(st.adm, string(k))

@@ -1,8 +1,12 @@
 package pipeline_test
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
@@ -95,6 +99,27 @@ func TestDistributedThreeInstances(t *testing.T) {
 			}
 		}
 	}
+	// The consumer group's committed offsets show the bounders' progress
+	// (informational: lag tools read them).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e2e.WaitFor(t, "the group's committed offsets of every input partition", 10*time.Second, func() bool {
+		offs, err := kadm.NewClient(cl).FetchOffsets(ctx, cfg.Kafka.GroupID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range 4 {
+			if o, ok := offs.Lookup(h.Input(), int32(p)); !ok || o.At <= 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for i, s := range stages {
 		st := s.Stage.Stats()
 		if late := st.Late.Load(); late != 0 {
