@@ -608,9 +608,6 @@ func (k *checker) stateLedger() {
 	if len(kc.Brokers) == 0 {
 		k.add("state.ledger", "kafka needs kafka.brokers: the embedded broker lives and dies with this process, so a release log on it survives nothing the bolt ledger does not")
 	}
-	if kc.TLS.Enabled || kc.SASL.Mechanism != "" {
-		k.add("state.ledger", "kafka does not support kafka.tls or kafka.sasl yet (the release log's client is franz-go's kgo, not yet given the stage's TLS and SASL settings): use state.ledger: bolt")
-	}
 }
 
 var partitioners = []string{PartitionerMurmur2, PartitionerFNV1a}

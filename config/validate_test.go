@@ -191,10 +191,6 @@ func TestValidateRules(t *testing.T) {
 		{"kafka ledger bad topic", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "a/b" }, "state.ledger_topic", "not a valid Kafka topic name"},
 		{"kafka ledger on the output topic", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, c.Kafka.OutputTopic }, "state.ledger_topic", "must differ from kafka.output_topic"},
 		{"kafka ledger on the embedded broker", func(c *Config) { c.State.Ledger, c.State.LedgerTopic, c.Kafka.Brokers = LedgerKafka, "ledger", nil }, "state.ledger", "kafka needs kafka.brokers"},
-		{"kafka ledger with sasl", func(c *Config) {
-			c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "ledger"
-			c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u", Password: "p"}
-		}, "state.ledger", "does not support kafka.tls or kafka.sasl yet"},
 		// kafka.distributed
 		{"distributed on bolt", func(c *Config) { dist(c); c.State.Ledger = LedgerBolt }, "kafka.distributed", "needs state.ledger: kafka"},
 		{"distributed partitioner", func(c *Config) { dist(c); c.Kafka.Distributed.Partitioner = "crc32" }, "kafka.distributed.partitioner", "must be one of murmur2, fnv1a"},
@@ -265,6 +261,10 @@ func TestValidateAccepts(t *testing.T) {
 		{"kafka ledger", func(c *Config) { c.State.Ledger, c.State.LedgerTopic = LedgerKafka, "dp-stage-ledger" }},
 		{"bolt ledger ignores the ledger topic", func(c *Config) { c.State.LedgerTopic = "a/b" }},
 		{"distributed", func(c *Config) { dist(c) }},
+		{"kafka ledger and distributed with sasl", func(c *Config) {
+			dist(c)
+			c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u", Password: "p"}
+		}},
 		{"distributed with the window bound", func(c *Config) { dist(c); c.Contribution.MaxWindowsPerUser = 5 }},
 		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
 		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},

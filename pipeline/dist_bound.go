@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,7 @@ type workerHandle struct {
 // and leaves the group.
 func (s *Stage) runBounders(ctx context.Context) error {
 	b := &bounder{s: s, ctx: ctx, topic: s.cfg.Kafka.InputTopic, workers: map[int32]*workerHandle{}}
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(slices.Concat(s.kgo, []kgo.Opt{
 		kgo.SeedBrokers(s.brokers...),
 		kgo.ConsumerGroup(s.cfg.Kafka.GroupID),
 		kgo.ConsumeTopics(b.topic),
@@ -140,7 +141,7 @@ func (s *Stage) runBounders(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.assigned(m[b.topic]) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
-	)
+	})...)
 	if err != nil {
 		return fmt.Errorf("pipeline: bounder group client: %w", err)
 	}
@@ -291,7 +292,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	}
 	w, err := kafkapartial.OpenWriter(ctx, kafkapartial.WriterConfig{
 		Brokers: s.brokers, PartialsTopic: cfg.Kafka.PartialsTopic(), ProgressTopic: cfg.Kafka.ProgressTopic(),
-		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p),
+		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p), ClientOpts: s.kgo,
 	})
 	if err != nil {
 		return err

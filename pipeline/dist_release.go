@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,6 +105,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 	r, err = kafkapartial.NewReader(kafkapartial.ReaderConfig{
 		Brokers: s.brokers, Group: s.cfg.Kafka.ReleaseGroupID(), Topic: s.cfg.Kafka.PartialsTopic(),
 		SessionTimeout: s.cfg.Kafka.SessionTimeout.D(),
+		Opts:           s.kgo,
 		OnAssigned:     start,
 		Warn:           func(err error) { s.log.Warn("release group", zap.Error(err)) },
 		OnRevoked: func(lost bool) {
@@ -175,7 +177,8 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 	}
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
-	var heldSince time.Time
+	var heldSince time.Time // since when heldWindow has been the next window
+	var heldWindow int64
 	for {
 		recs, err := r.Poll(either)
 		if either.Err() != nil {
@@ -240,16 +243,17 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 		if err := flush(); err != nil {
 			return s.releaseErr(soft, lctx, closedTo, err)
 		}
+		// A window held for over a minute by the same partitions is worth
+		// a warning (between windows some partition always lags a little).
 		if lag := m.Lagging(); len(lag) > 0 {
-			if heldSince.IsZero() {
-				heldSince = s.now()
+			if w := m.ReleasedTo(); w != heldWindow || heldSince.IsZero() {
+				heldWindow, heldSince = w, s.now()
 			} else if s.now().Sub(heldSince) > time.Minute {
-				s.log.Info("releaser: a window is held for source partitions that have not passed it", zap.Ints("partitions", lag),
-					zap.String("window_start", release.RFC3339(m.ReleasedTo())))
+				s.log.Warn("releaser: a window has been held for over a minute by source partitions that have not passed it: their bounder lags or is down"+
+					" (with window.watermark event, a partition without new events holds every window: see docs/distributed.md)",
+					zap.Ints("partitions", lag), zap.String("window_start", release.RFC3339(w)))
 				heldSince = s.now()
 			}
-		} else {
-			heldSince = time.Time{}
 		}
 		if c := m.CommitPoint(); c > committed {
 			// Like a publish, the commit after a release survives a soft
@@ -307,7 +311,7 @@ func (s *Stage) layout() partial.Layout {
 // the input topic's partition count, so the input topic must exist: it is
 // waited for, with a log line, until ctx ends.
 func (s *Stage) ensureInternalTopics(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers...))
+	cl, err := kgo.NewClient(slices.Concat(s.kgo, []kgo.Opt{kgo.SeedBrokers(s.brokers...)})...)
 	if err != nil {
 		return fmt.Errorf("pipeline: admin client: %w", err)
 	}

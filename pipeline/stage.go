@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/budget"
@@ -81,6 +82,9 @@ type Stage struct {
 	rule        window.Rule     // which events count (window.Rule.Decide)
 	// group is how the stage is a member of its consumer group.
 	group *source.GroupConfig
+	// kgo are the options of every franz-go client (kafka.tls and
+	// kafka.sasl; kgoOpts).
+	kgo []kgo.Opt
 	// countingConfig is cfg.CountingFingerprint (distributed mode: stamped
 	// on every partial; the releaser merges only its own).
 	countingConfig string
@@ -155,6 +159,9 @@ func New(opts Options) (*Stage, error) {
 		transport:   opts.Transport,
 	}
 	s.countingConfig = cfg.CountingFingerprint()
+	if s.kgo, err = kgoOpts(cfg.Kafka); err != nil {
+		return nil, err
+	}
 	s.rule = window.Rule{Arrival: s.arrival, SizeMs: s.sizeMs, LatenessMs: s.latenessMs, MaxFutureMs: s.maxFutureMs}
 	if opts.HashKey != nil {
 		s.userKey, s.hashKeySet = *opts.HashKey, true

@@ -226,3 +226,80 @@ func selfSigned(t *testing.T) (*tls.Config, []byte) {
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, certPEM
 }
+
+// TestDistributedOverSASLAndTLS: the distributed mode (and so the Kafka
+// release log) runs against a SASL-only and against a TLS-only broker: its
+// franz-go clients — bounder group, transactional partials and progress
+// writers, releaser group, release log, topic admin — get kafka.sasl and
+// kafka.tls as the kafka-go clients do, and a release comes out; the SASL
+// password appears in no log line.
+func TestDistributedOverSASLAndTLS(t *testing.T) {
+	const dist = "\n  distributed: {enabled: true, partitioner: fnv1a}" // runSecured keys with kafka-go's Hash
+	distYAML := strings.Replace(secureYAML, "state: {dir: %q}", "state: {dir: %q, ledger: kafka}", 1)
+	t.Run("sasl", func(t *testing.T) {
+		const good = "d1st-Pa55w0rd-5b2e"
+		b, err := embedded.Start(embedded.Config{
+			Topics: map[string]int{"events": 1, "out": 1},
+			Extra:  []kfake.Opt{kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "stage", good)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		t.Setenv("STAGE_TEST_KAFKA_PASSWORD", good)
+		sasl := "  sasl:\n    mechanism: scram-sha-512\n    username: stage\n    password: ${STAGE_TEST_KAFKA_PASSWORD}" + dist
+		text := fmt.Sprintf(distYAML, b.Addr(), sasl, t.TempDir())
+		cfg, err := config.Parse([]byte(text), func(k string) (string, bool) { return os.LookupEnv(k) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialer, transport, err := kafkaSecurity(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs, runErr := runSecured(t, text, b.Addr(), dialer, transport, true)
+		if runErr != nil {
+			t.Errorf("run: %v", runErr)
+		}
+		if strings.Contains(logs, good) {
+			t.Error("the SASL password appears in the logs")
+		}
+		if !strings.Contains(logs, "release log restored from Kafka") {
+			t.Errorf("the release log was not opened over SASL; logs:\n%s", e2eTail(logs))
+		}
+	})
+	t.Run("tls", func(t *testing.T) {
+		dir := t.TempDir()
+		serverCfg, caPEM := selfSigned(t)
+		caFile := filepath.Join(dir, "ca.pem")
+		if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 1, "out": 1}, Extra: []kfake.Opt{kfake.TLS(serverCfg)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		tlsYAML := fmt.Sprintf("  tls:\n    enabled: true\n    ca_file: %q\n    server_name: localhost", caFile) + dist
+		text := fmt.Sprintf(distYAML, b.Addr(), tlsYAML, filepath.Join(dir, "state"))
+		cfg, err := config.Parse([]byte(text), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialer, transport, err := kafkaSecurity(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runSecured(t, text, b.Addr(), dialer, transport, true); err != nil {
+			t.Errorf("run over TLS: %v", err)
+		}
+	})
+}
+
+// e2eTail is the end of long logs.
+func e2eTail(s string) string {
+	if len(s) > 4000 {
+		return s[len(s)-4000:]
+	}
+	return s
+}
