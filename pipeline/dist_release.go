@@ -169,7 +169,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 		return err
 	}
 	if err := s.limitNewHistograms(either, resume); err != nil {
-		return s.leadErr(either, fmt.Errorf("read ledger: %w", err))
+		return s.leadErr(either, err)
 	}
 	m, err := partial.NewMerger(n, s.sizeMs, resume, s.layout(), s.countingConfig)
 	if err != nil {

@@ -290,7 +290,7 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		return source.GenerationDone
 	}
 	if err := s.limitNewHistograms(ctx, next); err != nil {
-		s.fail(fmt.Errorf("read ledger: %w", err))
+		s.fail(err)
 		return source.GenerationDone
 	}
 	if sess.adm, err = s.restoreAdmissions(next); err != nil {
@@ -435,16 +435,69 @@ func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
 	for i, h := range s.cfg.Histograms {
 		keys[i] = fmt.Sprintf("%s@%d", h.Name, h.WindowSize(s.cfg.Window.Size).D().Milliseconds())
 	}
+	hists := len(keys)
+	// Where the cross-window bound's admissions live, as HistogramSince
+	// keys (checkAdmissionsHome).
+	home := admissionsInLedger
+	if s.cfg.Kafka.Distributed.Enabled {
+		home = admissionsInProgress + s.cfg.Kafka.ProgressTopic()
+	}
+	keys = append(keys, home, admissionsCanary)
 	since, err := s.ledger.HistogramSince(ctx, keys, next)
 	if err != nil {
-		return err
+		return fmt.Errorf("read ledger: %w", err)
 	}
-	byIndex := make(map[int]int64, len(keys))
-	for i, k := range keys {
+	byIndex := make(map[int]int64, hists)
+	for i, k := range keys[:hists] {
 		byIndex[i] = since[k]
 	}
 	s.rel.SetSince(byIndex)
-	return nil
+	return s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next)
+}
+
+// The release log's HistogramSince keys that say where the cross-window
+// bound's admissions were kept: admissionsInLedger by the single-process
+// mode (in the log itself), admissionsInProgress + the progress topic by
+// the distributed mode (with each source partition's progress), and
+// admissionsCanary by both (kept from the first session of this version
+// on: a log lacking it was last run by an older single-process stage).
+const (
+	admissionsInLedger   = "admissions@ledger"
+	admissionsInProgress = "admissions@progress:"
+	admissionsCanary     = "admissions@known"
+)
+
+// checkAdmissionsHome refuses, with contribution.max_windows_per_user, to
+// run when the admissions of the current budget period were kept
+// somewhere this session cannot read: a switch between the single-process
+// and the distributed mode, or a new progress topic (a changed
+// kafka.distributed.internal_topic_prefix or kafka.group_id over the same
+// release log), after windows of the period were released. The users
+// admitted to those windows would be admitted again — counted in more than
+// K windows of the period, which the period's reservation does not cover.
+// homeNew: this session's home key is new to the log; canaryNew: so is
+// admissionsCanary (a log of an older, single-process version). A fresh
+// log, or a session starting at a period's first window, has nothing to
+// lose.
+func (s *Stage) checkAdmissionsHome(next int64, homeNew, canaryNew bool) error {
+	if s.cfg.Contribution.MaxWindowsPerUser <= 0 || s.periodOf(next) == next {
+		return nil
+	}
+	moved := homeNew
+	if !s.cfg.Kafka.Distributed.Enabled && canaryNew {
+		moved = false // an older single-process log: its admissions are in it
+	}
+	if !moved {
+		return nil
+	}
+	where := "the release log (the single-process mode)"
+	if s.cfg.Kafka.Distributed.Enabled {
+		where = "the progress topic " + s.cfg.Kafka.ProgressTopic()
+	}
+	return fmt.Errorf("%w: contribution.max_windows_per_user is on, and windows of the budget period starting %s were released with the cross-window bound's admissions kept elsewhere than %s "+
+		"(the stage switched between the single-process and the distributed mode, or kafka.distributed.internal_topic_prefix or kafka.group_id changed over the same release log): "+
+		"users admitted to those windows would be admitted again; revert the change until that period ends (%s), then make it",
+		ErrConfigChanged, release.RFC3339(s.periodOf(next)), where, release.RFC3339(s.periodOf(next)+s.periodMs))
 }
 
 func (s *Stage) restoreAdmissions(next int64) (*aggregate.Admissions, error) {
