@@ -1,13 +1,14 @@
 package pipeline_test
 
 import (
+	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -21,15 +22,13 @@ import (
 // (ground rule 7: no config change lets a period's spend exceed its
 // budget).
 //
-// Known breach, not fixed (review of issue 14): the admissions live in the
-// progress topic only, so a bounder that finds no progress (a new prefix,
-// a deleted progress topic) starts the period's admissions from nothing
-// while the release log, and the spend it charged, go on. Without the skip
-// the test fails: W3 is released with u counted again.
+// Found by the review of issue 14 (the admissions lived in the progress
+// topic only, so a bounder finding no progress started the period's
+// admissions from nothing while the release log and its spend went on: W3
+// was released with u counted again). The release log now records where
+// the admissions were kept (checkAdmissionsHome), and the releaser under
+// the new prefix refuses with ErrConfigChanged.
 func TestDistPrefixChangeKeepsWindowBound(t *testing.T) {
-	if os.Getenv("STAGE_PROBE_BREACHES") == "" {
-		t.Skip("known breach (cross-window admissions lost with the progress topic); STAGE_PROBE_BREACHES=1 runs it")
-	}
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	h := e2e.New(t)
 	h.Watermark = config.WatermarkArrival
@@ -46,6 +45,52 @@ func TestDistPrefixChangeKeepsWindowBound(t *testing.T) {
 	if cfgA.State.LedgerTopic != cfgB.State.LedgerTopic {
 		t.Fatalf("ledger topics differ: %q, %q", cfgA.State.LedgerTopic, cfgB.State.LedgerTopic)
 	}
+	admissionsSwitch(t, h, cfgA, cfgB)
+}
+
+// TestModeSwitchKeepsWindowBound: the same as
+// TestDistPrefixChangeKeepsWindowBound across a switch between the
+// single-process mode (admissions in the release log) and the distributed
+// mode (admissions in the progress topic) over one Kafka release log, in
+// both directions: the second session refuses with ErrConfigChanged (or u
+// is not counted again).
+func TestModeSwitchKeepsWindowBound(t *testing.T) {
+	const size, lateness = 2 * time.Second, 300 * time.Millisecond
+	for _, toDist := range []bool{true, false} {
+		name := map[bool]string{true: "single to distributed", false: "distributed to single"}[toDist]
+		t.Run(name, func(t *testing.T) {
+			h := e2e.New(t)
+			h.Watermark = config.WatermarkArrival
+			dist := distRunConfig(t, h, size, lateness)
+			dist.Contribution.MaxWindowsPerUser = 1
+			single := *dist
+			single.Kafka.Distributed = config.Distributed{}
+			for _, c := range []*config.Config{dist, &single} {
+				if err := c.Validate(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := kafkalog.EnsureTopic(ctx, []string{h.Broker.Addr()}, dist.State.LedgerTopic, 1, -1); err != nil {
+				t.Fatal(err)
+			}
+			if toDist {
+				admissionsSwitch(t, h, &single, dist)
+			} else {
+				admissionsSwitch(t, h, dist, &single)
+			}
+		})
+	}
+}
+
+// admissionsSwitch runs cfgA, where user u counts in window W1 under
+// max_windows_per_user 1, then cfgB (over the same release log) with u's
+// event in W3 of the same budget period: the second stage must refuse
+// (ErrConfigChanged, ErrStateLost) or not count u again.
+func admissionsSwitch(t *testing.T, h *e2e.Harness, cfgA, cfgB *config.Config) {
+	t.Helper()
+	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	// Stay inside one budget period (1h).
 	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 45*time.Second {
 		time.Sleep(left + time.Second)
