@@ -100,6 +100,10 @@ type Distributed struct {
 	ReplicationFactor int `yaml:"replication_factor"`
 }
 
+// MaxDistributedCells bounds the (group, bin) cells of all histograms with
+// kafka.distributed: one partial record carries all of a window's counts.
+const MaxDistributedCells = 35000
+
 // The values of kafka.distributed.partitioner.
 const (
 	PartitionerMurmur2 = "murmur2"

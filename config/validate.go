@@ -648,4 +648,14 @@ func (k *checker) distributed() {
 	if k.c.Contribution.MaxTrackedUsers > 0 {
 		k.add("contribution.max_tracked_users", "is not supported with kafka.distributed yet (the cap would hold per partition, not per window)")
 	}
+	// A partial carries every non-zero (histogram, group, bin) count of its
+	// window: at most ~24 bytes of JSON each, under Kafka's default 1 MB
+	// record limit.
+	cells := 0
+	for _, h := range k.c.Histograms {
+		cells += max(1, len(h.Groups)) * (len(h.Bins) + 1)
+	}
+	if cells > MaxDistributedCells {
+		k.add("histograms", "have %d (group, bin) cells in all, more than the %d one partial record of kafka.distributed can carry under Kafka's default 1 MB record limit: fewer groups or bins", cells, MaxDistributedCells)
+	}
 }

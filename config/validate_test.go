@@ -199,6 +199,13 @@ func TestValidateRules(t *testing.T) {
 		{"distributed topic clash", func(c *Config) { dist(c); c.Kafka.OutputTopic = c.Kafka.PartialsTopic() }, "kafka.distributed.internal_topic_prefix", "must differ from kafka.output_topic"},
 		{"distributed average", func(c *Config) { dist(c); avg(c) }, "histograms[0].kind", "not supported with kafka.distributed"},
 		{"distributed histogram window", func(c *Config) { dist(c); c.Histograms[1].Window = Duration(time.Hour) }, "histograms[1].window", "not supported with kafka.distributed"},
+		{"distributed too many cells", func(c *Config) {
+			dist(c)
+			c.Histograms[1].Groups = make([]string, 20000)
+			for i := range c.Histograms[1].Groups {
+				c.Histograms[1].Groups[i] = fmt.Sprintf("g%d", i)
+			}
+		}, "histograms", "more than the 35000 one partial record"},
 		{"distributed tracked users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }, "contribution.max_tracked_users", "not supported with kafka.distributed"},
 		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", `must be one of json, console, got "text"`},
 		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", "must be one of debug, info, warn, error"},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/internal/siphash"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/partial/kafkapartial"
@@ -172,10 +173,15 @@ func (s *Stage) runBounders(ctx context.Context) error {
 		if n := fs.NumRecords(); n > 0 {
 			b.stray.Add(int64(n))
 		}
+		failed := false
 		fs.EachError(func(t string, p int32, err error) {
+			failed = true
 			s.log.Warn("bounder group client", zap.String("topic", t), zap.Int32("partition", p), zap.Error(err))
 		})
 		if errors.Is(fs.Err0(), kgo.ErrClientClosed) {
+			break
+		}
+		if failed && retry.Sleep(ctx, time.Second) != nil { // a group error repeats at once: not a busy loop
 			break
 		}
 	}

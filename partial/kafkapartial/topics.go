@@ -192,8 +192,11 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicS
 		return fmt.Errorf("kafkapartial: describe the configs of topic %q: %w", s.name, err)
 	}
 	rc, err := rcs.On(s.name, nil)
-	if err != nil || rc.Err != nil {
-		return fmt.Errorf("kafkapartial: describe the configs of topic %q: %v %v", s.name, err, rc.Err)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return fmt.Errorf("kafkapartial: describe the configs of topic %q: %w", s.name, err)
 	}
 	policy := ""
 	for _, c := range rc.Configs {
