@@ -102,7 +102,16 @@ func TestRunSmall(t *testing.T) {
 			if p.ProcessCPUMicrosPerRecord < p.CPUMicrosPerRecord {
 				t.Errorf("%s pass %d: whole-process CPU %.3f µs/record below the pass's %.3f", kind, p.Order, p.ProcessCPUMicrosPerRecord, p.CPUMicrosPerRecord)
 			}
-			if !(p.BrokerCPUShare > 0 && p.BrokerCPUShare <= float64(runtime.NumCPU())+0.1) || !(p.BrokerCPUMicrosPerRecord > 0) {
+			// The broker's CPU is sampled by a request to its process after
+			// each mark, so on a pass of a few hundred milliseconds on a
+			// loaded machine the sampling delay alone can exceed the cores'
+			// share (seen in CI: 5.2 on 2 cores): the upper bound holds only
+			// for passes long enough to dwarf it.
+			limit := float64(runtime.NumCPU()) + 0.1
+			if p.Seconds < 1 {
+				limit = math.Inf(1)
+			}
+			if !(p.BrokerCPUShare > 0 && p.BrokerCPUShare <= limit) || !(p.BrokerCPUMicrosPerRecord > 0) {
 				t.Errorf("%s pass %d: broker CPU share %.3f (%.3f µs/record)", kind, p.Order, p.BrokerCPUShare, p.BrokerCPUMicrosPerRecord)
 			}
 		}
