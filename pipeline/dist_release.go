@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -60,6 +61,10 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 		stop func()
 		done chan struct{}
 	)
+	// lost: the group session was lost while this instance held the
+	// partials topic (paused or cut off past kafka.session_timeout): the
+	// active releaser asks its log whether it was fenced (lead).
+	var lost atomic.Bool
 	errc := make(chan error, 1)
 	end := func() {
 		mu.Lock()
@@ -93,7 +98,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 			case <-lctx.Done():
 				return
 			}
-			if err := s.lead(ctx, lctx, r); err != nil {
+			if err := s.lead(ctx, lctx, r, &lost); err != nil {
 				select {
 				case errc <- err:
 				default:
@@ -108,8 +113,9 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 		Opts:           s.kgo,
 		OnAssigned:     start,
 		Warn:           func(err error) { s.log.Warn("release group", zap.Error(err)) },
-		OnRevoked: func(lost bool) {
-			s.log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", lost))
+		OnRevoked: func(wasLost bool) {
+			s.log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
+			lost.Store(wasLost)
 			end()
 		},
 	})
@@ -134,7 +140,14 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 // flight is finished first, bounded by the drain timeout). It returns an
 // error only for what must stop the stage; a fenced release log is one
 // (kafkalog.ErrFenced: this instance is a zombie).
-func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
+//
+// lost (set by the group callback before lctx ends) says the group session
+// was lost, not revoked: this instance was paused or cut off past its
+// session, and another may have taken the log over. Before it closes the
+// log it then asks the log (fencedProbe): a zombie learns it was fenced and
+// stops the stage with the fenced error; a releaser whose session lapsed
+// before anyone took over stands down and rejoins as a standby.
+func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool) (err error) {
 	either, cancel := joinContexts(soft, lctx)
 	defer cancel()
 	n, err := kafkapartial.InputPartitions(either, r.Client(), s.cfg.Kafka.InputTopic)
@@ -149,6 +162,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader) error {
 	// mode it says the internal topics are ready (runDistributed);
 	// releasing says this instance holds the log.
 	defer func() {
+		if err == nil && lost.Load() && soft.Err() == nil {
+			err = s.fencedProbe(led)
+		}
 		s.ready.releasing.Store(false)
 		_ = led.Close()
 	}()
@@ -345,4 +361,29 @@ func (s *Stage) ensureInternalTopics(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// fencedProbe asks a release log this instance may have lost whether a
+// newer owner fenced it: it records the log's histogram-since map again,
+// unchanged (the same keys keep their values, ledger.NextSince), which a
+// fenced producer cannot. It returns the fenced error, or nil when the
+// record went through (nobody took the log over; it is left unchanged).
+// Any other failure is logged: the instance stands down either way.
+func (s *Stage) fencedProbe(led *kafkalog.Log) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next, err := s.resumeWindow()
+	if err == nil {
+		keys, _ := s.sinceKeys()
+		_, err = led.HistogramSince(ctx, keys, next)
+	}
+	switch {
+	case errors.Is(err, kafkalog.ErrFenced):
+		return fmt.Errorf("pipeline: the release group session was lost (paused or cut off past kafka.session_timeout) and a newer releaser took the release log over: %w", err)
+	case err != nil:
+		s.log.Warn("releaser: lost its group session; could not ask the release log whether it was taken over (standing down all the same)", zap.Error(err))
+	default:
+		s.log.Info("releaser: lost its group session before another releaser took the release log over; standing down")
+	}
+	return nil
 }

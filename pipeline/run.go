@@ -431,18 +431,8 @@ func (s *Stage) checkNeighbour(next int64) error {
 // past some of its events, so what a restart would count into it depends
 // on where those commits stopped — on other users' events (ground rule 7).
 func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
-	keys := make([]string, len(s.cfg.Histograms))
-	for i, h := range s.cfg.Histograms {
-		keys[i] = fmt.Sprintf("%s@%d", h.Name, h.WindowSize(s.cfg.Window.Size).D().Milliseconds())
-	}
-	hists := len(keys)
-	// Where the cross-window bound's admissions live, as HistogramSince
-	// keys (checkAdmissionsHome).
-	home := admissionsInLedger
-	if s.cfg.Kafka.Distributed.Enabled {
-		home = admissionsInProgress + s.cfg.Kafka.ProgressTopic()
-	}
-	keys = append(keys, home, admissionsCanary)
+	keys, home := s.sinceKeys()
+	hists := len(s.cfg.Histograms)
 	since, err := s.ledger.HistogramSince(ctx, keys, next)
 	if err != nil {
 		return fmt.Errorf("read ledger: %w", err)
@@ -453,6 +443,22 @@ func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
 	}
 	s.rel.SetSince(byIndex)
 	return s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next)
+}
+
+// sinceKeys are the release log's HistogramSince keys of the running
+// config: one per histogram (its name and window size, in config order),
+// then home, where the cross-window bound's admissions live
+// (checkAdmissionsHome), and admissionsCanary.
+func (s *Stage) sinceKeys() (keys []string, home string) {
+	keys = make([]string, 0, len(s.cfg.Histograms)+2)
+	for _, h := range s.cfg.Histograms {
+		keys = append(keys, fmt.Sprintf("%s@%d", h.Name, h.WindowSize(s.cfg.Window.Size).D().Milliseconds()))
+	}
+	home = admissionsInLedger
+	if s.cfg.Kafka.Distributed.Enabled {
+		home = admissionsInProgress + s.cfg.Kafka.ProgressTopic()
+	}
+	return append(keys, home, admissionsCanary), home
 }
 
 // The release log's HistogramSince keys that say where the cross-window

@@ -31,9 +31,9 @@ import (
 //     topics' partitions move between the 3 brokers, start it again
 //     empty;
 //   - releaser paused: SIGSTOP the releaser for three session timeouts,
-//     then SIGCONT; the zombie must exit with the fenced error or run on
-//     without publishing anything different (if it exits it is started
-//     again empty).
+//     then SIGCONT; the zombie must exit with the fenced error within
+//     5 s, having published nothing different (it is started again
+//     empty).
 //
 // Which process releases is read from the broker, not from the processes'
 // logs: the release group's member assigned partition 0 of the partials
