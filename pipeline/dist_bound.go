@@ -333,6 +333,12 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		} else if st.key, err = siphash.NewKey(); err != nil {
 			return err
 		}
+		// Recorded before anything is counted: an owner that takes the
+		// partition over before the first window is emitted resumes with
+		// this first window and key, not its own clock's (Writer.Start).
+		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, Offset: st.offset, Next: st.next, UserKey: st.key.Bytes()}); err != nil {
+			return err
+		}
 	}
 	sets, err := newWindowSets(cfg)
 	if err != nil {

@@ -170,6 +170,18 @@ func (w *Writer) Emit(ctx context.Context, e Emission) error {
 	return w.transact(ctx, recs)
 }
 
+// Start records a fresh partition's first Progress (its first window,
+// offset and user-hash key) in a transaction of its own, before anything is
+// counted: a worker that loses the partition before its first Emit hands
+// the same first window and key to the next owner, so when the partition's
+// windows begin does not depend on when it moved. Errors as Emit.
+func (w *Writer) Start(ctx context.Context, pr *partial.Progress) error {
+	if pr == nil {
+		return errors.New("kafkapartial: start without progress")
+	}
+	return w.transact(ctx, []*kgo.Record{{Topic: w.cfg.ProgressTopic, Partition: int32(w.cfg.Partition), Key: []byte(partial.ProgressKey), Value: pr.Encode()}})
+}
+
 // transact writes recs in one transaction and commits it.
 func (w *Writer) transact(ctx context.Context, recs []*kgo.Record) error {
 	w.mu.Lock()

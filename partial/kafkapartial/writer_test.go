@@ -150,6 +150,16 @@ func TestWriterEmitRestore(t *testing.T) {
 	if err != nil || r.Progress != nil || len(r.Admitted) != 0 {
 		t.Fatalf("fresh restore: %+v, %v", r, err)
 	}
+	// The first Progress, recorded before anything is counted, is what a
+	// new owner restores when the first owner emitted nothing.
+	first := &partial.Progress{Partition: 1, Partitions: 2, Offset: 7, Next: 10 * minute, UserKey: make([]byte, 16)}
+	if err := w.Start(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := openWriter(t, c, 1).Restore(ctx); err != nil || r.Progress == nil || r.Progress.Next != 10*minute || r.Progress.Offset != 7 {
+		t.Fatalf("restore after Start: %+v, %v", r, err)
+	}
+	w = openWriter(t, c, 1) // the writer above fenced w
 	for i, users := range [][]uint64{{1, 2}, {3}, nil} {
 		e := emission(1, 10*minute+int64(i)*minute, users...)
 		if i == 2 {
