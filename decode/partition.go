@@ -1,9 +1,6 @@
 package decode
 
-import (
-	"fmt"
-	"hash/fnv"
-)
+import "fmt"
 
 // The user → partition check (distributed mode, kafka.distributed).
 //
@@ -67,9 +64,12 @@ func (p Partitioner) Partition(key []byte, n int) int {
 	case PartitionerMurmur2:
 		return int((Murmur2(key) & 0x7fffffff) % uint32(n))
 	case PartitionerFNV1a:
-		h := fnv.New32a()
-		_, _ = h.Write(key)
-		q := int32(h.Sum32()) % int32(n) // signed, as Sarama and kafka-go do
+		h := uint32(2166136261) // FNV-1a, 32 bits, inline: hash/fnv's New32a allocates on every event
+		for _, c := range key {
+			h ^= uint32(c)
+			h *= 16777619
+		}
+		q := int32(h) % int32(n) // signed, as Sarama and kafka-go do
 		if q < 0 {
 			q = -q
 		}

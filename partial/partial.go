@@ -116,10 +116,6 @@ type Partial struct {
 	Config string `json:"config"`
 	// Counts lists the (histogram, group) cells with a non-zero count.
 	Counts []Cell `json:"counts,omitempty"`
-	// Dropped counts, per drop reason label, the parts of events of this
-	// window the bounds dropped at its close (bound_windows, ...);
-	// informational.
-	Dropped map[string]int64 `json:"dropped,omitempty"`
 }
 
 // Key is the partials topic record key: "w/<window start>/p/<partition>".

@@ -8,7 +8,7 @@ import (
 
 func TestPartialRoundTrip(t *testing.T) {
 	p := &Partial{WindowStart: 60000, WindowMs: 60000, Partition: 3, Partitions: 12, Next: 120000, Watermark: 125000,
-		Counts: []Cell{{H: 0, G: 2, Counts: []float64{1, 0, 4}}}, Dropped: map[string]int64{"bound_windows": 2}}
+		Counts: []Cell{{H: 0, G: 2, Counts: []float64{1, 0, 4}}}}
 	got, err := DecodePartial(p.Encode())
 	if err != nil {
 		t.Fatal(err)

@@ -450,8 +450,8 @@ func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w
 	}
 }
 
-// emit closes window st.next (closeBoundary with the cross-window bound's
-// admit, as closeAndRecord does) and writes its Partial, admissions and
+// emit closes window st.next (closeWindow, as the single-process
+// releaser does) and writes its Partial, admissions and
 // the new progress in one transaction; only once it committed are the
 // offsets advanced.
 func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *kafkapartial.Writer, wm int64) error {
@@ -459,30 +459,9 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	win := st.next
 	end := win + s.sizeMs
 	period := s.periodOf(win)
-	sess.closeMu.Lock()
-	var admit func(uint64) bool
-	var users []uint64
-	if sess.adm != nil {
-		sess.adm.Forget(period)
-		decided := map[uint64]bool{}
-		admit = func(u uint64) bool {
-			u = aggregate.UserKey(u)
-			ok, seen := decided[u]
-			if !seen {
-				ok = sess.adm.Admit(period, u)
-				decided[u] = ok
-				if ok {
-					users = append(users, u)
-				}
-			}
-			return ok
-		}
-	}
-	counts, err := sess.closeBoundary(end, admit)
-	sess.next = end
-	sess.closeMu.Unlock()
+	counts, users, err := s.closeWindow(sess, win)
 	if err != nil {
-		return fmt.Errorf("close window: %w", err)
+		return err
 	}
 	defer counts.Release()
 	pt := &partial.Partial{WindowStart: win, WindowMs: s.sizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm, Config: s.countingConfig}
@@ -496,17 +475,6 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 					break
 				}
 			}
-		}
-	}
-	displaced := counts.Displaced()
-	nc, na := counts.NotAdmitted()
-	if displaced > 0 || nc+na > 0 {
-		pt.Dropped = map[string]int64{}
-		if displaced > 0 {
-			pt.Dropped[decode.ReasonBoundDisplaced.String()] = displaced
-		}
-		if nc+na > 0 {
-			pt.Dropped[decode.ReasonBoundWindows.String()] = nc + na
 		}
 	}
 	e := kafkapartial.Emission{Partial: pt}
@@ -541,12 +509,6 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		st.adm[string(partial.AdmittedKey(a.Period, a.Window, a.Chunk))] = a.Period
 	}
 	s.stats.Commits.Add(1)
-	if displaced > 0 {
-		s.stats.DropN(decode.ReasonBoundDisplaced, displaced)
-	}
-	if nc+na > 0 {
-		s.stats.DropN(decode.ReasonBoundWindows, nc+na)
-	}
 	return nil
 }
 

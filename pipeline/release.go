@@ -197,16 +197,31 @@ func (s *Stage) publishContext(soft, gctx context.Context) (context.Context, con
 // closeAndRecord closes window w and records every histogram's unit (or
 // finds it recorded). It returns the units still to publish.
 func (s *Stage) closeAndRecord(ctx context.Context, sess *session, w int64) ([]*ledger.Unit, error) {
-	sess.closeMu.Lock()
-	var admit func(uint64) bool
+	counts, users, err := s.closeWindow(sess, w)
+	if err != nil {
+		return nil, err
+	}
+	defer counts.Release()
 	var adm *ledger.Admitted // the users the cross-window bound admits to w
 	if sess.adm != nil {
-		// The window's eligible users are those with a part to count in any
-		// histogram: each is decided once (Admissions.Admit), the count and
-		// average histograms sharing the decision.
+		adm = &ledger.Admitted{Period: s.periodOf(w), Users: users}
+	}
+	return s.rel.RecordAdmitted(ctx, w, counts, counts, adm)
+}
+
+// closeWindow closes, in every window size, the windows ending with base
+// window w (the releaser of the single-process mode, a bounder of the
+// distributed mode) and counts what the bounds dropped at the close. With
+// the cross-window bound it returns the users admitted to w: the window's
+// eligible users are those with a part to count in any histogram, each
+// decided once (Admissions.Admit), the count and average histograms
+// sharing the decision. The caller releases counts.
+func (s *Stage) closeWindow(sess *session, w int64) (counts *boundary, admitted []uint64, err error) {
+	sess.closeMu.Lock()
+	var admit func(uint64) bool
+	if sess.adm != nil {
 		period := s.periodOf(w)
 		sess.adm.Forget(period) // earlier periods are over
-		adm = &ledger.Admitted{Period: period}
 		decided := map[uint64]bool{}
 		admit = func(u uint64) bool {
 			u = aggregate.UserKey(u)
@@ -215,20 +230,19 @@ func (s *Stage) closeAndRecord(ctx context.Context, sess *session, w int64) ([]*
 				ok = sess.adm.Admit(period, u)
 				decided[u] = ok
 				if ok {
-					adm.Users = append(adm.Users, u)
+					admitted = append(admitted, u)
 				}
 			}
 			return ok
 		}
 	}
 	// The windows of every size ending with w (windows.go).
-	counts, err := sess.closeBoundary(w+s.sizeMs, admit)
+	counts, err = sess.closeBoundary(w+s.sizeMs, admit)
 	sess.next = w + s.sizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("close window %s: %w", release.RFC3339(w), err)
+		return nil, nil, fmt.Errorf("close window %s: %w", release.RFC3339(w), err)
 	}
-	defer counts.Release()
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
 		s.stats.DropN(decode.ReasonBoundDisplaced, d)
 	}
@@ -239,7 +253,7 @@ func (s *Stage) closeAndRecord(ctx context.Context, sess *session, w int64) ([]*
 	if n := counts.AverageNotSelected(); n > 0 {
 		s.stats.AverageNotSelected.Add(n)
 	}
-	return s.rel.RecordAdmitted(ctx, w, counts, counts, adm)
+	return counts, admitted, nil
 }
 
 func (s *Stage) periodOf(w int64) int64 { return window.Start(w, s.periodMs) }
