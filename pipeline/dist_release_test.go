@@ -518,9 +518,10 @@ func (e *distEnv) recordMarkers(t *testing.T, l *kafkalog.Log, w int) []*ledger.
 	return units
 }
 
-// checkSpend checks that l holds want units, all published, and that each
-// period's RDP spend is the sum of its units' charges.
-func checkSpend(t *testing.T, l ledger.Store, want int) {
+// CheckSpendIsSumOfCharges checks that l holds want units, all published,
+// and that each period's RDP spend is the sum of its units' charges.
+// Exported for the external tests of this directory (pipeline_test).
+func CheckSpendIsSumOfCharges(t *testing.T, l ledger.Store, want int) {
 	t.Helper()
 	sum := map[int64][]float64{}
 	n := 0
@@ -632,7 +633,7 @@ func TestDistReleaserTakeover(t *testing.T) {
 	if err := dead.RecordWindow(ctx, late, ledger.Curve{}); !errors.Is(err, kafkalog.ErrFenced) {
 		t.Errorf("record by the dead releaser: %v, want ErrFenced", err)
 	}
-	checkSpend(t, e.openLog(t), 3*len(distHists))
+	CheckSpendIsSumOfCharges(t, e.openLog(t), 3*len(distHists))
 }
 
 // TestDistReleaserZombieFenced: the active releaser has released window 0

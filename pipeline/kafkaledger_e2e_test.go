@@ -12,6 +12,7 @@ import (
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/mechanism"
+	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
@@ -170,47 +171,7 @@ func TestKafkaLedgerTakeoverRepublishes(t *testing.T) {
 
 	// The spend in the log: the recorded window's charges and the stage's.
 	l := openGroupLog(t, h, cfg)
-	checkSpendIsSumOfCharges(t, l, 3*len(cfg.Histograms))
-}
-
-// checkSpendIsSumOfCharges checks that l holds units units, every one
-// published, and that each period's RDP spend is the sum of its units'
-// charges.
-func checkSpendIsSumOfCharges(t *testing.T, l ledger.Store, units int) {
-	t.Helper()
-	sum := map[int64][]float64{}
-	n := 0
-	if err := l.Units(func(u *ledger.Unit) bool {
-		n++
-		if !u.Published {
-			t.Errorf("unit %s@%d not marked published", u.Histogram, u.WindowStart)
-		}
-		s := sum[u.Period]
-		if s == nil {
-			s = make([]float64, len(u.Charge.Epsilons))
-		}
-		for i, e := range u.Charge.Epsilons {
-			s[i] += e
-		}
-		sum[u.Period] = s
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if n != units {
-		t.Errorf("the log holds %d units, want %d", n, units)
-	}
-	for p, s := range sum {
-		spent, ok, err := l.Spent(p)
-		if err != nil || !ok {
-			t.Fatalf("spend of period %d: %v %v", p, ok, err)
-		}
-		for i := range s {
-			if d := s[i] - spent.Epsilons[i]; d > 1e-9*s[i] || d < -1e-9*s[i] {
-				t.Errorf("period %d order %g: spend %v ≠ sum of the units' charges %v", p, spent.Orders[i], spent.Epsilons[i], s[i])
-			}
-		}
-	}
+	pipeline.CheckSpendIsSumOfCharges(t, l, 3*len(cfg.Histograms))
 }
 
 // TestKafkaLedgerZombieFenced: a stage in kafka-ledger mode is active and

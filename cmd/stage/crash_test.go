@@ -449,9 +449,21 @@ func crashRecovery(t *testing.T, run crashRun) {
 			t.Errorf("state.ledger kafka: %s holds a bbolt ledger (stat: %v)", sd, err)
 		}
 	}
+	units, _ := checkSpendIsSumOfCharges(t, l, run.base.Add(time.Duration(windows)*run.size).UnixMilli())
+	if units != windows*2 {
+		t.Errorf("ledger holds %d units of the stream's windows, want %d", units, windows*2)
+	}
+	if run.k > 0 {
+		checkAdmissions(t, l, run, admitted)
+	}
+}
+
+// checkSpendIsSumOfCharges checks that each period's spend in l equals
+// the sum of its (unique) units' charges, and returns the units of windows
+// before streamEnd and the periods seen.
+func checkSpendIsSumOfCharges(t *testing.T, l ledger.Store, streamEnd int64) (units, periods int) {
+	t.Helper()
 	sum := map[int64][]float64{}
-	units := 0
-	streamEnd := run.base.Add(time.Duration(windows) * run.size).UnixMilli()
 	if err := l.Units(func(u *ledger.Unit) bool {
 		if u.WindowStart < streamEnd {
 			units++
@@ -468,12 +480,6 @@ func crashRecovery(t *testing.T, run crashRun) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if units != windows*2 {
-		t.Errorf("ledger holds %d units of the stream's windows, want %d", units, windows*2)
-	}
-	if run.k > 0 {
-		checkAdmissions(t, l, run, admitted)
-	}
 	for p, s := range sum {
 		spent, _, err := l.Spent(p)
 		if err != nil {
@@ -485,6 +491,7 @@ func crashRecovery(t *testing.T, run crashRun) {
 			}
 		}
 	}
+	return units, len(sum)
 }
 
 // countMessages returns the number of messages in the output topic.
