@@ -69,6 +69,26 @@ var rfc3339RE = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-
 
 // refTime interprets a time value the documented way using the standard
 // library: math/big for numbers, time.Parse for RFC 3339.
+// refHugeExponent decides a JSON number whose exponent big.Rat refuses (it
+// does not fit an int64): a zero mantissa is 0 whatever the exponent; any
+// other mantissa is out of range for a large positive exponent, and for a
+// large negative one lies strictly between -1 and 1, so it floors to 0 when
+// positive and to -1 (out of range) when negative.
+func refHugeExponent(s string) (int64, Reason) {
+	i := strings.IndexAny(s, "eE")
+	if i < 0 {
+		return 0, ReasonBadTime
+	}
+	mant, exp := s[:i], s[i+1:]
+	if strings.Trim(mant, "-0.") == "" {
+		return 0, ReasonNone
+	}
+	if !strings.HasPrefix(exp, "-") || strings.HasPrefix(mant, "-") {
+		return 0, ReasonBadTime
+	}
+	return 0, ReasonNone
+}
+
 func refTime(v any) (int64, Reason) {
 	switch v := v.(type) {
 	case nil:
@@ -76,7 +96,7 @@ func refTime(v any) (int64, Reason) {
 	case json.Number:
 		r, ok := new(big.Rat).SetString(string(v))
 		if !ok {
-			return 0, ReasonBadTime
+			return refHugeExponent(string(v))
 		}
 		f := new(big.Int).Quo(r.Num(), r.Denom()) // truncates toward zero
 		if r.Sign() < 0 && !r.IsInt() {
