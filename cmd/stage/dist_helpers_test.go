@@ -77,16 +77,16 @@ func (d *distDeployment) mustRun() {
 	}
 }
 
-// ownerOf returns the slot whose process holds the connection with client
-// address host (e2e.SocketOwner), or -1.
-func (d *distDeployment) ownerOf(host string) int {
+// ownerOf returns the slot of the running process whose client id is id
+// (e2e.MemberPID), or -1.
+func (d *distDeployment) ownerOf(id string) int {
 	var pids []int
 	for _, p := range d.procs {
 		if !p.exited() {
 			pids = append(pids, p.pid())
 		}
 	}
-	pid, err := e2e.SocketOwner(host, pids)
+	pid, err := e2e.MemberPID(id, pids)
 	if err != nil {
 		d.t.Logf("%v", err)
 		return -1
@@ -105,8 +105,8 @@ func (d *distDeployment) owner(group, topic string, partition int32) int {
 	d.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if host := e2e.MemberOf(d.c.Cluster, group, topic, partition); host != "" {
-			if i := d.ownerOf(host); i >= 0 {
+		if id := e2e.MemberOf(d.c.Cluster, group, topic, partition); id != "" {
+			if i := d.ownerOf(id); i >= 0 {
 				return i
 			}
 		}

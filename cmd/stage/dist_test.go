@@ -37,8 +37,8 @@ import (
 //
 // Which process releases is read from the broker, not from the processes'
 // logs: the release group's member assigned partition 0 of the partials
-// topic (kfake's GroupInfo) names its connection's client address, and
-// /proc tells which of the 3 processes holds that socket (e2e.SocketOwner).
+// topic (kfake's GroupInfo) sends the client id "stage@<hostname>/<pid>"
+// (internal/clientid), which names one of the 3 processes (e2e.MemberPID).
 //
 // After the stream, every process stopped (SIGTERM), the checks over
 // Kafka: every (histogram, group, window) of the stream released, each
@@ -160,8 +160,8 @@ func distFailover(t *testing.T, fault distFault) {
 		gap = d.killAndRestart(releaser, output)
 	case faultKillBounder:
 		bounder := -1
-		for _, host := range e2e.MembersWith(c.Cluster, group, input) {
-			if i := d.ownerOf(host); i != releaser {
+		for _, id := range e2e.MembersWith(c.Cluster, group, input) {
+			if i := d.ownerOf(id); i >= 0 && i != releaser {
 				bounder = i
 				break
 			}

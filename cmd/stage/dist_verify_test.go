@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dpstage/stage/internal/clientid"
 	"github.com/dpstage/stage/internal/e2e"
 )
 
@@ -23,7 +24,7 @@ import (
 // consumer-group member is.
 
 // distMemberEnv makes this test binary a bare kgo consumer-group member
-// (see TestDistHelpers/socket owner): "brokers;group;topic". It prints
+// (see TestDistHelpers/member pid): "brokers;group;topic". It prints
 // "assigned P,P,..." on stdout at every assignment.
 const distMemberEnv = "STAGE_TEST_DIST_MEMBER"
 
@@ -42,7 +43,7 @@ func init() {
 		slices.Sort(ps)
 		fmt.Printf("assigned %s\n", strings.Join(ps, ","))
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(f[0], ",")...), kgo.ConsumerGroup(f[1]), kgo.ConsumeTopics(f[2]),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(f[0], ",")...), kgo.ClientID(clientid.ClientID()), kgo.ConsumerGroup(f[1]), kgo.ConsumeTopics(f[2]),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200*time.Millisecond),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			for _, p := range m[f[2]] {
@@ -114,7 +115,7 @@ func TestDistHelpers(t *testing.T) {
 			}
 		}
 	})
-	t.Run("socket owner", testSocketOwner)
+	t.Run("member pid", testMemberPID)
 }
 
 // testReadCommitted: records of a committed transaction are read, those
@@ -178,10 +179,11 @@ func testReadCommitted(t *testing.T) {
 	}
 }
 
-// testSocketOwner starts 3 processes, each a bare kgo member of one
-// group, and checks that e2e.MemberOf + e2e.SocketOwner map each member
-// to the process that reports the member's assignment.
-func testSocketOwner(t *testing.T) {
+// testMemberPID starts 3 processes, each a bare kgo member of one group
+// with the stage's client id (internal/clientid), and checks that
+// e2e.MemberOf + e2e.MemberPID map each member to the process that reports
+// the member's assignment.
+func testMemberPID(t *testing.T) {
 	c := e2e.StartDistCluster(t, 3, map[string]int{"t": 6})
 	type child struct {
 		cmd  *exec.Cmd
@@ -238,13 +240,13 @@ func testSocketOwner(t *testing.T) {
 		}
 	}
 	for p := int32(0); p < 6; p++ {
-		host := e2e.MemberOf(c.Cluster, "g", "t", p)
-		pid, err := e2e.SocketOwner(host, pids)
+		id := e2e.MemberOf(c.Cluster, "g", "t", p)
+		pid, err := e2e.MemberPID(id, pids)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Contains(strings.Split(said[pid], ","), fmt.Sprint(p)) {
-			t.Errorf("partition %d: member %s found in process %d, which says it has %q", p, host, pid, said[pid])
+			t.Errorf("partition %d: member %s found in process %d, which says it has %q", p, id, pid, said[pid])
 		}
 	}
 }

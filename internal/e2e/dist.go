@@ -8,21 +8,18 @@ package e2e
 // returns aborted records and control markers as data (its issue #1332).
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dpstage/stage/internal/clientid"
 )
 
 // DistCluster is a kfake cluster of several brokers in the test process.
@@ -134,9 +131,10 @@ func ShuffleLeaders(ctx context.Context, c *DistCluster, topics []string, every 
 	}
 }
 
-// MemberOf returns the client address (host:port, as the broker saw the
-// member's connection) of the member of group assigned partition of
-// topic, or "" when no member is.
+// MemberOf returns the client id of the member of group assigned
+// partition of topic, or "" when no member is. The stage's kgo clients
+// send "stage@<hostname>/<pid>" (internal/clientid), so [MemberPID] tells
+// which process the member is, from the broker's view of the group alone.
 func MemberOf(c *kfake.Cluster, group, topic string, partition int32) string {
 	gi := c.GroupInfo(group)
 	if gi == nil {
@@ -144,14 +142,14 @@ func MemberOf(c *kfake.Cluster, group, topic string, partition int32) string {
 	}
 	for _, m := range gi.Members {
 		if slices.Contains(m.Assignment[topic], partition) {
-			return m.ClientHost
+			return m.ClientID
 		}
 	}
 	return ""
 }
 
-// MembersWith returns the client addresses of the members of group with
-// at least one partition of topic assigned.
+// MembersWith returns the client ids of the members of group with at
+// least one partition of topic assigned.
 func MembersWith(c *kfake.Cluster, group, topic string) []string {
 	gi := c.GroupInfo(group)
 	if gi == nil {
@@ -160,75 +158,25 @@ func MembersWith(c *kfake.Cluster, group, topic string) []string {
 	var out []string
 	for _, m := range gi.Members {
 		if len(m.Assignment[topic]) > 0 {
-			out = append(out, m.ClientHost)
+			out = append(out, m.ClientID)
 		}
 	}
 	return out
 }
 
-// SocketOwner returns which of pids holds the TCP socket whose local
-// address is addr (127.0.0.1:port): the socket's inode from
-// /proc/net/tcp, then the process whose /proc/PID/fd links to it (Linux
-// only). This is how the test tells which stage process a consumer-group
-// member is, from the broker's view of the member alone, with nothing
-// read from the process's logs.
-func SocketOwner(addr string, pids []int) (int, error) {
-	host, port, err := splitHostPort(addr)
-	if err != nil {
-		return 0, err
+// MemberPID returns which of pids sent the client id id (a group member's,
+// from [MemberOf] or [MembersWith]). A member left behind by a killed
+// process, until its session expires, names a pid not in pids: an error,
+// so the caller waits for the group to settle.
+func MemberPID(id string, pids []int) (int, error) {
+	pid, ok := clientid.PID(id)
+	if !ok {
+		return 0, fmt.Errorf("member pid: client id %q is not a stage process's", id)
 	}
-	ip := strings.Split(host, ".")
-	if len(ip) != 4 {
-		return 0, fmt.Errorf("socket owner: %s is not an IPv4 address", addr)
+	if !slices.Contains(pids, pid) {
+		return 0, fmt.Errorf("member pid: client id %q names pid %d, none of the running processes %v", id, pid, pids)
 	}
-	var le uint32 // /proc/net/tcp prints the IPv4 address as a little-endian word
-	for i := 3; i >= 0; i-- {
-		b, err := strconv.Atoi(ip[i])
-		if err != nil {
-			return 0, fmt.Errorf("socket owner: %s: %w", addr, err)
-		}
-		le = le<<8 | uint32(b)
-	}
-	local := fmt.Sprintf("%08X:%04X", le, port)
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return 0, fmt.Errorf("socket owner: %w", err)
-	}
-	defer f.Close()
-	inode := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 9 && fs[1] == local {
-			inode = fs[9]
-			break
-		}
-	}
-	if inode == "" || inode == "0" {
-		return 0, fmt.Errorf("socket owner: no socket with local address %s (%s) in /proc/net/tcp", addr, local)
-	}
-	want := "socket:[" + inode + "]"
-	for _, pid := range pids {
-		fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
-		for _, fd := range fds {
-			if l, err := os.Readlink(fd); err == nil && l == want {
-				return pid, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("socket owner: none of the processes %v holds %s (%s)", pids, addr, want)
-}
-
-func splitHostPort(addr string) (string, int, error) {
-	i := strings.LastIndexByte(addr, ':')
-	if i < 0 {
-		return "", 0, fmt.Errorf("socket owner: %q has no port", addr)
-	}
-	port, err := strconv.Atoi(addr[i+1:])
-	if err != nil {
-		return "", 0, fmt.Errorf("socket owner: %q: %w", addr, err)
-	}
-	return strings.TrimPrefix(addr[:i], "/"), port, nil
+	return pid, nil
 }
 
 // ReadCommitted reads every partition of topic with kgo at isolation level
