@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // ErrPartitions: a Partial was made against an input partition count other
@@ -28,11 +29,30 @@ type Layout struct {
 // of p emits its windows one after the other, each in one transaction
 // with its progress, so Next_p >= w+size means p's Partial of w has been
 // written (and, read_committed, read: the partials topic has one
-// partition, read in log order). An idle partition keeps emitting empty
-// Partials as its watermark passes windows, so it does not hold a window;
-// a lagging one does, until it catches up. A window with no Partial at
-// all (every partition empty) is complete all the same and merges to zero
-// counts: every declared (histogram, group) is released whatever the data.
+// partition, read in log order). Under window.watermark: arrival a partition
+// read to its end keeps emitting empty Partials as the wall clock passes
+// windows, so it does not hold a window; a lagging one does, until it
+// catches up. A window with no Partial at all (every partition empty) is
+// complete all the same and merges to zero counts: every declared
+// (histogram, group) is released whatever the data.
+//
+// Idleness (window.watermark: event). A partition's windows close by its
+// own event times there, so a partition without new events would hold every
+// window. Its bounder reports it idle instead ([Idle]), and then, exactly
+// as the single-process stage's watermark is the minimum over the
+// partitions that are not idle (window.Watermarks): window w is complete
+// when every partition not idle has Next_p >= w+size — or, when every
+// partition is idle, when the largest Next does (the single-process
+// stage's "largest partition watermark"). A partition active again holds
+// windows from then on; its Partials of windows released meanwhile are
+// [Late]: their events are late, as an event behind the watermark is in
+// the single-process stage. A window that only idle partitions hold is
+// handed out once it has been so for the idle grace ([Merger.SetIdleGrace],
+// the releaser's window.idle_partition_timeout): an idle partition whose
+// input has just received events, and whose bounder is reading them, has
+// that long to say it is active again before windows pass it by. Without
+// it, after a pause in the input the first partition to read its events
+// would close windows that the others, still marked idle, have events for.
 //
 // Offsets. The Merger also tracks, like source.OffsetTracker for the
 // input, the smallest partials-topic offset of a record of a window not
@@ -40,7 +60,11 @@ type Layout struct {
 // released windows, or to windows before the resume window, and is not
 // needed again. A record of window v < w carries Next = v+size <= w, so no
 // record before the commit point can make a pending window complete: a
-// reader restarting at the commit point learns every Next it needs.
+// reader restarting at the commit point learns every Next it needs. The
+// commit point also stays at or before the latest Idle record of every
+// partition idle now, so a reader restarting there learns which
+// partitions are idle (a partition active again needs no record: not idle
+// is where a Merger starts).
 //
 // A Merger is not safe for concurrent use (the releaser's one goroutine).
 type Merger struct {
@@ -52,6 +76,21 @@ type Merger struct {
 	// next is, per source partition, the largest Next seen
 	// (math.MinInt64 before any).
 	next []int64
+	// idle is, per source partition, whether its latest Idle record says
+	// idle; idleAt the offset of that record.
+	idle   []bool
+	idleAt []int64
+	// included is, per source partition, the last window released with a
+	// Partial of it (math.MinInt64 before any).
+	included []int64
+	// grace and now: see SetIdleGrace; heldByIdle is the window only idle
+	// partitions hold, since heldSince (zero: none).
+	grace      time.Duration
+	now        func() time.Time
+	heldByIdle int64
+	heldSince  time.Time
+	// resume is the first window this Merger hands out.
+	resume int64
 	// released: every window starting before it is released (or was
 	// before the resume window); the next window handed out starts here.
 	released int64
@@ -68,11 +107,12 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	if n <= 0 || sizeMs <= 0 || len(layout.Bins) != len(layout.Groups) {
 		return nil, fmt.Errorf("partial: merger of %d partitions, %d ms windows, %d/%d histograms", n, sizeMs, len(layout.Bins), len(layout.Groups))
 	}
-	next := make([]int64, n)
+	next, included := make([]int64, n), make([]int64, n)
 	for i := range next {
-		next[i] = math.MinInt64
+		next[i], included[i] = math.MinInt64, math.MinInt64
 	}
-	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n),
+		included: included, resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
 }
 
 // AddResult says what Add did with a Partial.
@@ -81,8 +121,9 @@ type AddResult int
 const (
 	// Added: the Partial's counts are held for its window.
 	Added AddResult = iota
-	// Skipped: its window is released already (or before the resume
-	// window); only its Next was taken.
+	// Skipped: its window is released already — before the resume window
+	// (before this Merger was made), or with a Partial of the same
+	// (window, partition); only its Next was taken.
 	Skipped
 	// Duplicate: a Partial of the same (window, partition) was added
 	// before, with the same counts; this one is ignored.
@@ -94,12 +135,19 @@ const (
 	// calibrated to — but its Next is taken, so its window is released
 	// without that partition's counts. The caller logs it loudly.
 	Foreign
+	// Late: its window was released by this Merger without it (the
+	// partition was idle then, window.watermark: event): its counts are
+	// not released. Only its Next is taken. The caller logs it when it
+	// had counts: those events were late.
+	Late
 	// Conflict: a Partial of the same (window, partition) was added before
 	// with different counts; this one is ignored (the first one is kept).
 	// The bounders write each (window, partition) once, transactionally:
 	// a conflict means two writers of one partition that the transactional
 	// id did not fence. The caller logs it loudly.
 	Conflict
+	// NumAddResults is the number of AddResult values (metrics).
+	NumAddResults int = iota
 )
 
 func (r AddResult) String() string {
@@ -114,6 +162,8 @@ func (r AddResult) String() string {
 		return "conflict"
 	case Foreign:
 		return "foreign"
+	case Late:
+		return "late"
 	}
 	return fmt.Sprintf("AddResult(%d)", int(r))
 }
@@ -149,6 +199,12 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		m.next[p.Partition] = p.Next
 	}
 	if p.WindowStart < m.released {
+		// A partition's Partials come in window order, so one of a window
+		// from resume on that is after the last window released with a
+		// Partial of this partition came after its window's release.
+		if p.WindowStart >= m.resume && p.WindowStart > m.included[p.Partition] {
+			return Late, nil
+		}
 		return Skipped, nil
 	}
 	if foreign {
@@ -170,13 +226,87 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	return Added, nil
 }
 
+// SetIdle feeds the Idle record read at offset (offsets increase from
+// call to call, shared with Add). An error (ErrPartitions, ErrFormat)
+// leaves the Merger unchanged.
+func (m *Merger) SetIdle(d *Idle, offset int64) error {
+	if d.Partitions != m.n {
+		return fmt.Errorf("%w: an idle record of partition %d was made for %d input partitions, the releaser runs with %d; "+
+			"version 1 refuses partition count changes while running: restore the count or start a new deployment (group_id)",
+			ErrPartitions, d.Partition, d.Partitions, m.n)
+	}
+	if d.WindowMs != m.sizeMs || d.Partition < 0 || d.Partition >= m.n {
+		return fmt.Errorf("%w: idle record of partition %d of %d with %d ms windows, the releaser %d ms", ErrFormat, d.Partition, d.Partitions, d.WindowMs, m.sizeMs)
+	}
+	if offset+1 > m.end {
+		m.end = offset + 1
+	}
+	if d.Next > m.next[d.Partition] {
+		m.next[d.Partition] = d.Next
+	}
+	m.idle[d.Partition] = d.Idle
+	m.idleAt[d.Partition] = offset
+	return nil
+}
+
+// SetIdleGrace makes Next hand out a window that only idle partitions
+// hold once it has been so for grace, by the clock now (the releaser's
+// window.idle_partition_timeout and wall clock). Without a call, at once.
+func (m *Merger) SetIdleGrace(grace time.Duration, now func() time.Time) {
+	m.grace, m.now = grace, now
+}
+
+// IdleWait returns how long until the window only idle partitions hold is
+// handed out (Next is then worth calling even with no new record), and
+// false when no window is waiting so.
+func (m *Merger) IdleWait() (time.Duration, bool) {
+	if m.heldSince.IsZero() || m.heldByIdle != m.released {
+		return 0, false
+	}
+	return max(m.grace-m.now().Sub(m.heldSince), 0), true
+}
+
+// Idle returns the source partitions whose latest Idle record says idle,
+// ascending.
+func (m *Merger) Idle() []int {
+	var out []int
+	for p, idle := range m.idle {
+		if idle {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Next returns the next window to release, if it is complete: the window
 // starting at the first unreleased boundary, with the merged counts of
 // every Partial added for it (none, when no partition had events).
 func (m *Merger) Next() (*Window, bool) {
 	w := m.released
-	for _, n := range m.next {
+	live, byIdle := false, false
+	largest := int64(math.MinInt64)
+	for p, n := range m.next {
+		largest = max(largest, n)
+		if m.idle[p] {
+			byIdle = byIdle || n < w+m.sizeMs
+			continue
+		}
+		live = true
 		if n < w+m.sizeMs {
+			m.heldSince = time.Time{}
+			return nil, false
+		}
+	}
+	if !live && largest < w+m.sizeMs {
+		m.heldSince = time.Time{}
+		return nil, false
+	}
+	if byIdle && m.grace > 0 {
+		now := m.now()
+		if m.heldSince.IsZero() || m.heldByIdle != w {
+			m.heldByIdle, m.heldSince = w, now
+		}
+		if now.Sub(m.heldSince) < m.grace {
 			return nil, false
 		}
 	}
@@ -193,6 +323,9 @@ func (m *Merger) Released(w *Window) {
 	if w.Start != m.released {
 		panic(fmt.Sprintf("partial: released window %d, next is %d", w.Start, m.released))
 	}
+	for p := range w.parts {
+		m.included[p] = w.Start
+	}
 	delete(m.pending, w.Start)
 	m.released = w.Start + m.sizeMs
 }
@@ -200,12 +333,12 @@ func (m *Merger) Released(w *Window) {
 // ReleasedTo is the start of the first window not released.
 func (m *Merger) ReleasedTo() int64 { return m.released }
 
-// Lagging returns the source partitions whose Next has not passed the
-// next window (they hold it), ascending.
+// Lagging returns the source partitions not idle whose Next has not
+// passed the next window (they hold it), ascending.
 func (m *Merger) Lagging() []int {
 	var out []int
 	for p, n := range m.next {
-		if n < m.released+m.sizeMs {
+		if !m.idle[p] && n < m.released+m.sizeMs {
 			out = append(out, p)
 		}
 	}
@@ -213,13 +346,19 @@ func (m *Merger) Lagging() []int {
 }
 
 // CommitPoint is the partials offset safe to commit: the smallest offset of
-// a record of a window not yet released, or the offset after the last
-// record fed when none is pending; -1 before any record.
+// a record of a window not yet released or of the latest Idle record of a
+// partition idle now, or the offset after the last record fed when there
+// is none; -1 before any record.
 func (m *Merger) CommitPoint() int64 {
 	c := m.end
 	for _, w := range m.pending {
 		if w.firstOffset < c {
 			c = w.firstOffset
+		}
+	}
+	for p, idle := range m.idle {
+		if idle && m.idleAt[p] < c {
+			c = m.idleAt[p]
 		}
 	}
 	return c

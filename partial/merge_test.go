@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The merge tests' config: histogram 0 has 3 bins and 2 groups, histogram
@@ -27,6 +28,11 @@ func foreign(w int64, p int, cells ...Cell) *Partial {
 }
 
 func cell(h, g int, counts ...float64) Cell { return Cell{H: h, G: g, Counts: counts} }
+
+// idle is an Idle record of partition p, whose Next is next.
+func idle(p int, next int64, idle bool) *Idle {
+	return &Idle{V: Version, Partition: p, Partitions: 3, WindowMs: testSize, Next: next, Idle: idle}
+}
 
 // merged renders the merged counts of every (histogram, group) of a
 // window: "h0g0=[..] h0g1=[..] h1g0=[..]".
@@ -52,6 +58,7 @@ func TestMerger(t *testing.T) {
 	type step struct {
 		p    *Partial
 		want AddResult
+		idle *Idle // instead of p: an Idle record
 	}
 	zero := "h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[0 0]"
 	cases := []struct {
@@ -66,9 +73,9 @@ func TestMerger(t *testing.T) {
 		{
 			name: "sum over partitions, one window",
 			steps: []step{
-				{part(0, 0, cell(0, 0, 1, 2, 3)), Added},
-				{part(0, 1, cell(0, 0, 10, 0, 0), cell(1, 0, 0, 4)), Added},
-				{part(0, 2, cell(0, 1, 0, 0, 7)), Added},
+				{p: part(0, 0, cell(0, 0, 1, 2, 3)), want: Added},
+				{p: part(0, 1, cell(0, 0, 10, 0, 0), cell(1, 0, 0, 4)), want: Added},
+				{p: part(0, 2, cell(0, 1, 0, 0, 7)), want: Added},
 			},
 			released: []string{"0:h0g0=[11 2 3] h0g1=[0 0 7] h1g0=[0 4]"},
 			commit:   3, lagging: []int{0, 1, 2},
@@ -76,14 +83,14 @@ func TestMerger(t *testing.T) {
 		{
 			name: "a lagging partition holds the window until it catches up",
 			steps: []step{
-				{part(0, 0, cell(1, 0, 1, 0)), Added},
-				{part(0, 1), Added},
-				{part(10, 0, cell(1, 0, 0, 1)), Added},
-				{part(10, 1), Added},
-				{part(20, 0), Added},
-				{part(20, 1), Added},
+				{p: part(0, 0, cell(1, 0, 1, 0)), want: Added},
+				{p: part(0, 1), want: Added},
+				{p: part(10, 0, cell(1, 0, 0, 1)), want: Added},
+				{p: part(10, 1), want: Added},
+				{p: part(20, 0), want: Added},
+				{p: part(20, 1), want: Added},
 				// partition 2 lags: nothing released so far
-				{part(0, 2, cell(1, 0, 5, 0)), Added},
+				{p: part(0, 2, cell(1, 0, 5, 0)), want: Added},
 			},
 			released: []string{"0:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[6 0]"},
 			commit:   2, // the first record of window 10
@@ -92,12 +99,12 @@ func TestMerger(t *testing.T) {
 		{
 			name: "an idle partition (only empty partials) does not hold a window",
 			steps: []step{
-				{part(0, 2), Added},
-				{part(10, 2), Added},
-				{part(0, 0, cell(0, 1, 1, 1, 1)), Added},
-				{part(0, 1, cell(0, 1, 1, 0, 0)), Added},
-				{part(10, 0), Added},
-				{part(10, 1), Added},
+				{p: part(0, 2), want: Added},
+				{p: part(10, 2), want: Added},
+				{p: part(0, 0, cell(0, 1, 1, 1, 1)), want: Added},
+				{p: part(0, 1, cell(0, 1, 1, 0, 0)), want: Added},
+				{p: part(10, 0), want: Added},
+				{p: part(10, 1), want: Added},
 			},
 			released: []string{"0:h0g0=[0 0 0] h0g1=[2 1 1] h1g0=[0 0]", "10:" + zero},
 			commit:   6, lagging: []int{0, 1, 2},
@@ -105,8 +112,8 @@ func TestMerger(t *testing.T) {
 		{
 			name: "a window no partition sent counts is released with zeros; a later record completes both",
 			steps: []step{
-				{part(0, 0), Added}, {part(0, 1), Added}, {part(0, 2), Added},
-				{part(10, 0), Added}, {part(10, 1), Added}, {part(10, 2), Added},
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added}, {p: part(0, 2), want: Added},
+				{p: part(10, 0), want: Added}, {p: part(10, 1), want: Added}, {p: part(10, 2), want: Added},
 			},
 			released: []string{"0:" + zero, "10:" + zero},
 			commit:   6, lagging: []int{0, 1, 2},
@@ -115,13 +122,13 @@ func TestMerger(t *testing.T) {
 			name:   "windows before the resume window are skipped, their Next counts",
 			resume: 10,
 			steps: []step{
-				{part(0, 0, cell(0, 0, 9, 9, 9)), Skipped},
-				{part(0, 1, cell(0, 0, 9, 9, 9)), Skipped},
-				{part(0, 2, cell(0, 0, 9, 9, 9)), Skipped},
-				{part(10, 0, cell(0, 0, 1, 0, 0)), Added},
-				{part(10, 1), Added},
-				{part(10, 2), Added},
-				{part(20, 0), Added},
+				{p: part(0, 0, cell(0, 0, 9, 9, 9)), want: Skipped},
+				{p: part(0, 1, cell(0, 0, 9, 9, 9)), want: Skipped},
+				{p: part(0, 2, cell(0, 0, 9, 9, 9)), want: Skipped},
+				{p: part(10, 0, cell(0, 0, 1, 0, 0)), want: Added},
+				{p: part(10, 1), want: Added},
+				{p: part(10, 2), want: Added},
+				{p: part(20, 0), want: Added},
 			},
 			released: []string{"10:h0g0=[1 0 0] h0g1=[0 0 0] h1g0=[0 0]"},
 			commit:   6, lagging: []int{1, 2},
@@ -129,12 +136,12 @@ func TestMerger(t *testing.T) {
 		{
 			name: "a second partial of a (window, partition): identical is a duplicate, different a conflict; the first is kept",
 			steps: []step{
-				{part(0, 0, cell(0, 0, 1, 0, 0)), Added},
-				{part(0, 0, cell(0, 0, 1, 0, 0)), Duplicate},
-				{part(0, 0, cell(0, 0, 5, 0, 0)), Conflict},
-				{part(0, 1), Added},
-				{part(0, 2), Added},
-				{part(0, 2), Skipped}, // released by now
+				{p: part(0, 0, cell(0, 0, 1, 0, 0)), want: Added},
+				{p: part(0, 0, cell(0, 0, 1, 0, 0)), want: Duplicate},
+				{p: part(0, 0, cell(0, 0, 5, 0, 0)), want: Conflict},
+				{p: part(0, 1), want: Added},
+				{p: part(0, 2), want: Added},
+				{p: part(0, 2), want: Skipped}, // released by now
 			},
 			released: []string{"0:h0g0=[1 0 0] h0g1=[0 0 0] h1g0=[0 0]"},
 			commit:   6, lagging: []int{0, 1, 2},
@@ -142,9 +149,9 @@ func TestMerger(t *testing.T) {
 		{
 			name: "a partial of another counting config is not merged (nor checked against the layout); its Next completes the window",
 			steps: []step{
-				{part(0, 0, cell(0, 0, 1, 0, 0)), Added},
-				{foreign(0, 1, cell(0, 0, 50, 0, 0), cell(7, 3, 1)), Foreign},
-				{part(0, 2, cell(0, 0, 0, 2, 0)), Added},
+				{p: part(0, 0, cell(0, 0, 1, 0, 0)), want: Added},
+				{p: foreign(0, 1, cell(0, 0, 50, 0, 0), cell(7, 3, 1)), want: Foreign},
+				{p: part(0, 2, cell(0, 0, 0, 2, 0)), want: Added},
 			},
 			released: []string{"0:h0g0=[1 2 0] h0g1=[0 0 0] h1g0=[0 0]"},
 			commit:   3, lagging: []int{0, 1, 2},
@@ -152,16 +159,74 @@ func TestMerger(t *testing.T) {
 		{
 			name: "partials out of window order across partitions",
 			steps: []step{
-				{part(0, 0, cell(1, 0, 1, 0)), Added},
-				{part(10, 0, cell(1, 0, 2, 0)), Added},
-				{part(20, 0, cell(1, 0, 4, 0)), Added},
-				{part(0, 1), Added}, {part(0, 2), Added},
-				{part(10, 2, cell(1, 0, 0, 8)), Added},
-				{part(10, 1), Added},
+				{p: part(0, 0, cell(1, 0, 1, 0)), want: Added},
+				{p: part(10, 0, cell(1, 0, 2, 0)), want: Added},
+				{p: part(20, 0, cell(1, 0, 4, 0)), want: Added},
+				{p: part(0, 1), want: Added}, {p: part(0, 2), want: Added},
+				{p: part(10, 2, cell(1, 0, 0, 8)), want: Added},
+				{p: part(10, 1), want: Added},
 			},
 			released: []string{"0:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[1 0]", "10:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[2 8]"},
 			commit:   2, // window 20's record
 			lagging:  []int{1, 2},
+		},
+		{
+			name: "an idle partition does not hold windows; active again, it holds them and its partials of windows released meanwhile are late",
+			steps: []step{
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added},
+				{idle: idle(2, 0, true)},
+				{p: part(10, 0, cell(1, 0, 1, 0)), want: Added}, {p: part(10, 1), want: Added},
+				{idle: idle(2, 0, false)}, // active again, behind
+				{p: part(20, 0), want: Added}, {p: part(20, 1), want: Added},
+				{p: part(0, 2, cell(1, 0, 0, 5)), want: Late}, // window 0 is out
+				{p: part(10, 2), want: Late},
+				{p: part(20, 2, cell(1, 0, 3, 0)), want: Added},
+			},
+			released: []string{"0:" + zero, "10:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[1 0]", "20:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[3 0]"},
+			commit:   11, lagging: []int{0, 1, 2},
+		},
+		{
+			name: "every partition idle: windows up to the largest Next",
+			steps: []step{
+				{p: part(0, 0), want: Added}, {p: part(10, 0, cell(1, 0, 2, 0)), want: Added},
+				{idle: idle(1, 0, true)}, {idle: idle(2, 0, true)},
+				// partition 0 is live, with Next 20: windows 0 and 10 out
+				{idle: idle(0, 20, true)},
+				// every partition idle: nothing past the largest Next, 20
+			},
+			released: []string{"0:" + zero, "10:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[2 0]"},
+			commit:   2, // partition 1's Idle record, the oldest of an idle partition
+			lagging:  nil,
+		},
+		{
+			name: "every partition idle, one reporting Next 20 in its Idle record only: windows 0 and 10",
+			steps: []step{
+				{idle: idle(1, 0, true)}, {idle: idle(2, 0, true)},
+				{idle: idle(0, 20, true)},
+			},
+			released: []string{"0:" + zero, "10:" + zero},
+			commit:   0, lagging: nil,
+		},
+		{
+			name: "the commit point stays at the latest Idle record of an idle partition, and moves with the next one",
+			steps: []step{
+				{idle: idle(2, 0, true)},
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added},
+				{p: part(10, 0), want: Added}, {p: part(10, 1), want: Added},
+				{idle: idle(2, 0, true)}, // a minute later, still idle
+				{p: part(20, 0), want: Added}, {p: part(20, 1), want: Added},
+			},
+			released: []string{"0:" + zero, "10:" + zero, "20:" + zero},
+			commit:   5, lagging: []int{0, 1},
+		},
+		{
+			name: "a partition active again without its Idle record of idle (read from a later commit point) holds as any other",
+			steps: []step{
+				{idle: idle(2, 0, false)},
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added},
+			},
+			commit: 1, lagging: []int{2}, // window 0 waits for partition 2
+
 		},
 	}
 	for _, c := range cases {
@@ -172,11 +237,13 @@ func TestMerger(t *testing.T) {
 			}
 			var released []string
 			for i, s := range c.steps {
-				got, err := m.Add(s.p, int64(i))
-				if err != nil {
+				if s.idle != nil {
+					if err := m.SetIdle(s.idle, int64(i)); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+				} else if got, err := m.Add(s.p, int64(i)); err != nil {
 					t.Fatalf("step %d: %v", i, err)
-				}
-				if got != s.want {
+				} else if got != s.want {
 					t.Errorf("step %d (window %d partition %d): %v, want %v", i, s.p.WindowStart, s.p.Partition, got, s.want)
 				}
 				for {
@@ -230,4 +297,80 @@ func TestMergerRefuses(t *testing.T) {
 			}
 		})
 	}
+	for _, c := range []struct {
+		name string
+		d    *Idle
+		want error
+	}{
+		{"idle: partition count", &Idle{Partition: 0, Partitions: 4, WindowMs: testSize, Idle: true}, ErrPartitions},
+		{"idle: window size", &Idle{Partition: 0, Partitions: 3, WindowMs: 20, Idle: true}, ErrFormat},
+		{"idle: partition", &Idle{Partition: 3, Partitions: 3, WindowMs: testSize, Idle: true}, ErrFormat},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := NewMerger(3, testSize, 0, testLayout, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.SetIdle(c.d, 0); !errors.Is(err, c.want) {
+				t.Fatalf("SetIdle: %v, want %v", err, c.want)
+			}
+			if got := m.CommitPoint(); got != -1 || m.Idle() != nil {
+				t.Errorf("commit point %d, idle %v after a refused idle record, want -1, none", got, m.Idle())
+			}
+		})
+	}
+}
+
+// TestMergerIdleGrace: a window only idle partitions hold is handed out
+// once it has been so for the grace; a partition active again within it
+// holds the window as any other, and the grace starts over once the
+// window is held by idle partitions only again.
+func TestMergerIdleGrace(t *testing.T) {
+	const grace = time.Second
+	now := time.Unix(1000, 0)
+	m, err := NewMerger(3, testSize, 0, testLayout, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetIdleGrace(grace, func() time.Time { return now })
+	off := int64(0)
+	feed := func(p *Partial, d *Idle) {
+		t.Helper()
+		if d != nil {
+			if err := m.SetIdle(d, off); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := m.Add(p, off); err != nil {
+			t.Fatal(err)
+		}
+		off++
+	}
+	expect := func(step string, out bool, wait time.Duration, waiting bool) {
+		t.Helper()
+		if _, ok := m.Next(); ok != out {
+			t.Fatalf("%s: Next handed a window out: %v, want %v", step, ok, out)
+		}
+		if d, ok := m.IdleWait(); ok != waiting || d != wait {
+			t.Fatalf("%s: IdleWait %v, %v; want %v, %v", step, d, ok, wait, waiting)
+		}
+	}
+	feed(nil, idle(1, 0, true))
+	feed(nil, idle(2, 0, true))
+	feed(part(0, 0, cell(1, 0, 1, 0)), nil)
+	expect("partition 0 passed window 0, 1 and 2 idle", false, grace, true)
+	now = now.Add(grace / 2)
+	expect("half the grace", false, grace/2, true)
+	feed(nil, idle(1, 0, false)) // partition 1 read events after its pause
+	expect("partition 1 active again", false, 0, false)
+	now = now.Add(grace)
+	expect("partition 1 active again, past the first grace", false, 0, false)
+	feed(part(0, 1, cell(1, 0, 0, 2)), nil)
+	expect("partition 1 passed window 0: a new grace", false, grace, true)
+	now = now.Add(grace)
+	w, ok := m.Next()
+	if !ok || merged(w) != "h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[1 2]" {
+		t.Fatalf("after the grace: %v", ok)
+	}
+	m.Released(w)
+	expect("window 10: held by partitions 0 and 1", false, 0, false)
 }

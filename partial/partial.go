@@ -4,7 +4,7 @@
 // partition to another instance. It holds no Kafka client (the kgo readers
 // and writers are in package partial/kafkapartial, wired by pipeline).
 //
-// Three record kinds:
+// Four record kinds:
 //
 //   - [Partial] (partials topic, one partition): the exact bounded counts
 //     one input partition contributes to one window, with the partition's
@@ -13,12 +13,19 @@
 //     has exactly one Partial, empty when the partition had no event in
 //     the window: a window is complete when every source partition's Next
 //     has passed it, and only then merged and released.
+//
 //   - [Progress] (progress topic, partition p, key [ProgressKey]): where
 //     the bounder of input partition p resumes — the input offset before
 //     which every record belongs to an emitted window or was dropped, the
 //     next window to emit, and the partition's user-hash key.
+//
 //   - [Admitted] (progress topic, partition p, key [AdmittedKey]): the
 //     users of partition p the cross-window bound admitted to one window.
+//
+//   - [Idle] (partials topic, key [IdleKey]): with window.watermark: event,
+//     that input partition p is idle (read to its end and silent for
+//     window.idle_partition_timeout) or active again. While p is idle it
+//     does not hold windows back (see [Merger]).
 //
 // A Partial and the Progress and Admitted records of the same window are
 // written in one Kafka transaction together, so a reader (read_committed)
@@ -118,6 +125,17 @@ type Partial struct {
 	Counts []Cell `json:"counts,omitempty"`
 }
 
+// Total is the sum of the Partial's counts (bounded contributions).
+func (p *Partial) Total() float64 {
+	var n float64
+	for _, c := range p.Counts {
+		for _, v := range c.Counts {
+			n += v
+		}
+	}
+	return n
+}
+
 // Key is the partials topic record key: "w/<window start>/p/<partition>".
 func (p *Partial) Key() []byte {
 	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition))
@@ -152,6 +170,61 @@ func DecodePartial(b []byte) (*Partial, error) {
 		}
 	}
 	return &p, nil
+}
+
+// Idle says whether one input partition holds windows back, under
+// window.watermark: event (the single-process stage's idle partitions,
+// window.Watermarks, carried across instances as Flink carries idleness
+// per channel). Its bounder writes one when the partition turns idle (read
+// to its end, no fetch failing, silent for window.idle_partition_timeout),
+// again every minute while it stays idle, and one with Idle false when it
+// is active again. Under window.watermark: arrival no Idle is written: a
+// partition read to its end advances with the wall clock and emits empty
+// Partials.
+type Idle struct {
+	V int `json:"v"`
+	// Partition is the source (input) partition; Partitions the input
+	// topic's partition count its bounder checked users against.
+	Partition  int `json:"partition"`
+	Partitions int `json:"partitions"`
+	// WindowMs is window.size.
+	WindowMs int64 `json:"window_ms"`
+	// Next is the start of the first window of the partition not yet
+	// emitted.
+	Next int64 `json:"next"`
+	// Idle: the partition is idle (true) or active again (false).
+	Idle bool `json:"idle"`
+	// Config is the bounder's config.Config.CountingFingerprint
+	// (informational: idleness is honoured whatever the config, as a
+	// foreign Partial's Next is).
+	Config string `json:"config"`
+}
+
+// IdleKey is the partials topic key of partition p's Idle records:
+// "idle/p/<partition>". No Partial key starts with "idle/".
+func IdleKey(p int) []byte { return []byte("idle/p/" + strconv.Itoa(p)) }
+
+// IsIdleKey reports whether a partials topic key is an Idle record's.
+func IsIdleKey(key []byte) bool { return strings.HasPrefix(string(key), "idle/") }
+
+// Encode returns the record value.
+func (d *Idle) Encode() []byte {
+	q := *d
+	q.V = Version
+	b, _ := json.Marshal(&q)
+	return b
+}
+
+// DecodeIdle decodes an Idle record value and checks it.
+func DecodeIdle(b []byte) (*Idle, error) {
+	var d Idle
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("%w: idle: %v", ErrFormat, err)
+	}
+	if d.V != Version || d.WindowMs <= 0 || d.Partition < 0 || d.Partitions <= d.Partition || d.Next%d.WindowMs != 0 {
+		return nil, fmt.Errorf("%w: idle of partition %d of %d (version %d, next %d, %d ms windows)", ErrFormat, d.Partition, d.Partitions, d.V, d.Next, d.WindowMs)
+	}
+	return &d, nil
 }
 
 // ProgressKey is the progress topic key of a partition's Progress.

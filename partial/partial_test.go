@@ -69,3 +69,30 @@ func TestAdmittedChunksAndKeys(t *testing.T) {
 		t.Error("the progress key parsed as an admissions key")
 	}
 }
+
+func TestIdleRoundTrip(t *testing.T) {
+	d := &Idle{Partition: 2, Partitions: 12, WindowMs: 60000, Next: 120000, Idle: true, Config: "c"}
+	got, err := DecodeIdle(d.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *d
+	want.V = Version
+	if *got != want {
+		t.Errorf("round trip: got %+v, want %+v", *got, want)
+	}
+	if k := IdleKey(2); string(k) != "idle/p/2" || !IsIdleKey(k) || IsIdleKey((&Partial{WindowStart: 0, Partition: 2}).Key()) {
+		t.Errorf("key %q", k)
+	}
+	for _, v := range []string{
+		"{",
+		`{"v":0,"partition":0,"partitions":1,"window_ms":10,"next":0,"idle":true}`,
+		`{"v":1,"partition":1,"partitions":1,"window_ms":10,"next":0,"idle":true}`,
+		`{"v":1,"partition":0,"partitions":1,"window_ms":0,"next":0,"idle":true}`,
+		`{"v":1,"partition":0,"partitions":1,"window_ms":10,"next":5,"idle":true}`,
+	} {
+		if _, err := DecodeIdle([]byte(v)); !errors.Is(err, ErrFormat) {
+			t.Errorf("DecodeIdle(%s) = %v, want ErrFormat", v, err)
+		}
+	}
+}

@@ -225,6 +225,32 @@ func (w *Watermarks) Current() (wm int64, minSeen int64, ok bool) {
 	return wm - w.lateness, minSeen, true
 }
 
+// Idle reports whether partition p is idle now (event mode; see
+// Watermarks): read to its end, no fetch failing, silent for the idle
+// timeout. Always false in arrival mode and for a partition not tracked.
+// The distributed mode's bounder reports it to the releaser (partial.Idle).
+func (w *Watermarks) Idle(p int) bool {
+	if w.arrival {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pt := w.parts[p]
+	return pt != nil && w.idle(pt, w.now())
+}
+
+// Latest returns the largest time partition p has delivered (event mode:
+// event time; arrival: record time); ok is false before its first.
+func (w *Watermarks) Latest(p int) (ms int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pt := w.parts[p]
+	if pt == nil || pt.maxEvent == math.MinInt64 {
+		return 0, false
+	}
+	return pt.maxEvent, true
+}
+
 // idle reports whether pt is idle (event mode; see Watermarks).
 func (w *Watermarks) idle(pt *partitionTime, now time.Time) bool {
 	return now.Sub(pt.lastSeen) >= w.idleTimeout && !pt.failing && !pt.unread && now.Sub(pt.endSeen) <= w.endFresh

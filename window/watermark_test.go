@@ -150,6 +150,18 @@ func TestEventWatermarkIdle(t *testing.T) {
 				if gotIdle := ok && wm != 50_000; gotIdle != s.wantIdle {
 					t.Errorf("step %d: watermark %d (ok %v): partition 1 idle %v, want %v", i, wm, ok, gotIdle, s.wantIdle)
 				}
+				if got := w.Idle(1); got != s.wantIdle {
+					t.Errorf("step %d: Idle(1) = %v, want %v", i, got, s.wantIdle)
+				}
+				if l, ok := w.Latest(1); !ok || l != 50_000 {
+					t.Errorf("step %d: Latest(1) = %d, %v; want 50000", i, l, ok)
+				}
+				if _, ok := w.Latest(7); ok {
+					t.Errorf("step %d: Latest of an untracked partition", i)
+				}
+				if w.Idle(0) || w.Idle(7) {
+					t.Errorf("step %d: the live partition 0, or the untracked 7, idle", i)
+				}
 			}
 		})
 	}

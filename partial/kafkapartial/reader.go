@@ -94,30 +94,36 @@ func has0(ps []int32) bool {
 	return false
 }
 
-// Record is one decoded partial with its partials-topic offset.
+// Record is one decoded partials-topic record with its offset: a Partial,
+// or (Partial nil) an Idle record.
 type Record struct {
 	Offset  int64
 	Partial *partial.Partial
+	Idle    *partial.Idle
 }
 
 // Poll waits for committed partials (or ctx) and decodes them, in log
 // order. A record that does not decode is an error (partial.ErrFormat):
 // the topic was written by something else, and the releaser stops rather
-// than guess. Poll returns ctx's error when ctx ends.
+// than guess. Poll returns ctx's error when ctx ends before any record
+// comes.
 func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	fs := r.cl.PollFetches(ctx)
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if fs.IsClientClosed() {
 		return nil, kgo.ErrClientClosed
+	}
+	// Records polled are returned even when ctx ended meanwhile: kgo does
+	// not hand them out again (a caller polling with a deadline would lose
+	// them).
+	if err := ctx.Err(); err != nil && fs.NumRecords() == 0 {
+		return nil, err
 	}
 	for _, fe := range fs.Errors() {
 		var gs *kgo.ErrGroupSession
 		var dl *kgo.ErrDataLoss
 		switch {
 		case errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded):
-			return nil, fe.Err
+			continue // ctx ended: handled above
 		case errors.As(fe.Err, &gs), errors.As(fe.Err, &dl):
 			// Informational: kgo rejoins the group (OnRevoked ran if
 			// partition 0 was lost) or resets the offset itself.
@@ -134,6 +140,15 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	var bad error
 	fs.EachRecord(func(rec *kgo.Record) {
 		if bad != nil || rec.Topic != r.topic || rec.Partition != 0 {
+			return
+		}
+		if partial.IsIdleKey(rec.Key) {
+			d, err := partial.DecodeIdle(rec.Value)
+			if err != nil {
+				bad = fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)
+				return
+			}
+			out = append(out, Record{Offset: rec.Offset, Idle: d})
 			return
 		}
 		p, err := partial.DecodePartial(rec.Value)

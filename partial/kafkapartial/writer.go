@@ -170,6 +170,16 @@ func (w *Writer) Emit(ctx context.Context, e Emission) error {
 	return w.transact(ctx, recs)
 }
 
+// Mark writes partition p's Idle record (window.watermark: event) in a
+// transaction of its own: only the partition's current owner can say it is
+// idle or active again.
+func (w *Writer) Mark(ctx context.Context, d *partial.Idle) error {
+	if d == nil || d.Partition != w.cfg.Partition {
+		return errors.New("kafkapartial: idle record of another partition")
+	}
+	return w.transact(ctx, []*kgo.Record{{Topic: w.cfg.PartialsTopic, Partition: 0, Key: partial.IdleKey(d.Partition), Value: d.Encode()}})
+}
+
 // Start records a fresh partition's first Progress (its first window,
 // offset and user-hash key) in a transaction of its own, before anything is
 // counted: a worker that loses the partition before its first Emit hands

@@ -243,3 +243,53 @@ func TestWriterZombieFenced(t *testing.T) {
 		t.Fatalf("visible partials of windows %v, want [10 11]", got)
 	}
 }
+
+// TestWriterMarkIdle: an owner's Idle records reach the releaser's Reader
+// in log order among the partials, decoded as Idle; a fenced owner cannot
+// write one.
+func TestWriterMarkIdle(t *testing.T) {
+	c := newCluster(t, 2)
+	ctx := ctxT(t)
+	old := openWriter(t, c, 1)
+	w := openWriter(t, c, 1) // fences old
+	if err := old.Mark(ctx, &partial.Idle{Partition: 1, Partitions: 2, WindowMs: minute, Next: 10 * minute, Idle: true}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("fenced Mark: %v, want ErrFenced", err)
+	}
+	if err := w.Mark(ctx, &partial.Idle{Partition: 0, Partitions: 2, WindowMs: minute, Idle: true}); err == nil {
+		t.Fatal("Mark of another partition accepted")
+	}
+	if err := w.Emit(ctx, emission(1, 10*minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Mark(ctx, &partial.Idle{Partition: 1, Partitions: 2, WindowMs: minute, Next: 11 * minute, Idle: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Mark(ctx, &partial.Idle{Partition: 1, Partitions: 2, WindowMs: minute, Next: 11 * minute}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(ReaderConfig{Brokers: c.ListenAddrs(), Group: "release", Topic: partialsTopic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []string
+	for len(got) < 3 {
+		recs, err := r.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range recs {
+			switch {
+			case rec.Partial != nil && rec.Idle == nil:
+				got = append(got, fmt.Sprintf("partial %d/%d", rec.Partial.WindowStart/minute, rec.Partial.Partition))
+			case rec.Idle != nil && rec.Partial == nil:
+				got = append(got, fmt.Sprintf("idle %d/%d %v", rec.Idle.Next/minute, rec.Idle.Partition, rec.Idle.Idle))
+			default:
+				t.Fatalf("record %+v", rec)
+			}
+		}
+	}
+	if want := []string{"partial 10/1", "idle 11/1 true", "idle 11/1 false"}; !slices.Equal(got, want) {
+		t.Errorf("read %q, want %q", got, want)
+	}
+}
