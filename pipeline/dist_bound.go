@@ -391,7 +391,26 @@ type boundState struct {
 	// adm are the admissions keys present in p's progress partition, with
 	// their periods (tombstoned once their period is over).
 	adm map[string]int64
+	// marked (window.watermark: event) is what this worker last wrote in
+	// an Idle record: markedNone before the first, so a new owner says at
+	// once whether the partition is idle (its previous owner may have left
+	// it marked idle); markedAt is when.
+	marked   int8
+	markedAt time.Time
 }
+
+// boundState.marked values.
+const (
+	markedNone int8 = iota
+	markedIdle
+	markedActive
+)
+
+// idleRemark is how often a partition that stays idle writes its Idle
+// record again: the releaser's commit point stays at the latest one (so a
+// releaser restarting there learns the partition is idle), and the
+// partials topic's retention never deletes it.
+const idleRemark = time.Minute
 
 // restoreAdmitted is the cross-window bound's state of period restored
 // from the admissions records of p.
@@ -432,6 +451,14 @@ func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w
 					"the distributed mode (v1) refuses partition count changes while running", ErrConfigChanged, st.n, m)
 			}
 		}
+		if !s.arrival {
+			if err := b.markIdle(ctx, sess, st, w); err != nil {
+				if ctx.Err() != nil && !errors.Is(err, kafkapartial.ErrFenced) {
+					return nil
+				}
+				return fmt.Errorf("idle record of partition %d: %w", st.p, err)
+			}
+		}
 		wm, _, ok := sess.wm.Current()
 		if !ok {
 			continue
@@ -448,6 +475,57 @@ func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w
 			}
 		}
 	}
+}
+
+// markIdle (window.watermark: event) writes p's Idle record when p turns
+// idle or active again (window.Watermarks.Idle: read to its end, no fetch
+// failing, silent for window.idle_partition_timeout), at a worker's start,
+// and every idleRemark while p stays idle. While p is idle the releaser
+// releases the windows the other partitions passed without waiting for p,
+// as the single-process stage's watermark leaves idle partitions out
+// (partial.Merger). Unlike the single-process stage, whose windows are
+// shared by every partition, p's open windows would then be released
+// without p's counts: so p, turning idle, first closes and emits its
+// windows up to the one of its latest event time. An event p reads for
+// one of them afterwards is late (counted as late, as every event for a
+// window its partition has closed).
+func (b *bounder) markIdle(ctx context.Context, sess *session, st *boundState, w *kafkapartial.Writer) error {
+	idle := sess.wm.Idle(st.p)
+	now := time.Now()
+	switch {
+	case st.marked == markedNone:
+	case idle && st.marked != markedIdle:
+	case idle && now.Sub(st.markedAt) >= idleRemark:
+	case !idle && st.marked == markedIdle:
+	default:
+		return nil
+	}
+	if idle && st.marked != markedIdle {
+		// Turning idle: first emit every window up to the one of the
+		// latest event time read, so that the events counted so far reach
+		// the releaser (which from now on releases windows without waiting
+		// for p); an event read later for one of those windows is late.
+		if latest, ok := sess.wm.Latest(st.p); ok {
+			for last := window.Start(latest, b.s.sizeMs); st.next <= last; {
+				if err := b.emit(ctx, sess, st, w, latest); err != nil {
+					return fmt.Errorf("emit window %s before turning idle: %w", release.RFC3339(st.next), err)
+				}
+			}
+		}
+	}
+	d := &partial.Idle{Partition: st.p, Partitions: st.n, WindowMs: b.s.sizeMs, Next: st.next, Idle: idle, Config: b.s.countingConfig}
+	if err := w.Mark(ctx, d); err != nil {
+		return err
+	}
+	if was := st.marked; was == markedNone || idle != (was == markedIdle) {
+		b.s.log.Info("bounder: input partition idle state written (window.watermark event): an idle partition does not hold releases",
+			zap.Int("partition", st.p), zap.Bool("idle", idle), zap.String("next_window", release.RFC3339(st.next)))
+	}
+	st.marked, st.markedAt = markedActive, now
+	if idle {
+		st.marked = markedIdle
+	}
+	return nil
 }
 
 // emit closes window st.next (closeWindow, as the single-process

@@ -191,24 +191,54 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err != nil {
 		return err
 	}
+	if !s.arrival {
+		m.SetIdleGrace(s.cfg.Window.IdlePartitionTimeout.D(), s.now)
+	}
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
 	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
 	for {
-		recs, err := r.Poll(either)
+		// A window only idle partitions hold is handed out after the idle
+		// grace, records or not: poll no longer than that.
+		pctx, cancelPoll := either, context.CancelFunc(func() {})
+		if d, ok := m.IdleWait(); ok {
+			pctx, cancelPoll = context.WithTimeout(either, d+10*time.Millisecond)
+		}
+		recs, err := r.Poll(pctx)
+		cancelPoll()
 		if either.Err() != nil {
 			return nil
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
 		for _, rec := range recs {
+			if d := rec.Idle; d != nil {
+				was := slices.Contains(m.Idle(), d.Partition)
+				if err := m.SetIdle(d, rec.Offset); err != nil {
+					return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+				}
+				if was != d.Idle {
+					s.log.Info("releaser: source partition idle state changed (window.watermark event): an idle partition does not hold windows",
+						zap.Int("partition", d.Partition), zap.Bool("idle", d.Idle), zap.String("next_window", release.RFC3339(d.Next)))
+				}
+				s.stats.PartitionsIdle.Store(int64(len(m.Idle())))
+				continue
+			}
 			res, err := m.Add(rec.Partial, rec.Offset)
 			if err != nil {
 				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
 			}
+			s.stats.Partials[res].Add(1)
 			switch res {
+			case partial.Late:
+				if n := rec.Partial.Total(); n > 0 {
+					s.stats.LatePartialCounts.Add(int64(n))
+					s.log.Warn("releaser: a source partition's partial came after its window was released without it (the partition was idle, window.watermark event): its counts are dropped as late",
+						zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
+						zap.Int("partition", rec.Partial.Partition), zap.Float64("counts", n))
+				}
 			case partial.Duplicate:
 				s.log.Warn("a second, identical partial of a (window, source partition) ignored", zap.Int64("offset", rec.Offset),
 					zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)), zap.Int("partition", rec.Partial.Partition))
@@ -266,7 +296,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				heldWindow, heldSince = w, s.now()
 			} else if s.now().Sub(heldSince) > time.Minute {
 				s.log.Warn("releaser: a window has been held for over a minute by source partitions that have not passed it: their bounder lags or is down"+
-					" (with window.watermark event, a partition without new events holds every window: see docs/distributed.md)",
+					" (with window.watermark event, a partition that is not idle — read to its end and silent for window.idle_partition_timeout — holds windows: see docs/distributed.md)",
 					zap.Ints("partitions", lag), zap.String("window_start", release.RFC3339(w)))
 				heldSince = s.now()
 			}

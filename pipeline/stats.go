@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/partial"
 )
 
 // Stats counts what the stage did. Every drop is counted by reason: nothing
@@ -31,6 +32,16 @@ type Stats struct {
 	Averaged, AverageNotSelected atomic.Int64
 	PublishRetries               atomic.Int64 // failed publish attempts that were retried
 	Commits                      atomic.Int64 // offset commits
+
+	// The distributed mode's releaser: Partials counts the partials read,
+	// by what the merger did with them (indexed by partial.AddResult);
+	// LatePartialCounts the bounded contributions of late ones (their
+	// window was released while their partition was idle);
+	// PartitionsIdle how many source partitions are idle now
+	// (window.watermark: event).
+	Partials          [partial.NumAddResults]atomic.Int64
+	LatePartialCounts atomic.Int64
+	PartitionsIdle    atomic.Int64
 
 	// dropped counts drops by reason (decode reasons, the window rule's,
 	// bounding outcomes); a reason is "seen" once its count is above 0.
