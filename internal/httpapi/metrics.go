@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/pipeline"
 )
 
@@ -47,74 +48,83 @@ const (
 	MetricMechanismScale      = "dpstage_mechanism_scale"
 	MetricReleaseRDPEpsilon   = "dpstage_release_rdp_epsilon"
 	MetricChargesPerPeriod    = "dpstage_budget_charges_per_period"
+	MetricPartials            = "dpstage_partials_total"
+	MetricLatePartialCounts   = "dpstage_late_partial_contributions_total"
+	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
 // newRegistry returns the server's own registry (never the global one): the
 // stage's collector, the latency histogram, and the Go and process
-// collectors.
-func newRegistry(src func() Source) (*prometheus.Registry, prometheus.Histogram) {
+// collectors. distributed adds the distributed mode's releaser metrics.
+func newRegistry(src func() Source, distributed bool) (*prometheus.Registry, prometheus.Histogram) {
 	reg := prometheus.NewRegistry()
 	latency := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    MetricCloseToPublish,
 		Help:    "Time from the watermark passing a window's end to the output topic acknowledging its releases (" + latencyBucketsDescription + " buckets; republished units are not observed).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
-	reg.MustRegister(newStageCollector(src), latency,
+	reg.MustRegister(newStageCollector(src, distributed), latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg, latency
 }
 
 // stageCollector reads the stage's state at scrape time.
 type stageCollector struct {
-	src func() Source // nil Source until the stage is attached
+	src         func() Source // nil Source until the stage is attached
+	distributed bool          // kafka.distributed.enabled: the releaser's metrics too
 
 	consumed, decoded, dropped, counted, bounded, late, retention *prometheus.Desc
 	releases, exhausted, retries, commits                         *prometheus.Desc
 	spent, remaining, total, delta, charges, lag                  *prometheus.Desc
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
+	partials, latePart, idleParts                                 *prometheus.Desc
 }
 
-func newStageCollector(src func() Source) *stageCollector {
+func newStageCollector(src func() Source, distributed bool) *stageCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	period := []string{"scope", "period_start", "period_end"}
 	return &stageCollector{
-		src:       src,
-		consumed:  d(MetricEventsConsumed, "Messages read from the input topic."),
-		decoded:   d(MetricEventsDecoded, "Messages that decoded into a usable event."),
-		dropped:   d(MetricEventsDropped, "Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.", "reason"),
-		counted:   d(MetricContribCounted, "(event, histogram) contributions counted (or, for an average histogram, averaged) into a window on arrival; those later displaced are also counted in "+MetricContribBounded+"{bound=\"displaced\"}."),
-		bounded:   d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in; windows: max_windows_per_user, on arrival or at the window's close).", "bound"),
-		late:      d(MetricLateEvents, "Events for windows already closed (also counted in "+MetricEventsDropped+"{reason=\"late\"})."),
-		retention: d(MetricRetentionSkipped, "Input records deleted by the broker's retention before the stage read them (never counted; the stage was too far behind)."),
-		releases:  d(MetricReleases, "Release messages published to the output topic (one per histogram, group and window)."),
-		exhausted: d(MetricBudgetExhausted, "(histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead)."),
-		retries:   d(MetricPublishRetries, "Failed publish attempts that were retried."),
-		commits:   d(MetricOffsetCommits, "Consumer offset commits."),
-		spent:     d(MetricBudgetSpent, "Privacy budget spent in the period, as ε of (ε, δ)-DP at the configured δ, per user.", period...),
-		remaining: d(MetricBudgetRemaining, "Privacy budget left in the period, as ε at the configured δ.", period...),
-		total:     d(MetricBudgetTotal, "The period's total privacy budget ε (privacy.budget.epsilon)."),
-		delta:     d(MetricBudgetDelta, "The δ of the period's (ε, δ) guarantee (privacy.budget.delta)."),
-		charges:   d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
-		lag:       d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
-		ready:     d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
-		condition: d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining) and whether this instance releases (releasing): 1 when true.", "condition"),
-		info:      d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
-		alpha:     d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
-		r:         d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
-		sigma:     d(MetricMechanismSigma, "Discrete Gaussian σ added to each count (public: in every release message)."),
-		scale:     d(MetricMechanismScale, "Discrete Laplace scale b added to each count (public: in every release message)."),
-		rdp:       d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
+		src:         src,
+		distributed: distributed,
+		consumed:    d(MetricEventsConsumed, "Messages read from the input topic."),
+		decoded:     d(MetricEventsDecoded, "Messages that decoded into a usable event."),
+		dropped:     d(MetricEventsDropped, "Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.", "reason"),
+		counted:     d(MetricContribCounted, "(event, histogram) contributions counted (or, for an average histogram, averaged) into a window on arrival; those later displaced are also counted in "+MetricContribBounded+"{bound=\"displaced\"}."),
+		bounded:     d(MetricContribBounded, "Contributions dropped by per-user contribution bounding, by bound (on arrival: user_events: max_events_per_user; user_groups: max_groups_per_user; capacity: max_tracked_users; average_users: an average histogram's vector from a user not among the window's average.users kept users at arrival; later: displaced: counted on arrival, then pushed out by a smaller-hash event or group of the same user, or by the user's eviction from a full window, net of contributions let back in; windows: max_windows_per_user, on arrival or at the window's close).", "bound"),
+		late:        d(MetricLateEvents, "Events for windows already closed (also counted in "+MetricEventsDropped+"{reason=\"late\"})."),
+		retention:   d(MetricRetentionSkipped, "Input records deleted by the broker's retention before the stage read them (never counted; the stage was too far behind)."),
+		releases:    d(MetricReleases, "Release messages published to the output topic (one per histogram, group and window)."),
+		exhausted:   d(MetricBudgetExhausted, "(histogram, window) units refused by the privacy budget (a budget_exhausted status message was published instead)."),
+		retries:     d(MetricPublishRetries, "Failed publish attempts that were retried."),
+		commits:     d(MetricOffsetCommits, "Consumer offset commits."),
+		spent:       d(MetricBudgetSpent, "Privacy budget spent in the period, as ε of (ε, δ)-DP at the configured δ, per user.", period...),
+		remaining:   d(MetricBudgetRemaining, "Privacy budget left in the period, as ε at the configured δ.", period...),
+		total:       d(MetricBudgetTotal, "The period's total privacy budget ε (privacy.budget.epsilon)."),
+		delta:       d(MetricBudgetDelta, "The δ of the period's (ε, δ) guarantee (privacy.budget.delta)."),
+		charges:     d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
+		lag:         d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
+		ready:       d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
+		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining) and whether this instance releases (releasing): 1 when true.", "condition"),
+		info:        d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
+		alpha:       d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
+		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
+		sigma:       d(MetricMechanismSigma, "Discrete Gaussian σ added to each count (public: in every release message)."),
+		scale:       d(MetricMechanismScale, "Discrete Laplace scale b added to each count (public: in every release message)."),
+		partials:    d(MetricPartials, "Distributed mode, releasing instance: partials read from the partials topic, by what the merge did with them (added; skipped: of a window released already; duplicate; late: came after its window was released while its partition was idle; foreign: made under another counting config, not merged; conflict: a second partial of a (window, partition) with other counts).", "result"),
+		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
+		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
+		rdp:         d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
 	}
 }
 
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts} {
 		ch <- d
 	}
 }
@@ -151,6 +161,13 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.exhausted, st.Exhausted.Load())
 	counter(c.retries, st.PublishRetries.Load())
 	counter(c.commits, st.Commits.Load())
+	if c.distributed {
+		for r := range partial.NumAddResults {
+			counter(c.partials, st.Partials[r].Load(), partial.AddResult(r).String())
+		}
+		counter(c.latePart, st.LatePartialCounts.Load())
+		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
+	}
 	// Every reason is exported from the start (at 0), so that rates exist
 	// before the first drop: bounding outcomes under the bounded metric,
 	// the others (the decoder's and the window rule's) under dropped.

@@ -123,7 +123,7 @@ func New(opts Options) (*Server, error) {
 	if tok := opts.Config.HTTP.BearerToken; tok != "" {
 		s.tokenSum, s.hasToken = sha256.Sum256([]byte(tok)), true
 	}
-	s.reg, s.latency = newRegistry(s.source)
+	s.reg, s.latency = newRegistry(s.source, opts.Config.Kafka.Distributed.Enabled)
 	page, csp, err := loadPage()
 	if err != nil {
 		return nil, err
