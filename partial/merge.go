@@ -42,8 +42,10 @@ type Layout struct {
 // as the single-process stage's watermark is the minimum over the
 // partitions that are not idle (window.Watermarks): window w is complete
 // when every partition not idle has Next_p >= w+size — or, when every
-// partition is idle, when the largest Next does (the single-process
-// stage's "largest partition watermark"). A partition active again holds
+// partition is idle, when the largest Next does. That goes further than the
+// single-process stage's "largest partition watermark" (largest event time
+// minus the lateness): a bounder turning idle emits its windows up to the
+// one of its latest event. A partition active again holds
 // windows from then on; its Partials of windows released meanwhile are
 // [Late]: their events are late, as an event behind the watermark is in
 // the single-process stage. A window that only idle partitions hold is
@@ -202,7 +204,8 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		// A partition's Partials come in window order, so one of a window
 		// from resume on that is after the last window released with a
 		// Partial of this partition came after its window's release.
-		if p.WindowStart >= m.resume && p.WindowStart > m.included[p.Partition] {
+		// (A foreign one would not have been merged anyway: skipped.)
+		if !foreign && p.WindowStart >= m.resume && p.WindowStart > m.included[p.Partition] {
 			return Late, nil
 		}
 		return Skipped, nil

@@ -186,6 +186,16 @@ func TestMerger(t *testing.T) {
 			commit:   11, lagging: []int{0, 1, 2},
 		},
 		{
+			name: "a foreign partial after its window's release is skipped, not late",
+			steps: []step{
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added},
+				{idle: idle(2, 0, true)},
+				{p: foreign(0, 2, cell(0, 0, 4, 0, 0)), want: Skipped},
+			},
+			released: []string{"0:" + zero},
+			commit:   2, lagging: []int{0, 1},
+		},
+		{
 			name: "every partition idle: windows up to the largest Next",
 			steps: []step{
 				{p: part(0, 0), want: Added}, {p: part(10, 0, cell(1, 0, 2, 0)), want: Added},

@@ -194,6 +194,8 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if !s.arrival {
 		m.SetIdleGrace(s.cfg.Window.IdlePartitionTimeout.D(), s.now)
 	}
+	s.stats.PartitionsIdle.Store(0)
+	defer s.stats.PartitionsIdle.Store(0)
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
 	var heldSince time.Time // since when heldWindow has been the next window
@@ -215,6 +217,12 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		}
 		for _, rec := range recs {
 			if d := rec.Idle; d != nil {
+				if s.arrival {
+					// Only event-mode bounders write Idle records: these
+					// are left from before a switch to the arrival
+					// watermark, where no partition is ever idle.
+					continue
+				}
 				was := slices.Contains(m.Idle(), d.Partition)
 				if err := m.SetIdle(d, rec.Offset); err != nil {
 					return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
