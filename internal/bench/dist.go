@@ -306,63 +306,20 @@ func produceMurmur2(ctx context.Context, addr string, w *workload) error {
 }
 
 // distStageConfig is stageConfig with kafka.distributed on (murmur2,
-// internal topics created by the stage, the Kafka release log), without
-// contribution.max_tracked_users (refused by the distributed mode), no
-// HTTP server.
+// internal topics created by the stage, the Kafka release log, 2s
+// sessions), without contribution.max_tracked_users (refused by the
+// distributed mode).
 func distStageConfig(broker, topic, output, group, stateDir string, partitions int) (*config.Config, error) {
-	y := fmt.Sprintf(`
-kafka:
-  brokers: [%q]
-  group_id: %q
-  input_topic: %q
-  output_topic: %q
-  input_partitions: %d
-  session_timeout: 2s
-  distributed:
-    enabled: true
-    partitioner: murmur2
-events:
-  format: json
-  time_field: ts
-  user_field: user_id
-window:
-  size: %s
-  watermark: event
-  allowed_lateness: 0s
-  idle_partition_timeout: 10s
-  start: 2026-01-01T00:00:00Z
-histograms:
-  - name: pages
-    field: page
-    bins: [home, search, cart, checkout, other]
-    overflow_bin: other
-    group_by: country
-    groups: [US, DE, FR]
-  - name: devices
-    field: device
-    bins: [mobile, desktop, tablet]
-contribution:
-  max_events_per_user: 1
-  max_groups_per_user: 1
-privacy:
-  mechanism: dirichlet
-  calibration: concentrated
-  neighbour: replace
-  order: 2
-  budget:
-    epsilon: 10
-    delta: 1.0e-6
-    period: 24h
-state:
-  dir: %q
-  ledger: kafka
-http:
-  address: ""
-log:
-  level: warn
-`, broker, group, topic, output, partitions, windowSize, stateDir)
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	cfg, err := stageConfig(broker, topic, output, group, stateDir, partitions)
 	if err != nil {
+		return nil, err
+	}
+	cfg.Kafka.SessionTimeout = config.Duration(2 * time.Second)
+	cfg.Kafka.Distributed = config.Distributed{Enabled: true, Partitioner: config.PartitionerMurmur2, CreateTopics: true}
+	cfg.State.Ledger = config.LedgerKafka
+	cfg.Contribution.MaxTrackedUsers = 0
+	cfg.ApplyDefaults() // the internal topic prefix and the ledger topic
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("bench: distributed stage config: %w", err)
 	}
 	return cfg, nil
