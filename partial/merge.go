@@ -1,6 +1,7 @@
 package partial
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -49,7 +50,7 @@ type Layout struct {
 // windows from then on; its Partials of windows released meanwhile are
 // [Late]: their events are late, as an event behind the watermark is in
 // the single-process stage. A window that only idle partitions hold is
-// handed out once it has been so for the idle grace ([Merger.SetIdleGrace],
+// handed out once it has been so for the idle grace ([Merger.SetIdleClock],
 // the releaser's window.idle_partition_timeout): an idle partition whose
 // input has just received events, and whose bounder is reading them, has
 // that long to say it is active again before windows pass it by. Without
@@ -85,12 +86,18 @@ type Merger struct {
 	// included is, per source partition, the last window released with a
 	// Partial of it (math.MinInt64 before any).
 	included []int64
-	// grace and now: see SetIdleGrace; heldByIdle is the window only idle
-	// partitions hold, since heldSince (zero: none).
-	grace      time.Duration
-	now        func() time.Time
-	heldByIdle int64
-	heldSince  time.Time
+	// grace, lease and now: see SetIdleClock. idleSeen is, per source
+	// partition, when its latest Idle record was fed (by now).
+	grace, lease time.Duration
+	now          func() time.Time
+	idleSeen     []time.Time
+	// passes records when the live partitions' frontier (the smallest
+	// Next of the partitions not idle, or the largest Next when all are
+	// idle) first reached each value it has had, ascending, back to the
+	// first one past the next window; waitUntil is when the next window,
+	// held by idle partitions only, is handed out (zero: none waits).
+	passes    []pass
+	waitUntil time.Time
 	// resume is the first window this Merger hands out.
 	resume int64
 	// released: every window starting before it is released (or was
@@ -113,8 +120,14 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	for i := range next {
 		next[i], included[i] = math.MinInt64, math.MinInt64
 	}
-	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n),
+	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
 		included: included, resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+}
+
+// pass is one observation of the live frontier: it reached end at at.
+type pass struct {
+	end int64
+	at  time.Time
 }
 
 // AddResult says what Add did with a Partial.
@@ -249,36 +262,84 @@ func (m *Merger) SetIdle(d *Idle, offset int64) error {
 	}
 	m.idle[d.Partition] = d.Idle
 	m.idleAt[d.Partition] = offset
+	if m.now != nil {
+		m.idleSeen[d.Partition] = m.now()
+	}
 	return nil
 }
 
-// SetIdleGrace makes Next hand out a window that only idle partitions
-// hold once it has been so for grace, by the clock now (the releaser's
-// window.idle_partition_timeout and wall clock). Without a call, at once.
-func (m *Merger) SetIdleGrace(grace time.Duration, now func() time.Time) {
-	m.grace, m.now = grace, now
+// SetIdleClock sets the clock now and two durations of idleness (the
+// releaser's window.idle_partition_timeout and wall clock; without a
+// call, both are 0: no grace, no lease).
+//
+//   - grace: a window only idle partitions hold is handed out once the
+//     partitions not idle have passed it for grace — counted from when they
+//     first did, so a backlog they passed at once comes out at once.
+//   - lease: an Idle record saying idle counts for lease after it was fed.
+//     The bounder of an idle partition writes it again well within that
+//     (pipeline), so a partition whose owner died stops counting as idle
+//     — it holds windows again — by one lease after its last record, not
+//     only once the next owner starts.
+func (m *Merger) SetIdleClock(grace, lease time.Duration, now func() time.Time) {
+	m.grace, m.lease, m.now = grace, lease, now
 }
 
-// IdleWait returns how long until the window only idle partitions hold is
-// handed out (Next is then worth calling even with no new record), and
-// false when no window is waiting so.
+// IdleWait returns how long until the next window, which only idle
+// partitions hold, is handed out (Next is then worth calling even with no
+// new record), and false when no window waits so. As of the last Next.
 func (m *Merger) IdleWait() (time.Duration, bool) {
-	if m.heldSince.IsZero() || m.heldByIdle != m.released {
+	if m.waitUntil.IsZero() {
 		return 0, false
 	}
-	return max(m.grace-m.now().Sub(m.heldSince), 0), true
+	return max(m.waitUntil.Sub(m.now()), 0), true
 }
 
-// Idle returns the source partitions whose latest Idle record says idle,
-// ascending.
+// isIdle reports whether p counts as idle at now: its latest Idle record
+// says idle, fed less than the lease ago.
+func (m *Merger) isIdle(p int, now time.Time) bool {
+	return m.idle[p] && (m.lease <= 0 || now.Sub(m.idleSeen[p]) < m.lease)
+}
+
+// clock is now(), or the zero time without a clock.
+func (m *Merger) clock() time.Time {
+	if m.now == nil {
+		return time.Time{}
+	}
+	return m.now()
+}
+
+// Idle returns the source partitions that count as idle now, ascending.
 func (m *Merger) Idle() []int {
 	var out []int
-	for p, idle := range m.idle {
-		if idle {
+	now := m.clock()
+	for p := range m.idle {
+		if m.isIdle(p, now) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// observe records the live frontier f at now (see Merger.passes): the
+// observations past f no longer hold (a partition active again is
+// behind them) and are dropped; f is recorded if it is new.
+func (m *Merger) observe(f int64, now time.Time) {
+	for len(m.passes) > 0 && m.passes[len(m.passes)-1].end > f {
+		m.passes = m.passes[:len(m.passes)-1]
+	}
+	if len(m.passes) == 0 || m.passes[len(m.passes)-1].end < f {
+		m.passes = append(m.passes, pass{end: f, at: now})
+	}
+}
+
+// passedAt is when the live frontier first reached end (observe recorded
+// a frontier at or past it).
+func (m *Merger) passedAt(end int64) time.Time {
+	i, _ := slices.BinarySearchFunc(m.passes, end, func(p pass, e int64) int { return cmp.Compare(p.end, e) })
+	if i == len(m.passes) {
+		return m.clock() // not reached: Next observes its frontier first
+	}
+	return m.passes[i].at
 }
 
 // Next returns the next window to release, if it is complete: the window
@@ -286,30 +347,30 @@ func (m *Merger) Idle() []int {
 // every Partial added for it (none, when no partition had events).
 func (m *Merger) Next() (*Window, bool) {
 	w := m.released
-	live, byIdle := false, false
-	largest := int64(math.MinInt64)
+	now := m.clock()
+	m.waitUntil = time.Time{}
+	byIdle := false
+	frontier, largest := int64(math.MaxInt64), int64(math.MinInt64)
 	for p, n := range m.next {
 		largest = max(largest, n)
-		if m.idle[p] {
+		if m.isIdle(p, now) {
 			byIdle = byIdle || n < w+m.sizeMs
 			continue
 		}
-		live = true
-		if n < w+m.sizeMs {
-			m.heldSince = time.Time{}
-			return nil, false
-		}
+		frontier = min(frontier, n)
 	}
-	if !live && largest < w+m.sizeMs {
-		m.heldSince = time.Time{}
+	if frontier == math.MaxInt64 { // every partition idle
+		frontier = largest
+	}
+	if m.grace > 0 {
+		m.observe(frontier, now)
+	}
+	if frontier < w+m.sizeMs {
 		return nil, false
 	}
 	if byIdle && m.grace > 0 {
-		now := m.now()
-		if m.heldSince.IsZero() || m.heldByIdle != w {
-			m.heldByIdle, m.heldSince = w, now
-		}
-		if now.Sub(m.heldSince) < m.grace {
+		if until := m.passedAt(w + m.sizeMs).Add(m.grace); now.Before(until) {
+			m.waitUntil = until
 			return nil, false
 		}
 	}
@@ -331,6 +392,12 @@ func (m *Merger) Released(w *Window) {
 	}
 	delete(m.pending, w.Start)
 	m.released = w.Start + m.sizeMs
+	// Observations short of the next window's end are not needed again.
+	i := 0
+	for i < len(m.passes)-1 && m.passes[i].end < m.released+m.sizeMs {
+		i++
+	}
+	m.passes = m.passes[i:]
 }
 
 // ReleasedTo is the start of the first window not released.
@@ -340,8 +407,9 @@ func (m *Merger) ReleasedTo() int64 { return m.released }
 // passed the next window (they hold it), ascending.
 func (m *Merger) Lagging() []int {
 	var out []int
+	now := m.clock()
 	for p, n := range m.next {
-		if !m.idle[p] && n < m.released+m.sizeMs {
+		if !m.isIdle(p, now) && n < m.released+m.sizeMs {
 			out = append(out, p)
 		}
 	}

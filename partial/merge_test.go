@@ -342,7 +342,7 @@ func TestMergerIdleGrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetIdleGrace(grace, func() time.Time { return now })
+	m.SetIdleClock(grace, 0, func() time.Time { return now })
 	off := int64(0)
 	feed := func(p *Partial, d *Idle) {
 		t.Helper()
@@ -383,4 +383,82 @@ func TestMergerIdleGrace(t *testing.T) {
 	}
 	m.Released(w)
 	expect("window 10: held by partitions 0 and 1", false, 0, false)
+}
+
+// TestMergerIdleBacklog: a backlog of windows the partitions not idle
+// passed at once waits one grace in all, not one per window.
+func TestMergerIdleBacklog(t *testing.T) {
+	const grace = time.Second
+	now := time.Unix(1000, 0)
+	m, err := NewMerger(3, testSize, 0, testLayout, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetIdleClock(grace, 0, func() time.Time { return now })
+	for i, d := range []*Idle{idle(1, 0, true), idle(2, 0, true)} {
+		if err := m.SetIdle(d, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := int64(0); w < 100; w++ {
+		if _, err := m.Add(part(w*testSize, 0), 2+w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := m.Next(); ok {
+		t.Fatal("a window handed out before the grace")
+	}
+	now = now.Add(grace)
+	n := 0
+	for w, ok := m.Next(); ok; w, ok = m.Next() {
+		m.Released(w)
+		n++
+	}
+	if n != 100 {
+		t.Errorf("%d windows handed out one grace after partition 0 passed 100, want 100", n)
+	}
+	if _, ok := m.IdleWait(); ok {
+		t.Error("a window still waits")
+	}
+}
+
+// TestMergerIdleLease: an Idle record counts for the lease; a partition
+// whose record is older holds windows again, and one written again in time
+// keeps it idle.
+func TestMergerIdleLease(t *testing.T) {
+	const lease = 3 * time.Second
+	now := time.Unix(1000, 0)
+	m, err := NewMerger(3, testSize, 0, testLayout, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetIdleClock(0, lease, func() time.Time { return now })
+	off := int64(0)
+	setIdle := func(p int) {
+		t.Helper()
+		if err := m.SetIdle(idle(p, 0, true), off); err != nil {
+			t.Fatal(err)
+		}
+		off++
+	}
+	setIdle(1)
+	setIdle(2)
+	now = now.Add(2 * time.Second)
+	setIdle(2) // partition 2's bounder writes it again; partition 1's is gone
+	if _, err := m.Add(part(0, 0), off); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Next(); !ok || !slices.Equal(m.Idle(), []int{1, 2}) {
+		t.Fatalf("within the lease: window not handed out, or idle %v", m.Idle())
+	}
+	now = now.Add(2 * time.Second) // partition 1's record is 4s old
+	if _, ok := m.Next(); ok {
+		t.Fatal("window handed out past partition 1's lease")
+	}
+	if got := m.Idle(); !slices.Equal(got, []int{2}) {
+		t.Errorf("idle %v, want [2]", got)
+	}
+	if got := m.Lagging(); !slices.Equal(got, []int{1}) {
+		t.Errorf("lagging %v, want [1]", got)
+	}
 }

@@ -177,8 +177,9 @@ func DecodePartial(b []byte) (*Partial, error) {
 // window.Watermarks, carried across instances as Flink carries idleness
 // per channel). Its bounder writes one when the partition turns idle (read
 // to its end, no fetch failing, silent for window.idle_partition_timeout),
-// again every minute while it stays idle, and one with Idle false when it
-// is active again. Under window.watermark: arrival no Idle is written: a
+// again every half idle timeout while it stays idle (the releaser counts
+// one for an idle timeout: Merger.SetIdleClock), one with Idle false when
+// it is active again, and one at every start of its worker. Under window.watermark: arrival no Idle is written: a
 // partition read to its end advances with the wall clock and emits empty
 // Partials.
 type Idle struct {

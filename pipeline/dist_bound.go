@@ -407,10 +407,13 @@ const (
 )
 
 // idleRemark is how often a partition that stays idle writes its Idle
-// record again: the releaser's commit point stays at the latest one (so a
-// releaser restarting there learns the partition is idle), and the
-// partials topic's retention never deletes it.
-const idleRemark = time.Minute
+// record again: half the idle timeout, which is the releaser's lease of an
+// Idle record (partial.Merger.SetIdleClock), so a partition whose bounder
+// died holds windows again one idle timeout after its last record. The
+// releaser's commit point also stays at the latest record (so a releaser
+// restarting there learns the partition is idle), and the partials
+// topic's retention never deletes it.
+func (s *Stage) idleRemark() time.Duration { return s.cfg.Window.IdlePartitionTimeout.D() / 2 }
 
 // restoreAdmitted is the cross-window bound's state of period restored
 // from the admissions records of p.
@@ -490,12 +493,12 @@ func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w
 // one of them afterwards is late (counted as late, as every event for a
 // window its partition has closed).
 func (b *bounder) markIdle(ctx context.Context, sess *session, st *boundState, w *kafkapartial.Writer) error {
-	idle := sess.wm.Idle(st.p)
+	idle, latest, hasLatest := sess.wm.IdleLatest(st.p)
 	now := time.Now()
 	switch {
 	case st.marked == markedNone:
 	case idle && st.marked != markedIdle:
-	case idle && now.Sub(st.markedAt) >= idleRemark:
+	case idle && now.Sub(st.markedAt) >= b.s.idleRemark():
 	case !idle && st.marked == markedIdle:
 	default:
 		return nil
@@ -505,11 +508,14 @@ func (b *bounder) markIdle(ctx context.Context, sess *session, st *boundState, w
 		// latest event time read, so that the events counted so far reach
 		// the releaser (which from now on releases windows without waiting
 		// for p); an event read later for one of those windows is late.
-		if latest, ok := sess.wm.Latest(st.p); ok {
+		if hasLatest {
 			for last := window.Start(latest, b.s.sizeMs); st.next <= last; {
 				if err := b.emit(ctx, sess, st, w, latest); err != nil {
 					return fmt.Errorf("emit window %s before turning idle: %w", release.RFC3339(st.next), err)
 				}
+			}
+			if !sess.wm.Idle(st.p) {
+				return nil // events came during the emission: not idle after all (they are late for the windows emitted)
 			}
 		}
 	}

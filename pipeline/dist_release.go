@@ -192,7 +192,11 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		return err
 	}
 	if !s.arrival {
-		m.SetIdleGrace(s.cfg.Window.IdlePartitionTimeout.D(), s.now)
+		// The grace and the lease of an Idle record are both the idle
+		// timeout; bounders write their Idle records again every half of
+		// it (Stage.idleRemark).
+		t := s.cfg.Window.IdlePartitionTimeout.D()
+		m.SetIdleClock(t, t, s.now)
 	}
 	s.stats.PartitionsIdle.Store(0)
 	defer s.stats.PartitionsIdle.Store(0)
@@ -231,7 +235,6 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 					s.log.Info("releaser: source partition idle state changed (window.watermark event): an idle partition does not hold windows",
 						zap.Int("partition", d.Partition), zap.Bool("idle", d.Idle), zap.String("next_window", release.RFC3339(d.Next)))
 				}
-				s.stats.PartitionsIdle.Store(int64(len(m.Idle())))
 				continue
 			}
 			res, err := m.Add(rec.Partial, rec.Offset)
@@ -260,6 +263,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
 					zap.Int("partition", rec.Partial.Partition))
 			}
+		}
+		if !s.arrival {
+			s.stats.PartitionsIdle.Store(int64(len(m.Idle()))) // a lease may have run out without a record
 		}
 		passedAt := s.now()
 		var batch []*ledger.Unit

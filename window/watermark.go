@@ -239,16 +239,18 @@ func (w *Watermarks) Idle(p int) bool {
 	return pt != nil && w.idle(pt, w.now())
 }
 
-// Latest returns the largest time partition p has delivered (event mode:
-// event time; arrival: record time); ok is false before its first.
-func (w *Watermarks) Latest(p int) (ms int64, ok bool) {
+// IdleLatest is Idle(p) and the largest time partition p has delivered
+// (event mode: event time), read together; hasLatest is false before its
+// first.
+func (w *Watermarks) IdleLatest(p int) (idle bool, latest int64, hasLatest bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	pt := w.parts[p]
-	if pt == nil || pt.maxEvent == math.MinInt64 {
-		return 0, false
+	if pt == nil {
+		return false, 0, false
 	}
-	return pt.maxEvent, true
+	idle = !w.arrival && w.idle(pt, w.now())
+	return idle, pt.maxEvent, pt.maxEvent != math.MinInt64
 }
 
 // idle reports whether pt is idle (event mode; see Watermarks).

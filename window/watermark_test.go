@@ -153,11 +153,11 @@ func TestEventWatermarkIdle(t *testing.T) {
 				if got := w.Idle(1); got != s.wantIdle {
 					t.Errorf("step %d: Idle(1) = %v, want %v", i, got, s.wantIdle)
 				}
-				if l, ok := w.Latest(1); !ok || l != 50_000 {
-					t.Errorf("step %d: Latest(1) = %d, %v; want 50000", i, l, ok)
+				if idle, l, ok := w.IdleLatest(1); !ok || l != 50_000 || idle != s.wantIdle {
+					t.Errorf("step %d: IdleLatest(1) = %v, %d, %v; want %v, 50000", i, idle, l, ok, s.wantIdle)
 				}
-				if _, ok := w.Latest(7); ok {
-					t.Errorf("step %d: Latest of an untracked partition", i)
+				if _, _, ok := w.IdleLatest(7); ok {
+					t.Errorf("step %d: IdleLatest of an untracked partition", i)
 				}
 				if w.Idle(0) || w.Idle(7) {
 					t.Errorf("step %d: the live partition 0, or the untracked 7, idle", i)
