@@ -94,7 +94,8 @@ type Options struct {
 }
 
 // Server serves the endpoints. Create it with New, feed it with OnRelease,
-// attach the stage with Attach and run it with Serve.
+// attach the stage with Attach and run it with Serve (the public listener)
+// and ServeOperator (the operator one).
 type Server struct {
 	cfg       *config.Config
 	log       *zap.Logger
