@@ -54,11 +54,13 @@ import (
 // calibrated stage (the same condition as the RDP accountant's).
 //
 // The budget a period is checked against is the budget in force at its
-// first charge, recorded with it (Spend.LimitEpsilon, LimitDelta), or the
-// current one where that is lower: a budget lowered in the middle of a
-// period takes effect at once, a raised one from the next period only, so
-// no release of a period can report a budget above the one its earlier
-// releases stated.
+// first charge, recorded with it (Spend.LimitEpsilon, LimitDelta; the
+// ledger lowers the record when a later unit is recorded under a lower
+// one), or the current one where that is lower: a budget lowered in the
+// middle of a period takes effect at once — for the units a period
+// reservation covers too ([Book.Covered]) — a raised one from the next
+// period only (also when raised back after a cut), so no release of a
+// period can report a budget above the one its earlier releases stated.
 //
 // The condition behind all of this: the charges of a period — the
 // configuration that sets them, and a change of it — do not depend on what

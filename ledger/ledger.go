@@ -166,9 +166,10 @@ type Unit struct {
 	// Approx); empty otherwise.
 	CoveredBy string `json:"covered_by,omitempty"`
 	// Limit is the period budget (ε, δ) in force when the unit was
-	// recorded. Record keeps the first one recorded for each period
-	// (PeriodLimit): a budget raised in the middle of a period takes effect
-	// from the next period only.
+	// recorded. Record keeps the first released unit's for each period,
+	// lowered by any later unit's that is lower (PeriodLimit, LowerLimit): a
+	// budget raised in the middle of a period — also back after a cut —
+	// takes effect from the next period only.
 	Limit *Limit `json:"limit,omitempty"`
 	// Messages are the exact output messages, in publish order.
 	Messages []Message `json:"messages"`
