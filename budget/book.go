@@ -54,11 +54,13 @@ import (
 // calibrated stage (the same condition as the RDP accountant's).
 //
 // The budget a period is checked against is the budget in force at its
-// first charge, recorded with it (Spend.LimitEpsilon, LimitDelta), or the
-// current one where that is lower: a budget lowered in the middle of a
-// period takes effect at once, a raised one from the next period only, so
-// no release of a period can report a budget above the one its earlier
-// releases stated.
+// first charge, recorded with it (Spend.LimitEpsilon, LimitDelta; the
+// ledger lowers the record when a later unit is recorded under a lower
+// one), or the current one where that is lower: a budget lowered in the
+// middle of a period takes effect at once — for the units a period
+// reservation covers too ([Book.Covered]) — a raised one from the next
+// period only (also when raised back after a cut), so no release of a
+// period can report a budget above the one its earlier releases stated.
 //
 // The condition behind all of this: the charges of a period — the
 // configuration that sets them, and a change of it — do not depend on what
@@ -89,7 +91,9 @@ import (
 // spend), refuses to charge a held key again, and answers [Book.Reserved]
 // for the releases the reservation covers, which charge nothing. A
 // reservation is an ordinary charge for everything above: checked against
-// the whole period, composed, rounded up.
+// the whole period, composed, rounded up. A covered release is still
+// checked against the period's current budget ([Book.Covered]): a cut below
+// what the period has spent stops it like any other release.
 //
 // # Rounding: never above ε
 //
@@ -413,6 +417,45 @@ func (b *Book) Reserved(p int64, key string) (bool, error) {
 		return false, err
 	}
 	return st.spend.reserved(key), nil
+}
+
+// Covered reports whether period p holds the period reservation key — a
+// unit it covers charges nothing of its own — and checks that unit against
+// the period's current budget: the total of the period, after the pending
+// charges accepted before it in the same window, must be within the
+// period's effective budget (the lower of the one recorded and the Book's),
+// or Covered returns an [*ExceededError] (errors.Is ErrBudgetExceeded) with
+// held = true. A covered unit adds no privacy loss beyond the reservation
+// already charged, but a budget cut in the middle of the period must stop
+// every later release at once, covered or not (issue #21, item 2): with
+// privacy.rdp_epsilon fixed, a cut leaves the reservation's curve and key
+// unchanged, and without this check every covered unit would be released
+// although the period's total is above the new limit. Nothing changes.
+func (b *Book) Covered(p int64, key string, pending ...Charge) (after Total, held bool, err error) {
+	for _, x := range pending {
+		if err := b.checkCharge(x); err != nil {
+			return Total{}, false, err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, err := b.period(p)
+	if err != nil {
+		return Total{}, false, err
+	}
+	if !st.spend.reserved(key) {
+		return Total{}, false, nil
+	}
+	next := st.spend
+	for _, x := range pending {
+		next = next.add(x)
+	}
+	after = st.compose(&next)
+	if !st.within(after) {
+		return after, true, &ExceededError{Epsilon: after.Epsilon, Order: after.RDPOrder, Spent: after.Epsilon,
+			Limit: st.epsilon, Delta: st.delta}
+	}
+	return after, true, nil
 }
 
 // Spent returns the spend of period p (restored from the store on first

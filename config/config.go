@@ -516,25 +516,50 @@ type Generator struct {
 	UserLifetime Duration `yaml:"user_lifetime"`
 }
 
-// HTTP configures the operator and analyst endpoints: /metrics, /healthz,
-// /readyz, /api/* and the dashboard page at /.
+// HTTP configures the stage's two HTTP listeners, kept apart: the public
+// one (Address) serves the dashboard page at /, /api/releases, /api/budget
+// and /api/layout — releases, the budget spent and public config only, for
+// the people who read the dashboards; the operator one (OperatorAddress)
+// serves /metrics — event totals and drop counts per reason, which are
+// private (differencing a counter between two scrapes gives a window's
+// exact count) — for operators and Prometheus. Both serve the probes
+// /healthz and /readyz. Each has its own token.
 type HTTP struct {
-	// Address the HTTP server listens on (host:port). Default
-	// "127.0.0.1:8080" (loopback only). An explicit empty string turns the
-	// server off. Any other host (including an empty host, ":8080", which
-	// means every interface) requires AllowRemote.
+	// Address the public listener binds (host:port). Default
+	// "127.0.0.1:8080" (loopback only). An explicit empty string turns it
+	// off. Any other host (including an empty host, ":8080", which means
+	// every interface) requires AllowRemote.
 	Address string `yaml:"address"`
-	// AllowRemote must be true to bind Address beyond loopback: /metrics
-	// carries operational counts (events consumed, dropped, lag) that are not
-	// private, so exposing them is an explicit choice. Default false.
+	// AllowRemote must be true to bind Address beyond loopback. Default
+	// false.
 	AllowRemote bool `yaml:"allow_remote"`
-	// BearerToken, when set, is required (as "Authorization: Bearer TOKEN",
-	// or as the password of HTTP Basic authentication for browsers) on every
-	// path but /healthz and /readyz. It may only be given as a ${ENV_VAR}
-	// reference and is never printed. Default empty: no authentication (an
-	// empty variable counts as absent, so it also means none; the stage
-	// warns at start-up when it listens beyond loopback without a token).
+	// BearerToken, when set, is required on the public listener (as
+	// "Authorization: Bearer TOKEN", or as the password of HTTP Basic
+	// authentication for browsers) on every path but /healthz and /readyz.
+	// It may only be given as a ${ENV_VAR} reference and is never printed.
+	// Default empty: no authentication (an empty variable counts as absent,
+	// so it also means none; the stage warns at start-up when it listens
+	// beyond loopback without a token).
 	BearerToken string `yaml:"bearer_token" secret:"true"`
+
+	// OperatorAddress the operator listener binds (host:port): /metrics
+	// and the probes. Default "127.0.0.1:8081" (loopback only). An explicit
+	// empty string turns it off. It may not be Address's listener (the
+	// same port on an overlapping host): the split is the point. Any host
+	// beyond loopback requires OperatorAllowRemote.
+	OperatorAddress string `yaml:"operator_address"`
+	// OperatorAllowRemote must be true to bind OperatorAddress beyond
+	// loopback: what it serves is private (exact event and drop counts),
+	// so exposing it to the network is an explicit choice, separate from
+	// exposing the dashboard. Default false.
+	OperatorAllowRemote bool `yaml:"operator_allow_remote"`
+	// OperatorToken, when set, is required on the operator listener on
+	// every path but /healthz and /readyz, as BearerToken is on the public
+	// one; only as a ${ENV_VAR} reference. It must differ from BearerToken
+	// (the dashboard's readers would otherwise hold the operators' key).
+	// Default empty: no authentication (the stage warns when the operator
+	// listener is beyond loopback without a token).
+	OperatorToken string `yaml:"operator_token" secret:"true"`
 }
 
 // Output configures extra, optional copies of the releases.

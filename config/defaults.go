@@ -40,6 +40,7 @@ const (
 	DefaultGeneratorEPS         = 200
 	DefaultGeneratorTimeScale   = 1.0
 	DefaultHTTPAddress          = "127.0.0.1:8080"
+	DefaultHTTPOperatorAddress  = "127.0.0.1:8081"
 )
 
 // ApplyDefaults fills in every setting the file left out, with the defaults
@@ -144,6 +145,7 @@ func (c *Config) ApplyDefaults() {
 	flt(&c.Generator.TimeScale, "generator.time_scale", DefaultGeneratorTimeScale)
 
 	str(&c.HTTP.Address, "http.address", DefaultHTTPAddress)
+	str(&c.HTTP.OperatorAddress, "http.operator_address", DefaultHTTPOperatorAddress)
 }
 
 // GroupNames returns the groups a release is made for at every window: the

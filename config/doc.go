@@ -81,7 +81,7 @@
 // given as one scalar with a reference, split on commas:
 // brokers: ${KAFKA_BROKERS} with KAFKA_BROKERS=a:9092,b:9092.
 //
-// Secrets — kafka.sasl.password and http.bearer_token — may only be given as exactly one ${NAME},
+// Secrets — kafka.sasl.password, http.bearer_token and http.operator_token — may only be given as exactly one ${NAME},
 // without default: a literal secret in the file is an error naming the field.
 //
 // No error message shows a value that came from the environment: messages

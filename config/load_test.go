@@ -20,7 +20,7 @@ func TestFullConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Parse(data, envOf(map[string]string{"TLS_DIR": dir, "KAFKA_PASSWORD": "pw-from-env", "HTTP_TOKEN": "token-from-env"}))
+	cfg, err := Parse(data, envOf(map[string]string{"TLS_DIR": dir, "KAFKA_PASSWORD": "pw-from-env", "HTTP_TOKEN": "token-from-env", "OPERATOR_TOKEN": "operator-token-from-env"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +69,9 @@ func TestFullConfig(t *testing.T) {
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour), Ledger: LedgerBolt, LedgerTopic: "dp-stage-ledger"},
 		Log:       Log{Format: "console", Level: "debug"},
 		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60, UserLifetime: Duration(3 * time.Minute)},
-		HTTP:      HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env"},
-		Output:    Output{ArrowDir: "/var/lib/dp-stage/arrow"},
+		HTTP: HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env",
+			OperatorAddress: "0.0.0.0:9091", OperatorAllowRemote: true, OperatorToken: "operator-token-from-env"},
+		Output: Output{ArrowDir: "/var/lib/dp-stage/arrow"},
 	}
 	got := *cfg
 	got.meta = nil
@@ -184,7 +185,7 @@ func TestDefaults(t *testing.T) {
 		State:     State{Dir: "./stage-state", Retain: DefaultRetain, Ledger: LedgerBolt},
 		Log:       Log{Format: "json", Level: "info"},
 		Generator: Generator{Users: 300, EventsPerSecond: 200, TimeScale: 1},
-		HTTP:      HTTP{Address: "127.0.0.1:8080"},
+		HTTP:      HTTP{Address: "127.0.0.1:8080", OperatorAddress: "127.0.0.1:8081"},
 	}
 	got := *cfg
 	got.meta = nil

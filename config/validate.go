@@ -559,19 +559,49 @@ func (k *checker) generator() {
 
 func (k *checker) http() {
 	h := k.c.HTTP
-	if h.Address == "" {
-		return // explicitly off
-	}
-	host, port, err := net.SplitHostPort(h.Address)
-	p, perr := strconv.Atoi(port)
-	if err != nil || perr != nil || p < 0 || p > 65535 {
-		k.add("http.address", "%s is not host:port (port 0 to 65535)", k.show("http.address", h.Address))
-		return
-	}
-	if !h.AllowRemote && !IsLoopbackHost(host) {
-		k.add("http.address", "%s listens beyond loopback: set http.allow_remote: true to expose /metrics and the dashboard to the network (and consider http.bearer_token)",
+	pubHost, pubPort, pubOK := k.listenAddress("http.address", h.Address)
+	if pubOK && !h.AllowRemote && !IsLoopbackHost(pubHost) {
+		k.add("http.address", "%s listens beyond loopback: set http.allow_remote: true to expose the dashboard and /api to the network (and consider http.bearer_token)",
 			k.show("http.address", h.Address))
 	}
+	opHost, opPort, opOK := k.listenAddress("http.operator_address", h.OperatorAddress)
+	if opOK && !h.OperatorAllowRemote && !IsLoopbackHost(opHost) {
+		k.add("http.operator_address", "%s listens beyond loopback: /metrics carries exact event and drop counts, which are private; set http.operator_allow_remote: true to expose them to the network on purpose (and set http.operator_token)",
+			k.show("http.operator_address", h.OperatorAddress))
+	}
+	if pubOK && opOK && pubPort == opPort && pubPort != 0 && hostsOverlap(pubHost, opHost) {
+		k.add("http.operator_address", "%s is the listener of http.address (%s): the operator surface (/metrics) is served apart from the dashboard's; give it another port (default %s) or turn it off with \"\"",
+			k.show("http.operator_address", h.OperatorAddress), k.show("http.address", h.Address), DefaultHTTPOperatorAddress)
+	}
+	if h.OperatorToken != "" && h.OperatorToken == h.BearerToken {
+		k.add("http.operator_token", "is the same as http.bearer_token: the dashboard's readers would hold the operators' token; give the operator listener a token of its own")
+	}
+}
+
+// listenAddress checks the host:port of a listener at path ("" is off:
+// ok false, no problem).
+func (k *checker) listenAddress(path, addr string) (host string, port int, ok bool) {
+	if addr == "" {
+		return "", 0, false // explicitly off
+	}
+	host, ps, err := net.SplitHostPort(addr)
+	p, perr := strconv.Atoi(ps)
+	if err != nil || perr != nil || p < 0 || p > 65535 {
+		k.add(path, "%s is not host:port (port 0 to 65535)", k.show(path, addr))
+		return "", 0, false
+	}
+	return host, p, true
+}
+
+// hostsOverlap reports whether two listen hosts can share an interface:
+// the same host, either one every interface ("", 0.0.0.0, ::), or both
+// loopback.
+func hostsOverlap(a, b string) bool {
+	any := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "" || (ip != nil && ip.IsUnspecified())
+	}
+	return strings.EqualFold(a, b) || any(a) || any(b) || (IsLoopbackHost(a) && IsLoopbackHost(b))
 }
 
 // IsLoopbackHost reports whether host (as in host:port; brackets removed)

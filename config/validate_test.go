@@ -218,6 +218,19 @@ func TestValidateRules(t *testing.T) {
 		{"http address not host:port", func(c *Config) { c.HTTP.Address = "8080" }, "http.address", "is not host:port"},
 		{"http every interface without allow_remote", func(c *Config) { c.HTTP.Address = ":8080" }, "http.address", "set http.allow_remote: true"},
 		{"http public address without allow_remote", func(c *Config) { c.HTTP.Address = "10.0.0.1:8080" }, "http.address", "beyond loopback"},
+		// the operator listener (issue #21, item 8)
+		{"operator address not host:port", func(c *Config) { c.HTTP.OperatorAddress = "localhost" }, "http.operator_address", "is not host:port"},
+		{"operator beyond loopback without its own allow_remote", func(c *Config) {
+			c.HTTP = HTTP{Address: ":8080", AllowRemote: true, OperatorAddress: ":8081"}
+		}, "http.operator_address", "set http.operator_allow_remote: true"},
+		{"operator on the public listener", func(c *Config) { c.HTTP.OperatorAddress = c.HTTP.Address }, "http.operator_address", "is the listener of http.address"},
+		{"operator on every interface, public on loopback, same port", func(c *Config) {
+			c.HTTP = HTTP{Address: "127.0.0.1:8080", OperatorAddress: "0.0.0.0:8080", OperatorAllowRemote: true}
+		}, "http.operator_address", "served apart from the dashboard"},
+		{"operator on localhost, public on 127.0.0.1, same port", func(c *Config) {
+			c.HTTP = HTTP{Address: "127.0.0.1:9000", OperatorAddress: "localhost:9000"}
+		}, "http.operator_address", "give it another port"},
+		{"operator token is the public token", func(c *Config) { c.HTTP.BearerToken, c.HTTP.OperatorToken = "t", "t" }, "http.operator_token", "same as http.bearer_token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, base, nil)
@@ -278,6 +291,15 @@ func TestValidateAccepts(t *testing.T) {
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},
 		{"http localhost", func(c *Config) { c.HTTP.Address = "localhost:9000" }},
 		{"http remote allowed", func(c *Config) { c.HTTP = HTTP{Address: ":8080", AllowRemote: true} }},
+		{"operator off", func(c *Config) { c.HTTP.OperatorAddress = "" }},
+		{"both off", func(c *Config) { c.HTTP.Address, c.HTTP.OperatorAddress = "", "" }},
+		{"both on port 0", func(c *Config) { c.HTTP.Address, c.HTTP.OperatorAddress = "127.0.0.1:0", "127.0.0.1:0" }},
+		{"same port on other interfaces", func(c *Config) {
+			c.HTTP = HTTP{Address: "10.0.0.1:8080", AllowRemote: true, OperatorAddress: "127.0.0.1:8080"}
+		}},
+		{"both remote, own tokens", func(c *Config) {
+			c.HTTP = HTTP{Address: ":8080", AllowRemote: true, BearerToken: "a", OperatorAddress: ":8081", OperatorAllowRemote: true, OperatorToken: "b"}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, base, nil)

@@ -166,9 +166,10 @@ type Unit struct {
 	// Approx); empty otherwise.
 	CoveredBy string `json:"covered_by,omitempty"`
 	// Limit is the period budget (ε, δ) in force when the unit was
-	// recorded. Record keeps the first one recorded for each period
-	// (PeriodLimit): a budget raised in the middle of a period takes effect
-	// from the next period only.
+	// recorded. Record keeps the first released unit's for each period,
+	// lowered by any later unit's that is lower (PeriodLimit, LowerLimit): a
+	// budget raised in the middle of a period — also back after a cut —
+	// takes effect from the next period only.
 	Limit *Limit `json:"limit,omitempty"`
 	// Messages are the exact output messages, in publish order.
 	Messages []Message `json:"messages"`
@@ -185,6 +186,31 @@ type Approx struct {
 	Epsilon  float64 `json:"epsilon"`
 	Delta    float64 `json:"delta"`
 	Releases int     `json:"releases"`
+}
+
+// LowerLimit is a period's recorded budget rec (ok: one is recorded) after
+// recording u: a released unit records its budget (u.Limit) when none is
+// recorded yet; any unit — released or budget_exhausted — whose budget is
+// below the recorded one in ε or δ lowers it to the lower of each (the
+// neighbour relation stays the first one recorded). It returns the new
+// budget and whether it changed. So the budget a period is held to never
+// rises within the period: a cut recorded once stays in force until the
+// period ends, even when the budget is raised back (budget.Book takes the
+// lower of the recorded budget and its own).
+func LowerLimit(rec Limit, ok bool, u *Unit) (Limit, bool) {
+	if u.Limit == nil {
+		return rec, false
+	}
+	if !ok {
+		if u.Status != StatusReleased {
+			return rec, false // nothing spent under it: a raise before the first release applies
+		}
+		return *u.Limit, true
+	}
+	out := rec
+	out.Epsilon = math.Min(rec.Epsilon, u.Limit.Epsilon)
+	out.Delta = math.Min(rec.Delta, u.Limit.Delta)
+	return out, out.Epsilon != rec.Epsilon || out.Delta != rec.Delta
 }
 
 // Limit is a period's (ε, δ) budget.
@@ -280,7 +306,7 @@ func (l *Ledger) Lookup(histogram string, windowStart int64) (*Unit, bool, error
 // unit: sets the RDP spend of u.Period to spentAfter (the period's spend
 // including u.Charge) when spentAfter is not empty, adds an Approx charge to
 // the period's ApproxSpent, and keeps u.Limit as the period's budget if none
-// is recorded yet. The caller has checked the spend against the budget.
+// is recorded yet; any unit with a lower budget lowers it (LowerLimit). The caller has checked the spend against the budget.
 // Record refuses a unit whose key is already recorded (ErrAlreadyRecorded):
 // a window is released at most once.
 func (l *Ledger) Record(u *Unit, spentAfter Curve) error {
@@ -350,26 +376,26 @@ func (l *Ledger) RecordWindowAdmitted(_ context.Context, units []*Unit, spentAft
 			return err
 		}
 		released := false
+		lb := tx.Bucket(bucketLimits)
+		var limit Limit
+		limitOK, limitChanged := false, false
+		if v := lb.Get(periodKey(units[0].Period)); v != nil {
+			if err := json.Unmarshal(v, &limit); err != nil {
+				return fmt.Errorf("decode budget of period %d: %w", units[0].Period, err)
+			}
+			limitOK = true
+		}
 		for i, u := range units {
 			if err := ub.Put(u.Key(), vals[i]); err != nil {
 				return err
+			}
+			if next, changed := LowerLimit(limit, limitOK, u); changed {
+				limit, limitOK, limitChanged = next, true, true
 			}
 			if u.Status != StatusReleased {
 				continue
 			}
 			released = true
-			if u.Limit != nil {
-				lb := tx.Bucket(bucketLimits)
-				if lb.Get(periodKey(u.Period)) == nil {
-					v, err := json.Marshal(u.Limit)
-					if err != nil {
-						return err
-					}
-					if err := lb.Put(periodKey(u.Period), v); err != nil {
-						return err
-					}
-				}
-			}
 			if u.Approx != nil {
 				if err := addApprox(tx.Bucket(bucketApprox), u.Period, *u.Approx); err != nil {
 					return err
@@ -379,6 +405,15 @@ func (l *Ledger) RecordWindowAdmitted(_ context.Context, units []*Unit, spentAft
 				if err := putReservation(tx.Bucket(bucketReservations), u); err != nil {
 					return err
 				}
+			}
+		}
+		if limitChanged {
+			v, err := json.Marshal(&limit)
+			if err != nil {
+				return err
+			}
+			if err := lb.Put(periodKey(units[0].Period), v); err != nil {
+				return err
 			}
 		}
 		if released && len(spentAfter.Orders) > 0 {
@@ -487,7 +522,8 @@ func (l *Ledger) Reservations(period int64) ([]string, error) {
 }
 
 // PeriodLimit returns the budget recorded with the first released unit of
-// the period starting at period (Unix ms), and whether one was recorded.
+// the period starting at period (Unix ms), lowered by any later unit
+// recorded under a lower one (LowerLimit), and whether one was recorded.
 func (l *Ledger) PeriodLimit(period int64) (Limit, bool, error) {
 	var lim Limit
 	var ok bool

@@ -275,18 +275,21 @@ func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
 // With the cross-window bound c is the histogram's period reservation:
 // when the period already holds it, u is covered — it charges nothing
 // (covered = true, total the period's with the pending charges) and
-// records the reservation that covers it; otherwise u makes the
+// records the reservation that covers it, provided that total is within
+// the period's current budget (a budget cut applies to covered units at
+// once: refused otherwise); when the period does not hold it, u makes the
 // reservation, charged here before any value of u is drawn.
 func (r *Releaser) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (total budget.Total, covered bool, err error) {
 	if c.Reservation != "" {
-		held, err := r.book.Reserved(u.Period, c.Reservation)
-		if err != nil {
-			return budget.Total{}, false, err
-		}
-		if held {
+		// Covered: checked against the period's current budget all the
+		// same (budget.Book.Covered), so a cut in the middle of the period
+		// stops covered units too; refused, it is budget_exhausted.
+		total, held, err := r.book.Covered(u.Period, c.Reservation, pending...)
+		if held && err == nil {
 			u.CoveredBy = c.Reservation
-			total, err := r.totalWith(u.Period, pending)
-			return total, true, err
+		}
+		if held || err != nil {
+			return total, held, err
 		}
 	}
 	total, err = r.book.Check(u.Period, c, pending...)

@@ -209,7 +209,7 @@ func writeCrashConfigState(t *testing.T, dir, addr string, run crashRun, stateDi
 	// No HTTP server: the pause variant runs two processes at once, and a
 	// port 8080 taken by anything else on the machine (another test
 	// package's process included) would make a start fail.
-	y += "http:\n  address: \"\"\n"
+	y += "http:\n  address: \"\"\n  operator_address: \"\"\n"
 	if run.k > 0 {
 		y = strings.Replace(y, "contribution:\n", fmt.Sprintf("contribution:\n  max_windows_per_user: %d\n", run.k), 1)
 	}

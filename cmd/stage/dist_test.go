@@ -236,7 +236,7 @@ func distConfig(t *testing.T, dir string, addrs []string, name, stateDir string)
 	}
 	y = strings.Replace(y, fmt.Sprintf("brokers: [%q]", addrs[0]), "brokers: ["+strings.Join(quoted, ", ")+"]", 1)
 	y = strings.Replace(y, "state:\n", "state:\n  ledger: kafka\n", 1)
-	y += "http:\n  address: \"\"\n" // three processes: no port to share
+	y += "http:\n  address: \"\"\n  operator_address: \"\"\n" // three processes: no port to share
 	p := filepath.Join(dir, filepath.Base(stateDir)+".yaml")
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ const prometheusAccept = "application/openmetrics-text;version=1.0.0;escaping=al
 // measureMetrics measures scrapes of web's /metrics (see MetricsFigures);
 // profile, when set, receives a CPU profile of the gzip scrapes.
 func measureMetrics(web *httpapi.Server, scrapes int, profile string) (*MetricsFigures, error) {
-	h := web.Handler()
+	h := web.OperatorHandler()
 	scrape := func(gz bool) (*httptest.ResponseRecorder, error) {
 		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
 		req.Header.Set("Accept", prometheusAccept)

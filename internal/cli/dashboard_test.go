@@ -21,7 +21,8 @@ func TestDemoLogsDashboardFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.HTTP.Address = "127.0.0.1:0" // the demo's 8080 may be taken
+	cfg.HTTP.Address = "127.0.0.1:0"         // the demo's 8080 may be taken
+	cfg.HTTP.OperatorAddress = "127.0.0.1:0" // and its 8081
 	cfg.State.Dir = t.TempDir()
 	var logs syncBuffer
 	log := e2e.ConsoleLog(&logs)

@@ -20,7 +20,7 @@ const maxHealthTimeout = time.Minute
 
 // Health implements `stage health`: one GET of the running stage's /healthz
 // (or, with --ready, /readyz) on the address of http.address in --config
-// (or --address), for container health checks. It needs nothing but the
+// (http.operator_address when http.address is off; or --address), for container health checks. It needs nothing but the
 // binary, so a distroless image can run it. It exits 0 when the answer is 200
 // and 1 otherwise — also for bad flags and configs, since Docker reserves
 // exit code 2 of health checks.
@@ -55,10 +55,15 @@ func Health(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail("%s: %v", *path, err)
 		}
-		if cfg.HTTP.Address == "" {
-			return fail("%s: http.address is empty: the stage serves no health endpoint", *path)
-		}
+		// The probes answer on both listeners: the public one, else the
+		// operator one.
 		target = cfg.HTTP.Address
+		if target == "" {
+			target = cfg.HTTP.OperatorAddress
+		}
+		if target == "" {
+			return fail("%s: http.address and http.operator_address are empty: the stage serves no health endpoint", *path)
+		}
 	}
 	url, err := healthURL(target, *ready)
 	if err != nil {

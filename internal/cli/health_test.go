@@ -43,6 +43,7 @@ func TestDemoPinnedBrokerAndHealth(t *testing.T) {
 	port := freePort(t)
 	cfg.Kafka.EmbeddedPort = port
 	cfg.HTTP.Address = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	cfg.HTTP.OperatorAddress = "127.0.0.1:0" // the default 8081 may be taken
 	cfg.State.Dir = t.TempDir()
 	var stdout syncBuffer
 	demo := e2e.Go(t, "the demo", func(ctx context.Context) error { return runStage(ctx, cfg, zap.NewNop(), &stdout, false) })
@@ -140,8 +141,9 @@ func TestHealth(t *testing.T) {
 		}
 		return p
 	}
-	every := writeConfig("every.yaml", `{address: "0.0.0.0:`+port+`", allow_remote: true}`)
-	off := writeConfig("off.yaml", `{address: ""}`)
+	every := writeConfig("every.yaml", `{address: "0.0.0.0:`+port+`", allow_remote: true, operator_address: ""}`)
+	operator := writeConfig("operator.yaml", `{address: "", operator_address: "127.0.0.1:`+port+`"}`)
+	off := writeConfig("off.yaml", `{address: "", operator_address: ""}`)
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("privacy: {budget: {epsilon: 0}}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -159,7 +161,8 @@ func TestHealth(t *testing.T) {
 		{"config on every interface: asked on loopback", []string{"--config", every}, 0, "healthy: GET http://127.0.0.1:" + port + "/healthz: 200", 0},
 		{"nothing listening", []string{"--address", "127.0.0.1:" + strconv.Itoa(freePort(t))}, 1, "unhealthy: GET", 0},
 		{"no answer", []string{"--address", mute.Addr().String(), "--timeout", "300ms"}, 1, "no answer within the timeout", 3 * time.Second},
-		{"http off", []string{"--config", off}, 1, "http.address is empty", 0},
+		{"public listener off: asks the operator one", []string{"--config", operator}, 0, "healthy: GET http://127.0.0.1:" + port + "/healthz: 200", 0},
+		{"http off", []string{"--config", off}, 1, "http.address and http.operator_address are empty", 0},
 		{"invalid config", []string{"--config", bad}, 1, "privacy.budget.epsilon", 0},
 		{"no target", nil, 1, "--config or --address is required", 0},
 		{"both targets", []string{"--config", every, "--address", ln.Addr().String()}, 1, "not both", 0},

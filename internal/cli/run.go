@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -82,32 +84,67 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// runStage starts the HTTP server (metrics, probes, API and dashboard; its
-// address is the first line logged), the embedded broker (when no brokers are
+// runStage starts the HTTP server on its two listeners — the public one
+// (dashboard, API; its address is the first line logged) and the operator
+// one (/metrics) —, the embedded broker (when no brokers are
 // configured; on kafka.embedded_port, its address printed on stdout) and the
 // generator (when enabled), then runs the stage until ctx ends. The HTTP server outlives the stage's drain, so /readyz reports it.
 func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout io.Writer, print bool) error {
 	var web *httpapi.Server
-	if cfg.HTTP.Address != "" {
-		ln, err := httpapi.Listen(cfg.HTTP.Address)
-		if err != nil {
-			return err
+	if cfg.HTTP.Address != "" || cfg.HTTP.OperatorAddress != "" {
+		// Two listeners kept apart: the public one (the dashboard and
+		// /api: releases and budget only) and the operator one (/metrics:
+		// event and drop counts, which are private).
+		var pub, op net.Listener
+		var err error
+		closeAll := func() {
+			for _, ln := range []net.Listener{pub, op} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
 		}
-		log.Info("dashboard: " + httpapi.URL(ln))
+		if cfg.HTTP.Address != "" {
+			if pub, err = httpapi.Listen(cfg.HTTP.Address); err != nil {
+				return fmt.Errorf("http.address: %w", err)
+			}
+		}
+		if cfg.HTTP.OperatorAddress != "" {
+			if op, err = httpapi.Listen(cfg.HTTP.OperatorAddress); err != nil {
+				closeAll()
+				return fmt.Errorf("http.operator_address: %w", err)
+			}
+		}
+		if pub != nil {
+			log.Info("dashboard: " + httpapi.URL(pub))
+		}
+		if op != nil {
+			log.Info("operator endpoint (metrics): " + httpapi.URL(op) + "metrics")
+		}
 		web, err = httpapi.New(httpapi.Options{Config: cfg, Log: log.Named("http")})
 		if err != nil {
-			ln.Close()
+			closeAll()
 			return err
 		}
 		hctx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
-		served := make(chan struct{})
-		go func() { // owner: runStage; ends when stopHTTP is called below
-			defer close(served)
-			if err := web.Serve(hctx, ln); err != nil {
-				log.Error("http server stopped", zap.Error(err))
+		var served sync.WaitGroup
+		for _, l := range []struct {
+			ln    net.Listener
+			serve func(context.Context, net.Listener) error
+			what  string
+		}{{pub, web.Serve, "public"}, {op, web.ServeOperator, "operator"}} {
+			if l.ln == nil {
+				continue
 			}
-		}()
-		defer func() { stopHTTP(); <-served }()
+			served.Add(1)
+			go func() { // owner: runStage; ends when stopHTTP is called below
+				defer served.Done()
+				if err := l.serve(hctx, l.ln); err != nil {
+					log.Error("http server stopped", zap.String("listener", l.what), zap.Error(err))
+				}
+			}()
+		}
+		defer func() { stopHTTP(); served.Wait() }()
 	}
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {

@@ -55,7 +55,7 @@ func TestRunAverageOnly(t *testing.T) {
 	if code := Main([]string{"validate", "--config", path}, &vout, &verr); code != 0 {
 		t.Fatalf("stage validate refuses the config (exit %d): %s%s", code, vout.String(), verr.String())
 	}
-	cfg.HTTP.Address = ""
+	cfg.HTTP.Address, cfg.HTTP.OperatorAddress = "", ""
 	var logs, out syncBuffer
 	log := e2e.ConsoleLog(&logs)
 	run := e2e.Go(t, "the stage", func(ctx context.Context) error { return runStage(ctx, cfg, log, &out, true) })

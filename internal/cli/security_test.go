@@ -62,7 +62,7 @@ privacy:
   budget: {epsilon: 5, delta: 1.0e-6, period: 1h}
 state: {dir: %q}
 log: {level: debug}
-http: {address: "127.0.0.1:0"} # any free port: the default 8080 may be taken
+http: {address: "127.0.0.1:0", operator_address: "127.0.0.1:0"} # any free ports: the defaults 8080, 8081 may be taken
 `
 
 // runSecured runs the stage with cfgText until a release appears on the

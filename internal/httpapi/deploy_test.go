@@ -43,7 +43,8 @@ func mount(vols []string, target string) string {
 
 // TestComposeMonitoring checks the Prometheus and Grafana services of
 // docker-compose.yml against the stage's config and metrics: Prometheus
-// scrapes the port the stage listens on, Grafana's provisioning points at
+// scrapes the port of the stage's operator listener (not published on the
+// host; the public one is), Grafana's provisioning points at
 // the mounted dashboard and data source, and every metric the dashboard
 // queries is one the stage exports. (No Docker engine runs here: this is
 // what can be checked without one.)
@@ -63,17 +64,25 @@ func TestComposeMonitoring(t *testing.T) {
 		t.Fatalf("docker-compose.yml lacks the prometheus or grafana service")
 	}
 
-	// The stage listens beyond loopback inside its container, explicitly.
+	// The stage listens beyond loopback inside its container, explicitly:
+	// the public listener for the host, the operator one for prometheus.
 	cfg, err := config.Load(filepath.Join(repoRoot, "deploy", "stage.yaml"))
 	if err != nil {
 		t.Fatalf("deploy/stage.yaml: %v", err)
 	}
-	host, port, err := net.SplitHostPort(cfg.HTTP.Address)
+	host, pubPort, err := net.SplitHostPort(cfg.HTTP.Address)
 	if err != nil || config.IsLoopbackHost(host) || !cfg.HTTP.AllowRemote {
-		t.Errorf("deploy/stage.yaml http %+v: want every interface with allow_remote (prometheus scrapes it from another container)", cfg.HTTP)
+		t.Errorf("deploy/stage.yaml http %+v: want the public listener on every interface with allow_remote (the host reaches it through the published port)", cfg.HTTP)
 	}
-	if !slices.ContainsFunc(stage.Ports, func(p string) bool { return strings.HasSuffix(p, ":"+port) && strings.HasPrefix(p, "127.0.0.1:") }) {
-		t.Errorf("stage ports %v: want the dashboard port %s published on the host's loopback only", stage.Ports, port)
+	if !slices.ContainsFunc(stage.Ports, func(p string) bool { return strings.HasSuffix(p, ":"+pubPort) && strings.HasPrefix(p, "127.0.0.1:") }) {
+		t.Errorf("stage ports %v: want the dashboard port %s published on the host's loopback only", stage.Ports, pubPort)
+	}
+	host, port, err := net.SplitHostPort(cfg.HTTP.OperatorAddress)
+	if err != nil || config.IsLoopbackHost(host) || !cfg.HTTP.OperatorAllowRemote {
+		t.Errorf("deploy/stage.yaml http %+v: want the operator listener on every interface with operator_allow_remote (prometheus scrapes it from another container)", cfg.HTTP)
+	}
+	if slices.ContainsFunc(stage.Ports, func(p string) bool { return strings.HasSuffix(p, ":"+port) }) {
+		t.Errorf("stage ports %v publish the operator port %s (/metrics: private counts) on the host", stage.Ports, port)
 	}
 
 	// Prometheus scrapes stage:PORT/metrics with the mounted config.

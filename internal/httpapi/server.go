@@ -1,31 +1,45 @@
-// Package httpapi is the stage's HTTP server: Prometheus metrics for
-// operators (/metrics), liveness and readiness probes (/healthz, /readyz), a
-// JSON API of the recent private releases (/api/releases, /api/budget,
-// /api/layout), and the live dashboard page at / (one self-contained HTML
-// file embedded in the binary).
+// Package httpapi is the stage's HTTP server, on two listeners kept apart
+// (issue #21, item 8):
 //
-// # What it may show
+//   - the public surface (http.address; [Server.Handler], [Server.Serve]):
+//     the live dashboard page at / (one self-contained HTML file embedded in
+//     the binary) and a JSON API of the recent private releases
+//     (/api/releases, /api/budget, /api/layout), for the people who read the
+//     dashboards;
+//   - the operator surface (http.operator_address; [Server.OperatorHandler],
+//     [Server.ServeOperator]): Prometheus metrics (/metrics), for operators
+//     and Prometheus only.
 //
-// The page and /api/* show only what the output topic already carries: the
+// Both serve the liveness and readiness probes (/healthz, /readyz), which
+// carry no count. A path of the other surface answers 404 on each.
+//
+// # What each may show
+//
+// The public surface shows only what the output topic already carries: the
 // release and status messages exactly as published (kept in a bounded
 // in-memory [Store] fed by the stage's OnRelease callback), the budget spent
-// (every release carries it), and the public configuration (histogram names,
-// bins, groups, the mechanism's parameters — also in every release). No raw
-// count, no event total, no per-window user number. The page's uncertainty
-// band is computed in the browser from the released vector and the published
-// prior α alone (see [DirichletBand]).
+// (every release carries it; a period's charges follow from the public
+// config, not from the data), and the public configuration (histogram
+// names, bins, groups, the mechanism's parameters — also in every release).
+// No raw count, no event total, no drop count, no per-window user number.
+// The page's uncertainty band is computed in the browser from the released
+// vector and the published prior α alone (see [DirichletBand]).
 //
-// /metrics is for operators and does carry non-private operational counts
-// (events consumed and dropped, lag); see the Metric* constants.
+// /metrics carries event totals and drop counts per reason, lag and the
+// like (see the Metric* constants): these are private — differencing a
+// counter between two scrapes gives a window's exact count — and are
+// served on the operator listener only.
 //
 // # Authentication
 //
-// With a bearer token configured (http.bearer_token), every path but /healthz
-// and /readyz requires it, as "Authorization: Bearer TOKEN" (Prometheus,
-// curl) or as the password of HTTP Basic authentication (any user name):
-// browsers cannot add a bearer header to a page they navigate to, but they
-// ask for Basic credentials and then send them with the page's own requests.
-// Tokens are compared in constant time.
+// Each listener has its own token: http.bearer_token on the public one,
+// http.operator_token on the operator one (config refuses the same token
+// for both). With a token configured, every path of that listener but
+// /healthz and /readyz requires it, as "Authorization: Bearer TOKEN"
+// (Prometheus, curl) or as the password of HTTP Basic authentication (any
+// user name): browsers cannot add a bearer header to a page they navigate
+// to, but they ask for Basic credentials and then send them with the page's
+// own requests. Tokens are compared in constant time.
 package httpapi
 
 import (
@@ -69,7 +83,7 @@ var _ Source = (*pipeline.Stage)(nil)
 // Options configure a Server.
 type Options struct {
 	// Config is the stage's validated configuration: the declared histograms,
-	// the budget, and http.bearer_token.
+	// the budget, http.bearer_token and http.operator_token.
 	Config *config.Config
 	Log    *zap.Logger
 	// History is how many messages the store keeps per (histogram, group).
@@ -80,20 +94,22 @@ type Options struct {
 }
 
 // Server serves the endpoints. Create it with New, feed it with OnRelease,
-// attach the stage with Attach and run it with Serve.
+// attach the stage with Attach and run it with Serve (the public listener)
+// and ServeOperator (the operator one).
 type Server struct {
-	cfg      *config.Config
-	log      *zap.Logger
-	store    *Store
-	reg      *prometheus.Registry
-	latency  prometheus.Histogram
-	tokenSum [sha256.Size]byte // SHA-256 of the bearer token, compared in constant time
-	hasToken bool
-	shutdown time.Duration
-	handler  http.Handler
-	page     []byte // the embedded dashboard
-	pageCSP  string // its Content-Security-Policy (hashes of its inline script and style)
-	layout   []byte // /api/layout, computed once
+	cfg       *config.Config
+	log       *zap.Logger
+	store     *Store
+	reg       *prometheus.Registry
+	latency   prometheus.Histogram
+	public    token // http.bearer_token: the public listener's
+	operator  token // http.operator_token: the operator listener's
+	shutdown  time.Duration
+	handler   http.Handler // the public surface
+	opHandler http.Handler // the operator surface
+	page      []byte       // the embedded dashboard
+	pageCSP   string       // its Content-Security-Policy (hashes of its inline script and style)
+	layout    []byte       // /api/layout, computed once
 
 	src atomic.Pointer[sourceBox] // the stage, once attached
 }
@@ -120,9 +136,8 @@ func New(opts Options) (*Server, error) {
 		store:    NewStore(opts.History),
 		shutdown: opts.ShutdownTimeout,
 	}
-	if tok := opts.Config.HTTP.BearerToken; tok != "" {
-		s.tokenSum, s.hasToken = sha256.Sum256([]byte(tok)), true
-	}
+	s.public = newToken(opts.Config.HTTP.BearerToken, "http.bearer_token")
+	s.operator = newToken(opts.Config.HTTP.OperatorToken, "http.operator_token")
 	s.reg, s.latency = newRegistry(s.source, opts.Config.Kafka.Distributed.Enabled)
 	page, csp, err := loadPage()
 	if err != nil {
@@ -133,7 +148,8 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.handler = s.routes()
+	s.handler = s.publicRoutes()
+	s.opHandler = s.operatorRoutes()
 	return s, nil
 }
 
@@ -164,8 +180,13 @@ func (s *Server) Store() *Store { return s.store }
 // Registry returns the server's own Prometheus registry.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
-// Handler returns the server's handler (for tests and embedding).
+// Handler returns the public surface's handler (for tests and embedding):
+// the page, /api/* and the probes.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// OperatorHandler returns the operator surface's handler: /metrics and the
+// probes.
+func (s *Server) OperatorHandler() http.Handler { return s.opHandler }
 
 // Listen binds addr (host:port; port 0 picks a free port).
 func Listen(addr string) (net.Listener, error) {
@@ -189,17 +210,35 @@ func URL(ln net.Listener) string {
 	return "http://" + net.JoinHostPort(host, port) + "/"
 }
 
-// Serve serves on ln until ctx ends, then shuts down gracefully (in-flight
-// requests get ShutdownTimeout to finish) and returns. It closes ln.
+// Serve serves the public surface (the page, /api/*, the probes) on ln
+// until ctx ends, then shuts down gracefully (in-flight requests get
+// ShutdownTimeout to finish) and returns. It closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if !s.hasToken {
-		if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && !config.IsLoopbackHost(host) {
-			s.log.Warn("http: listening beyond loopback without http.bearer_token: /metrics, /api and the dashboard are open to anyone who can reach this address",
-				zap.String("address", ln.Addr().String()))
-		}
+	if !s.public.set {
+		s.warnOpen(ln, "http: public listener beyond loopback without http.bearer_token: the dashboard and /api (releases and budget only) are open to anyone who can reach this address")
 	}
+	return s.serve(ctx, ln, s.handler)
+}
+
+// ServeOperator serves the operator surface (/metrics, the probes) on ln,
+// as Serve does the public one.
+func (s *Server) ServeOperator(ctx context.Context, ln net.Listener) error {
+	if !s.operator.set {
+		s.warnOpen(ln, "http: operator listener beyond loopback without http.operator_token: /metrics (exact event and drop counts, which are private) is open to anyone who can reach this address")
+	}
+	return s.serve(ctx, ln, s.opHandler)
+}
+
+// warnOpen logs msg when ln listens beyond loopback.
+func (s *Server) warnOpen(ln net.Listener, msg string) {
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil && !config.IsLoopbackHost(host) {
+		s.log.Warn(msg, zap.String("address", ln.Addr().String()))
+	}
+}
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -226,15 +265,24 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-func (s *Server) routes() http.Handler {
+// publicRoutes is the public surface: nothing derived from a count.
+func (s *Server) publicRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", s.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(s.log), Timeout: 10 * time.Second})))
-	mux.Handle("GET /api/releases", s.auth(http.HandlerFunc(s.releases)))
-	mux.Handle("GET /api/budget", s.auth(http.HandlerFunc(s.budget)))
-	mux.Handle("GET /api/layout", s.auth(http.HandlerFunc(s.layoutHandler)))
-	mux.Handle("GET /{$}", s.auth(http.HandlerFunc(s.index)))
+	mux.Handle("GET /api/releases", s.public.auth(http.HandlerFunc(s.releases)))
+	mux.Handle("GET /api/budget", s.public.auth(http.HandlerFunc(s.budget)))
+	mux.Handle("GET /api/layout", s.public.auth(http.HandlerFunc(s.layoutHandler)))
+	mux.Handle("GET /{$}", s.public.auth(http.HandlerFunc(s.index)))
+	return securityHeaders(mux)
+}
+
+// operatorRoutes is the operator surface: the metrics, with their counts.
+func (s *Server) operatorRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.operator.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(s.log), Timeout: 10 * time.Second})))
 	return securityHeaders(mux)
 }
 
@@ -249,23 +297,39 @@ func securityHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// auth requires the bearer token, when one is configured.
-func (s *Server) auth(next http.Handler) http.Handler {
-	if !s.hasToken {
+// token is one listener's access control: the SHA-256 of its token (when
+// set), compared in constant time.
+type token struct {
+	sum  [sha256.Size]byte
+	set  bool
+	name string // the config key, for the 401 message
+}
+
+func newToken(tok, name string) token {
+	t := token{name: name}
+	if tok != "" {
+		t.sum, t.set = sha256.Sum256([]byte(tok)), true
+	}
+	return t
+}
+
+// auth requires the token, when one is configured.
+func (t token) auth(next http.Handler) http.Handler {
+	if !t.set {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authorized(r.Header.Get("Authorization")) {
+		if t.authorized(r.Header.Get("Authorization")) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Add("WWW-Authenticate", `Bearer realm="dp-stage"`)
 		w.Header().Add("WWW-Authenticate", `Basic realm="dp-stage", charset="UTF-8"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized: send Authorization: Bearer <http.bearer_token>"})
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized: send Authorization: Bearer <" + t.name + ">"})
 	})
 }
 
-func (s *Server) authorized(header string) bool {
+func (t token) authorized(header string) bool {
 	var tok string
 	scheme, rest, _ := strings.Cut(header, " ")
 	switch {
@@ -281,7 +345,7 @@ func (s *Server) authorized(header string) bool {
 		return false
 	}
 	sum := sha256.Sum256([]byte(tok))
-	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+	return subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -44,7 +44,7 @@ func TestBearerToken(t *testing.T) {
 	basic := func(user, pw string) string {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pw))
 	}
-	for _, path := range []string{"/", "/metrics", "/api/releases", "/api/budget", "/api/layout"} {
+	for _, path := range []string{"/", "/api/releases", "/api/budget", "/api/layout"} {
 		for _, tc := range []struct {
 			authz string
 			code  int
@@ -89,9 +89,16 @@ func TestNoTokenNoAuth(t *testing.T) {
 	}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
-	for _, path := range []string{"/", "/metrics", "/api/releases", "/api/budget", "/api/layout", "/healthz"} {
+	op := httptest.NewServer(srv.OperatorHandler())
+	defer op.Close()
+	for _, path := range []string{"/", "/api/releases", "/api/budget", "/api/layout", "/healthz"} {
 		if code, _, body := get(t, ts.URL+path, ""); code != 200 {
 			t.Errorf("%s: %d %s", path, code, body)
+		}
+	}
+	for _, path := range []string{"/metrics", "/healthz"} {
+		if code, _, body := get(t, op.URL+path, ""); code != 200 {
+			t.Errorf("operator %s: %d %s", path, code, body)
 		}
 	}
 	for path, want := range map[string]int{"/nope": 404, "/index.html": 404, "/api/": 404} {

@@ -34,7 +34,7 @@
 //	                                    MarkPublished rewrites it with Published
 //	spend/<period ms>                   the period's RDP spend (ledger.Curve), absolute
 //	approx/<period ms>                  the period's (ε, δ) spend (ledger.Approx), absolute
-//	limit/<period ms>                   the period's budget (ledger.Limit), written once
+//	limit/<period ms>                   the period's budget (ledger.Limit), absolute; only lowered (ledger.LowerLimit)
 //	meta                                ledger.Meta, written once (SetMeta)
 //	reservation/<period ms>/<key>       a period reservation (ledger.Unit.Reservation);
 //	                                    value the key of the unit that made it

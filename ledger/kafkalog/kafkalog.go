@@ -362,18 +362,19 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve, adm *
 	}
 	recs = append(recs, ar...)
 	released := false
-	var limit *ledger.Limit
+	limit, limitOK := l.st.limits[p]
+	limitChanged := false
 	approx := l.st.approx[p]
 	resv := map[string]bool{}
 	addedApprox := false
 	for _, u := range units {
+		if next, changed := ledger.LowerLimit(limit, limitOK, u); changed {
+			limit, limitOK, limitChanged = next, true, true
+		}
 		if u.Status != ledger.StatusReleased {
 			continue
 		}
 		released = true
-		if _, ok := l.st.limits[p]; !ok && limit == nil && u.Limit != nil {
-			limit = u.Limit
-		}
 		if u.Reservation != "" {
 			if _, ok := l.st.reservations[p][u.Reservation]; ok || resv[u.Reservation] {
 				return nil, fmt.Errorf("%s: period reservation %q is already recorded", u.Histogram, u.Reservation)
@@ -388,8 +389,8 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve, adm *
 			addedApprox = true
 		}
 	}
-	if limit != nil {
-		r, err := jsonRecord(periodRecordKey(prefixLimit, p), limit)
+	if limitChanged {
+		r, err := jsonRecord(periodRecordKey(prefixLimit, p), &limit)
 		if err != nil {
 			return nil, err
 		}
@@ -559,7 +560,9 @@ func (l *Log) ApproxSpent(period int64) (ledger.Approx, bool, error) {
 }
 
 // PeriodLimit returns the budget recorded with the first released unit of
-// the period starting at period (Unix ms), and whether one was recorded.
+// the period starting at period (Unix ms), lowered by any later unit
+// recorded under a lower one (ledger.LowerLimit), and whether one was
+// recorded.
 func (l *Log) PeriodLimit(period int64) (ledger.Limit, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
