@@ -167,6 +167,10 @@ func (d *distDeployment) pauseAndResume(i int, output string) time.Duration {
 	case <-p.done:
 		if !strings.Contains(p.out.String(), "fenced by a newer owner") {
 			d.t.Errorf("the resumed zombie exited (%v), not with the fenced error:\n%s", p.err, e2e.Tail(p.out.String(), 3000))
+		} else if p.err == nil {
+			// Issue 22: only a requested stop exits 0; a restart-on-failure
+			// policy must see the fenced exit as a failure.
+			d.t.Errorf("the resumed zombie exited fenced with status 0")
 		} else {
 			d.t.Logf("the resumed zombie exited fenced (%v); starting its slot again with an empty state.dir", p.err)
 		}
