@@ -184,6 +184,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.checkNeighbour(resume); err != nil {
 		return err
 	}
+	if err := s.loadProgressID(either, r.Client()); err != nil {
+		return s.leadErr(either, err)
+	}
 	if err := s.limitNewHistograms(either, resume); err != nil {
 		return s.leadErr(either, err)
 	}
@@ -280,10 +283,17 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			batch = batch[:0]
 			return err
 		}
+		checked := false
 		for {
 			w, ok := m.Next()
 			if !ok || soft.Err() != nil || lctx.Err() != nil {
 				break
+			}
+			if !checked {
+				if err := s.recheckProgressID(either, r.Client(), w.Start); err != nil {
+					return s.leadErr(either, err)
+				}
+				checked = true
 			}
 			recCtx, cancel := s.publishContext(soft, lctx)
 			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, nil, nil)

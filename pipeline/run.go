@@ -464,7 +464,10 @@ func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
 		byIndex[i] = since[k]
 	}
 	s.rel.SetSince(byIndex)
-	return s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next)
+	if err := s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next); err != nil {
+		return err
+	}
+	return s.checkProgressID(next, since)
 }
 
 // sinceKeys are the release log's HistogramSince keys of the running
@@ -480,7 +483,7 @@ func (s *Stage) sinceKeys() (keys []string, home string) {
 	if s.cfg.Kafka.Distributed.Enabled {
 		home = admissionsInProgress + s.cfg.Kafka.ProgressTopic()
 	}
-	return append(keys, home, admissionsCanary), home
+	return append(append(keys, home, admissionsCanary), s.progressIDKeys()...), home
 }
 
 // The release log's HistogramSince keys that say where the cross-window
