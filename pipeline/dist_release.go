@@ -205,6 +205,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	defer s.stats.PartitionsIdle.Store(0)
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
+	prunedFrom := resume - s.sizeMs // attach pruned behind the last recorded window
 	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
 	for {
@@ -312,6 +313,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		}
 		if err := flush(); err != nil {
 			return s.releaseErr(soft, lctx, closedTo, err)
+		}
+		if closedTo != math.MinInt64 {
+			s.pruneRunning(either, &prunedFrom)
 		}
 		// A window held for over a minute by the same partitions is worth
 		// a warning (between windows some partition always lags a little).
