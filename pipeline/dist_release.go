@@ -206,7 +206,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
 	prunedFrom := resume - s.sizeMs // attach pruned behind the last recorded window
-	var heldSince time.Time // since when heldWindow has been the next window
+	var heldSince time.Time         // since when heldWindow has been the next window
 	var heldWindow int64
 	for {
 		// A window only idle partitions hold is handed out after the idle
