@@ -204,9 +204,11 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	s.stats.PartitionsIdle.Store(0)
 	defer s.stats.PartitionsIdle.Store(0)
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
+	// attach pruned behind the last recorded window (pruneRunning)
+	prunedFrom := resume - s.sizeMs
+
 	committed := int64(-1)
-	prunedFrom := resume - s.sizeMs // attach pruned behind the last recorded window
-	var heldSince time.Time         // since when heldWindow has been the next window
+	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
 	for {
 		// A window only idle partitions hold is handed out after the idle
