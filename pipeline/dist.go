@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,28 @@ import (
 //
 // Package partial holds the wire format and its argument; the package doc
 // of ledger/kafkalog the release log's fencing argument.
+
+// drainLeft returns what remains of the drain timeout since ctx ended
+// (all of it while ctx has not), at least minLeave: every leave and close
+// of the distributed roles' group clients is bounded by it, so that a stop
+// ends the process within the drain timeout in every state of both groups
+// (kafkapartial.CloseGroupClient). minLeave lets a stop whose drain was
+// used up by the release in flight still try to leave the groups, so that
+// its partitions move at once rather than after a session timeout.
+func (s *Stage) drainLeft(ctx context.Context) func() time.Duration {
+	var at atomic.Int64
+	context.AfterFunc(ctx, func() { at.Store(time.Now().UnixNano()) })
+	return func() time.Duration {
+		t := at.Load()
+		if t == 0 {
+			return s.drain
+		}
+		return max(s.drain-time.Since(time.Unix(0, t)), minLeave)
+	}
+}
+
+// minLeave: see drainLeft.
+const minLeave = 200 * time.Millisecond
 
 // runDistributed runs both roles until ctx ends (a soft stop) or one of
 // them fails (Stage.fail).

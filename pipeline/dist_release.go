@@ -54,6 +54,7 @@ import (
 // runReleaser is the releaser role: a member of the release group until
 // ctx ends, releasing while it holds the partials topic's partition.
 func (s *Stage) runReleaser(ctx context.Context) error {
+	left := s.drainLeft(ctx)
 	var (
 		mu sync.Mutex // guards stop and done: the group callbacks start and stop the active releaser
 		// stop ends the active releaser (nil when standby); done is closed
@@ -131,7 +132,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	end()
-	r.Close()
+	r.CloseWithin(left())
 	return runErr
 }
 
