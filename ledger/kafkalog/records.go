@@ -183,12 +183,12 @@ func (s *state) publishedRecords(k string) ([]*kgo.Record, error) {
 	return []*kgo.Record{splitRecord(unitRecordKey(u.Histogram, u.WindowStart), hb)}, nil
 }
 
-// unitTombstones are the tombstones of the unit under ledger key k: its
-// record, or a split unit's head and parts.
+// unitTombstones are the tombstones of unit u: its record, or a split
+// unit's head and parts.
 func (s *state) unitTombstones(u *ledger.Unit) []*kgo.Record {
-	k := string(u.Key())
-	recs := make([]*kgo.Record, 0, 1+s.split[k])
-	for i := range s.split[k] {
+	n := s.split[string(u.Key())]
+	recs := make([]*kgo.Record, 0, 1+n)
+	for i := range n {
 		recs = append(recs, newRecord(unitPartKey(u.Histogram, u.WindowStart, i), nil))
 	}
 	return append(recs, newRecord(unitRecordKey(u.Histogram, u.WindowStart), nil))
