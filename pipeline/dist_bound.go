@@ -130,7 +130,7 @@ type workerHandle struct {
 // and leaves the group.
 func (s *Stage) runBounders(ctx context.Context) error {
 	b := &bounder{s: s, ctx: ctx, topic: s.cfg.Kafka.InputTopic, workers: map[int32]*workerHandle{}}
-	left := s.drainLeft(ctx)
+	left := s.leaveLimit(ctx)
 	kctx, kill := context.WithCancel(context.Background()) // cl's context: CloseGroupClient cancels it
 	defer kill()
 	cl, err := kgo.NewClient(slices.Concat(s.kgo, []kgo.Opt{

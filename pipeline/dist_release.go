@@ -54,7 +54,7 @@ import (
 // runReleaser is the releaser role: a member of the release group until
 // ctx ends, releasing while it holds the partials topic's partition.
 func (s *Stage) runReleaser(ctx context.Context) error {
-	left := s.drainLeft(ctx)
+	left := s.leaveLimit(ctx)
 	var (
 		mu sync.Mutex // guards stop and done: the group callbacks start and stop the active releaser
 		// stop ends the active releaser (nil when standby); done is closed
