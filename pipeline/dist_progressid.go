@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/partial/kafkapartial"
 	"github.com/dpstage/stage/release"
@@ -63,6 +64,12 @@ func (s *Stage) progressIDKeys() []string {
 func (s *Stage) loadProgressID(ctx context.Context, cl *kgo.Client) error {
 	id, err := kafkapartial.TopicID(ctx, cl, s.cfg.Kafka.ProgressTopic())
 	if err != nil {
+		if s.cfg.Contribution.MaxWindowsPerUser <= 0 && ctx.Err() == nil {
+			// Without the cross-window bound nothing depends on it.
+			s.log.Warn("releaser: cannot read the progress topic's id", zap.Error(err))
+			s.progressID = ""
+			return nil
+		}
 		return fmt.Errorf("pipeline: the progress topic's id: %w", err)
 	}
 	s.progressID = id
