@@ -239,9 +239,9 @@ func (s *Stage) loadMeta(ctx context.Context) (ledger.Meta, error) {
 // max(window, state.retain/64) past *from (the last window at the previous
 // prune), so the log's units and a takeover's restore stay bounded by
 // state.retain while one releaser leads for weeks. Each prune scans the
-// log's units once; the step keeps that to a 64th of state.retain per
-// window's worth of scans. A failed prune is logged: the log is then
-// unusable and the next record reports why (fenced, or broken).
+// log's units once; with the step that happens at most about 64 times per
+// state.retain of windows released. A failed prune is logged: the log is
+// then unusable and the next record reports why (fenced, or broken).
 func (s *Stage) pruneRunning(ctx context.Context, from *int64) {
 	keep := s.cfg.State.Retain.D().Milliseconds()
 	if keep <= 0 {
