@@ -234,6 +234,29 @@ func (s *Stage) loadMeta(ctx context.Context) (ledger.Meta, error) {
 	return got, nil
 }
 
+// pruneRunning prunes (Stage.prune) while this instance releases, not only
+// when it attaches the log: each time the last recorded window has moved
+// max(window, state.retain/64) past *from (the last window at the previous
+// prune), so the log's units and a takeover's restore stay bounded by
+// state.retain while one releaser leads for weeks. Each prune scans the
+// log's units once; with the step that happens at most about 64 times per
+// state.retain of windows released. A failed prune is logged: the log is
+// then unusable and the next record reports why (fenced, or broken).
+func (s *Stage) pruneRunning(ctx context.Context, from *int64) {
+	keep := s.cfg.State.Retain.D().Milliseconds()
+	if keep <= 0 {
+		return
+	}
+	last, ok, err := s.ledger.LastWindow()
+	if err != nil || !ok || last < *from+max(s.sizeMs, keep/64) {
+		return
+	}
+	*from = last
+	if err := s.prune(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("pruning the ledger failed", zap.Error(err))
+	}
+}
+
 // prune drops published releases older than state.retain behind the last
 // recorded window (see ledger.Prune for what is never dropped), so the
 // ledger and the start-up scan stay bounded.

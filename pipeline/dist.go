@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,36 @@ import (
 //
 // Package partial holds the wire format and its argument; the package doc
 // of ledger/kafkalog the release log's fencing argument.
+
+// leaveLimit returns how long the distributed roles' group clients may
+// take to leave their group and close, from now: what remains of the drain
+// timeout since ctx ended (all of it while ctx has not), at most one
+// session timeout, at least minLeave. Every leave and close of both groups
+// is bounded by it (kafkapartial.CloseGroupClient), so that a stop ends
+// the process within the drain timeout in every state of both groups. A
+// leave normally takes milliseconds; one the coordinator holds longer than
+// a session timeout (a JoinGroup in flight while it waits out killed
+// members) saves the group nothing over being dropped when this member's
+// session expires. minLeave lets a stop whose drain was used up by the
+// release in flight still try to leave, so that its partitions move at
+// once rather than after a session timeout.
+func (s *Stage) leaveLimit(ctx context.Context) func() time.Duration {
+	var at atomic.Int64
+	context.AfterFunc(ctx, func() { at.Store(time.Now().UnixNano()) })
+	return func() time.Duration {
+		left := s.drain
+		if t := at.Load(); t != 0 {
+			left -= time.Since(time.Unix(0, t))
+		}
+		if st := s.cfg.Kafka.SessionTimeout.D(); st > 0 {
+			left = min(left, st)
+		}
+		return max(left, minLeave)
+	}
+}
+
+// minLeave: see leaveLimit.
+const minLeave = 200 * time.Millisecond
 
 // runDistributed runs both roles until ctx ends (a soft stop) or one of
 // them fails (Stage.fail).

@@ -130,7 +130,11 @@ type workerHandle struct {
 // and leaves the group.
 func (s *Stage) runBounders(ctx context.Context) error {
 	b := &bounder{s: s, ctx: ctx, topic: s.cfg.Kafka.InputTopic, workers: map[int32]*workerHandle{}}
+	left := s.leaveLimit(ctx)
+	kctx, kill := context.WithCancel(context.Background()) // cl's context: CloseGroupClient cancels it
+	defer kill()
 	cl, err := kgo.NewClient(slices.Concat(s.kgo, []kgo.Opt{
+		kgo.WithContext(kctx),
 		kgo.SeedBrokers(s.brokers...),
 		kgo.ConsumerGroup(s.cfg.Kafka.GroupID),
 		kgo.ConsumeTopics(b.topic),
@@ -163,7 +167,7 @@ func (s *Stage) runBounders(ctx context.Context) error {
 		stopCommits()
 		<-commitsDone
 		b.stopAll()
-		cl.Close() // leaves the group; its revoke finds no workers left
+		kafkapartial.CloseGroupClient(cl, kill, left()) // leaves the group; its revoke finds no workers left
 	}()
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)

@@ -54,6 +54,7 @@ import (
 // runReleaser is the releaser role: a member of the release group until
 // ctx ends, releasing while it holds the partials topic's partition.
 func (s *Stage) runReleaser(ctx context.Context) error {
+	left := s.leaveLimit(ctx)
 	var (
 		mu sync.Mutex // guards stop and done: the group callbacks start and stop the active releaser
 		// stop ends the active releaser (nil when standby); done is closed
@@ -131,7 +132,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	end()
-	r.Close()
+	r.CloseWithin(left())
 	return runErr
 }
 
@@ -184,6 +185,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.checkNeighbour(resume); err != nil {
 		return err
 	}
+	if err := s.loadProgressID(either, r.Client()); err != nil {
+		return s.leadErr(either, err)
+	}
 	if err := s.limitNewHistograms(either, resume); err != nil {
 		return s.leadErr(either, err)
 	}
@@ -201,6 +205,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	s.stats.PartitionsIdle.Store(0)
 	defer s.stats.PartitionsIdle.Store(0)
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
+	// attach pruned behind the last recorded window (pruneRunning)
+	prunedFrom := resume - s.sizeMs
+
 	committed := int64(-1)
 	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
@@ -280,10 +287,17 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			batch = batch[:0]
 			return err
 		}
+		checked := false
 		for {
 			w, ok := m.Next()
 			if !ok || soft.Err() != nil || lctx.Err() != nil {
 				break
+			}
+			if !checked {
+				if err := s.recheckProgressID(either, r.Client(), w.Start); err != nil {
+					return s.leadErr(either, err)
+				}
+				checked = true
 			}
 			recCtx, cancel := s.publishContext(soft, lctx)
 			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, nil, nil)
@@ -302,6 +316,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		}
 		if err := flush(); err != nil {
 			return s.releaseErr(soft, lctx, closedTo, err)
+		}
+		if closedTo != math.MinInt64 {
+			s.pruneRunning(either, &prunedFrom)
 		}
 		// A window held for over a minute by the same partitions is worth
 		// a warning (between windows some partition always lags a little).

@@ -39,6 +39,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 	defer pc.Close()
 	either, cancelEither := joinContexts(soft, gctx)
 	defer cancelEither()
+	prunedFrom := sess.next - s.sizeMs // attach pruned behind the last recorded window
 	// Publishing of a release in flight survives a soft stop, up to the
 	// drain timeout; a rebalance (gctx) abandons it (its record is durable
 	// and is republished by whoever owns the partitions next).
@@ -111,6 +112,7 @@ func (s *Stage) releaseLoop(soft, gctx context.Context, sess *session, regroup f
 				t.Released(closedTo)
 			}
 			s.commit(sess)
+			s.pruneRunning(either, &prunedFrom)
 		}
 	}
 }

@@ -38,16 +38,13 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	s.fail = func(err error) {
-		s.log.Error("stopping the stage", zap.Error(err))
-		cancel(err)
-	}
-	defer func() {
-		if runErr == nil && parent.Err() == nil {
-			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-				runErr = cause
-			}
+		if err == nil {
+			err = errors.New("pipeline: stopped by a failure that gave no error")
 		}
-	}()
+		s.log.Error("stopping the stage", zap.Error(err))
+		cancel(&fatalError{err})
+	}
+	defer func() { runErr = runResult(runErr, context.Cause(ctx)) }()
 	defer s.sink.Close()
 	if s.dlq != nil {
 		defer s.dlq.Close()
@@ -173,6 +170,31 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 			cg = next
 		}
 	}
+}
+
+// fatalError is the cancel cause Stage.fail sets: it tells a failure from a
+// requested stop whatever the failure's chain holds (a fenced releaser's
+// error may wrap context.Canceled).
+type fatalError struct{ err error }
+
+func (f *fatalError) Error() string { return f.err.Error() }
+func (f *fatalError) Unwrap() error { return f.err }
+
+// runResult is what Run returns, given what its body returned and the
+// cause of its context's cancellation (nil if not cancelled): only a
+// requested stop — the parent cancelled before any failure — returns nil,
+// so the process exits 0 only then. The cause is the first cancellation's,
+// so a failure after the stop (a drain cut short) does not turn the stop
+// into an error, and a stop after a failure does not hide it. A failure is
+// recognised by its fatalError wrapper, never by what its chain contains.
+func runResult(body, cause error) error {
+	if body != nil {
+		return body
+	}
+	if f, ok := cause.(*fatalError); ok {
+		return f.err
+	}
+	return nil
 }
 
 // newConsumerGroup joins the group (source.GroupConfig.Join), retrying
@@ -442,7 +464,10 @@ func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
 		byIndex[i] = since[k]
 	}
 	s.rel.SetSince(byIndex)
-	return s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next)
+	if err := s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next); err != nil {
+		return err
+	}
+	return s.checkProgressID(next, since)
 }
 
 // sinceKeys are the release log's HistogramSince keys of the running
@@ -458,7 +483,7 @@ func (s *Stage) sinceKeys() (keys []string, home string) {
 	if s.cfg.Kafka.Distributed.Enabled {
 		home = admissionsInProgress + s.cfg.Kafka.ProgressTopic()
 	}
-	return append(keys, home, admissionsCanary), home
+	return append(append(keys, home, admissionsCanary), s.progressIDKeys()...), home
 }
 
 // The release log's HistogramSince keys that say where the cross-window

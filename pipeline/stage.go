@@ -92,6 +92,11 @@ type Stage struct {
 	// set by Run once the ledger is open, used by the releaser goroutine.
 	rel *release.Releaser
 
+	// progressID is the progress topic's Kafka topic id (distributed mode,
+	// dist_progressid.go); written and read by the active releaser only
+	// (one lead at a time, runReleaser).
+	progressID string
+
 	ready readiness
 	// replayed: replayRecent ran (once per Run, at the first attach).
 	replayed bool

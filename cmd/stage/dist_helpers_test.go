@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,6 +51,8 @@ type distDeployment struct {
 	procs     [distProcs]*distProc
 	all       []*distProc // every process started, for the panic check
 	stateDirs []string
+	// edit, when set, rewrites each process's config YAML before it starts.
+	edit func(yaml string) string
 }
 
 // start starts slot i's process with a new, empty state.dir.
@@ -57,7 +60,17 @@ func (d *distDeployment) start(i int) *distProc {
 	d.t.Helper()
 	sd := filepath.Join(d.dir, fmt.Sprintf("state-%d", len(d.stateDirs)))
 	d.stateDirs = append(d.stateDirs, sd)
-	p := &distProc{proc: startStage(d.t, distConfig(d.t, d.dir, d.c.Addrs, d.name, sd)), stateDir: sd, done: make(chan struct{})}
+	cfg := distConfig(d.t, d.dir, d.c.Addrs, d.name, sd)
+	if d.edit != nil {
+		b, err := os.ReadFile(cfg)
+		if err == nil {
+			err = os.WriteFile(cfg, []byte(d.edit(string(b))), 0o600)
+		}
+		if err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	p := &distProc{proc: startStage(d.t, cfg), stateDir: sd, done: make(chan struct{})}
 	go func() { // owner: the test; ends when the process exits
 		p.err = p.cmd.Wait()
 		close(p.done)
@@ -167,6 +180,10 @@ func (d *distDeployment) pauseAndResume(i int, output string) time.Duration {
 	case <-p.done:
 		if !strings.Contains(p.out.String(), "fenced by a newer owner") {
 			d.t.Errorf("the resumed zombie exited (%v), not with the fenced error:\n%s", p.err, e2e.Tail(p.out.String(), 3000))
+		} else if p.err == nil {
+			// Issue 22: only a requested stop exits 0; a restart-on-failure
+			// policy must see the fenced exit as a failure.
+			d.t.Errorf("the resumed zombie exited fenced with status 0")
 		} else {
 			d.t.Logf("the resumed zombie exited fenced (%v); starting its slot again with an empty state.dir", p.err)
 		}

@@ -31,7 +31,13 @@
 // that compaction keeps the latest state per key:
 //
 //	unit/<window start ms>/<histogram>  ledger.Unit as JSON (as bbolt stores it);
-//	                                    MarkPublished rewrites it with Published
+//	                                    MarkPublished rewrites it with Published.
+//	                                    A unit over 512 KiB is split: this record
+//	                                    holds it without its messages and their
+//	                                    part count ("message_parts"), and
+//	unitpart/<window start ms>/<i>/<h>  its messages i (JSON array, ≤ 512 KiB per
+//	                                    record, in the unit's transaction; never
+//	                                    rewritten, tombstoned with the unit)
 //	spend/<period ms>                   the period's RDP spend (ledger.Curve), absolute
 //	approx/<period ms>                  the period's (ε, δ) spend (ledger.Approx), absolute
 //	limit/<period ms>                   the period's budget (ledger.Limit), absolute; only lowered (ledger.LowerLimit)
@@ -53,8 +59,11 @@
 // are the sum over its admit records (each written once); a tombstone of
 // any of them drops the period (they are only ever tombstoned together).
 //
-// Every record carries the header kafkalog-format=1; a record without it
-// makes Open fail (ErrIncompatible). Prune writes tombstones (null values).
+// Every record carries the header kafkalog-format=1, except a split unit's
+// records, which carry kafkalog-format=2 (a version that knows only 1
+// refuses them rather than restoring a unit without its messages); a record
+// without either, or a split unit without all its parts, makes Open fail
+// (ErrIncompatible). Prune writes tombstones (null values).
 // The in-memory state is the fold of the committed records in log order;
 // after a commit the log applies to memory exactly the records it committed,
 // with the code that restores them.

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -204,7 +204,7 @@ func restore(ctx context.Context, cfg Config, until int64) (*state, error) {
 			return nil, aerr
 		}
 		if done {
-			return st, nil
+			return st, st.checkParts()
 		}
 	}
 }
@@ -347,11 +347,11 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve, adm *
 			return nil, fmt.Errorf("%s: %w", u.Histogram, ledger.ErrAlreadyRecorded)
 		}
 		seen[k] = true
-		r, err := unitRecord(u)
+		rs, err := unitRecords(u)
 		if err != nil {
 			return nil, err
 		}
-		recs = append(recs, r)
+		recs = append(recs, rs...)
 	}
 	if l.st.lastEnd == nil || *l.st.lastEnd < end {
 		recs = append(recs, newRecord(keyLastEnd, []byte(strconv.FormatInt(end, 10))))
@@ -516,12 +516,11 @@ func (l *Log) MarkPublishedKeys(ctx context.Context, keys [][]byte) error {
 		if u.Published {
 			continue
 		}
-		u.Published = true
-		r, err := unitRecord(u)
+		rs, err := l.st.publishedRecords(string(k))
 		if err != nil {
 			return fmt.Errorf("kafkalog: mark published: %w", err)
 		}
-		recs = append(recs, r)
+		recs = append(recs, rs...)
 	}
 	if len(recs) == 0 {
 		return nil
@@ -610,16 +609,19 @@ func (l *Log) Units(fn func(*ledger.Unit) bool) error {
 	}
 	keys := l.st.sortedUnitKeys()
 	vals := make([][]byte, len(keys))
+	parts := make([]map[int][]byte, len(keys))
 	for i, k := range keys {
-		vals[i] = l.st.units[k]
+		// The values are never changed in place (apply stores clones);
+		// a split unit's part map is, so it is copied.
+		vals[i], parts[i] = l.st.units[k], maps.Clone(l.st.parts[k])
 	}
 	l.mu.Unlock()
 	for i, v := range vals {
-		var u ledger.Unit
-		if err := json.Unmarshal(v, &u); err != nil {
+		u, err := decodeUnit(v, parts[i])
+		if err != nil {
 			return fmt.Errorf("kafkalog: decode unit %x: %w", keys[i], err)
 		}
-		if !fn(&u) {
+		if !fn(u) {
 			return nil
 		}
 	}
@@ -690,7 +692,7 @@ func (l *Log) Prune(ctx context.Context, before int64) (units, periods int, err 
 			return 0, 0, fmt.Errorf("kafkalog: prune: %w", err)
 		}
 		if u.Published {
-			recs = append(recs, newRecord(unitRecordKey(u.Histogram, u.WindowStart), nil))
+			recs = append(recs, l.st.unitTombstones(u)...)
 			units++
 		}
 	}

@@ -279,12 +279,12 @@ func TestUncommittedNeverRestored(t *testing.T) {
 				kgo.TransactionTimeout(time.Second), kgo.DefaultProduceTopic(testTopic))
 			must(t, err)
 			defer cl.Close()
-			u, err := unitRecord(released("pages", minute, 0.5, "uncommitted"))
+			us, err := unitRecords(released("pages", minute, 0.5, "uncommitted"))
 			must(t, err)
 			sp, err := jsonRecord(periodRecordKey(prefixSpend, 0), curve(7, 7))
 			must(t, err)
 			must(t, cl.BeginTransaction())
-			must(t, cl.ProduceSync(ctxT(t), u, sp).FirstErr())
+			must(t, cl.ProduceSync(ctxT(t), append(us, sp)...).FirstErr())
 			if tc.end != nil {
 				must(t, tc.end(cl))
 			}
@@ -562,10 +562,23 @@ func TestForeignRecordRefused(t *testing.T) {
 		{"no header", &kgo.Record{Key: []byte("unit/0/pages"), Value: []byte(`{"histogram":"pages"}`)}},
 		{"unknown key", newRecord("budget/0", []byte(`{}`))},
 		{"unit under another key", func() *kgo.Record {
-			r, err := unitRecord(released("pages", 0, 0.5, "x"))
+			rs, err := unitRecords(released("pages", 0, 0.5, "x"))
 			must(t, err)
-			r.Key = []byte("unit/60000/pages")
-			return r
+			rs[0].Key = []byte("unit/60000/pages")
+			return rs[0]
+		}()},
+		{"split unit missing a part", func() *kgo.Record {
+			rs, err := unitRecords(bigUnit("pages", 0, 2000, 512))
+			must(t, err)
+			if len(rs) < 3 {
+				t.Fatalf("%d records, want a split unit", len(rs))
+			}
+			return rs[len(rs)-1] // the head alone
+		}()},
+		{"part without its unit", func() *kgo.Record {
+			rs, err := unitRecords(bigUnit("pages", 0, 2000, 512))
+			must(t, err)
+			return rs[0]
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,6 +20,17 @@ import (
 const (
 	formatHeader  = "kafkalog-format"
 	formatVersion = "1"
+	// formatSplit is the format header of a split unit's records (its
+	// head and its message parts, unitRecords): a version that reads only
+	// formatVersion refuses them (ErrIncompatible) rather than restoring a
+	// unit without its messages. Every other record keeps formatVersion,
+	// so a log without split units stays readable by the older version.
+	formatSplit = "2"
+
+	// prefixUnitPart: unitpart/<window start ms>/<part>/<histogram>, value
+	// a JSON array of ledger.Message, part of a unit too large for one
+	// record (unitRecords).
+	prefixUnitPart = "unitpart/"
 
 	prefixUnit   = "unit/"
 	prefixSpend  = "spend/"
@@ -78,16 +89,122 @@ func jsonRecord(k string, v any) (*kgo.Record, error) {
 	return newRecord(k, b), nil
 }
 
-// unitRecord is the record of u.
-func unitRecord(u *ledger.Unit) (*kgo.Record, error) {
-	return jsonRecord(unitRecordKey(u.Histogram, u.WindowStart), u)
+// unitPartBytes bounds the value of one unit record: a unit whose JSON is
+// longer is split (unitRecords). Half of Kafka's default 1 MB record and
+// batch limits (max.message.bytes, kgo's ProducerBatchMaxBytes), like
+// admitChunk: one unit record carries every group's release message of a
+// histogram's window, 3.6 MB at 3,181 groups of 10 bins, and a record over
+// the limit failed every record of its window with MESSAGE_TOO_LARGE.
+var unitPartBytes = 512 << 10
+
+// splitHead is the head record of a split unit: the unit without its
+// messages (Messages null) and how many part records hold them.
+type splitHead struct {
+	*ledger.Unit
+	Parts int `json:"message_parts"`
+}
+
+func unitPartKey(histogram string, windowStart int64, part int) string {
+	return prefixUnitPart + strconv.FormatInt(windowStart, 10) + "/" + strconv.Itoa(part) + "/" + histogram
+}
+
+// unitRecords are the records of u: one record (the unit's JSON) when it
+// fits in unitPartBytes; otherwise its messages in part records of at most
+// unitPartBytes each (a message longer than that alone in its part), then
+// the head (splitHead), all under the formatSplit header. They are written
+// in one transaction, so a reader sees all of them or none.
+func unitRecords(u *ledger.Unit) ([]*kgo.Record, error) {
+	k := unitRecordKey(u.Histogram, u.WindowStart)
+	b, err := json.Marshal(u)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", k, err)
+	}
+	if len(b) <= unitPartBytes {
+		return []*kgo.Record{newRecord(k, b)}, nil
+	}
+	var recs []*kgo.Record
+	part := []byte{'['}
+	flush := func() {
+		part = append(part, ']')
+		recs = append(recs, splitRecord(unitPartKey(u.Histogram, u.WindowStart, len(recs)), part))
+		part = []byte{'['}
+	}
+	for _, m := range u.Messages {
+		mb, err := json.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", k, err)
+		}
+		if len(part) > 1 && len(part)+len(mb)+2 > unitPartBytes {
+			flush()
+		}
+		if len(part) > 1 {
+			part = append(part, ',')
+		}
+		part = append(part, mb...)
+	}
+	flush()
+	head := *u
+	head.Messages = nil
+	hb, err := json.Marshal(splitHead{Unit: &head, Parts: len(recs)})
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", k, err)
+	}
+	return append(recs, splitRecord(k, hb)), nil
+}
+
+// splitRecord is newRecord under the formatSplit header.
+func splitRecord(k string, v []byte) *kgo.Record {
+	r := newRecord(k, v)
+	r.Headers[0].Value = []byte(formatSplit)
+	return r
+}
+
+// publishedRecords are the records that mark the unit under ledger key k
+// published: its head alone for a split unit (its parts are unchanged),
+// its whole record otherwise.
+func (s *state) publishedRecords(k string) ([]*kgo.Record, error) {
+	u, ok, err := s.unit(k)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("no unit recorded under %x", k)
+	}
+	u.Published = true
+	n := s.split[k]
+	if n == 0 {
+		return unitRecords(u)
+	}
+	u.Messages = nil
+	hb, err := json.Marshal(splitHead{Unit: u, Parts: n})
+	if err != nil {
+		return nil, fmt.Errorf("encode unit %x: %w", k, err)
+	}
+	return []*kgo.Record{splitRecord(unitRecordKey(u.Histogram, u.WindowStart), hb)}, nil
+}
+
+// unitTombstones are the tombstones of unit u: its record, or a split
+// unit's head and parts.
+func (s *state) unitTombstones(u *ledger.Unit) []*kgo.Record {
+	n := s.split[string(u.Key())]
+	recs := make([]*kgo.Record, 0, 1+n)
+	for i := range n {
+		recs = append(recs, newRecord(unitPartKey(u.Histogram, u.WindowStart, i), nil))
+	}
+	return append(recs, newRecord(unitRecordKey(u.Histogram, u.WindowStart), nil))
 }
 
 // state is the ledger as the fold of the committed records.
 type state struct {
 	// units maps ledger.UnitKey to the unit's JSON (decoded afresh for
-	// every reader, as bbolt does, so callers cannot alter the state).
-	units  map[string][]byte
+	// every reader, as bbolt does, so callers cannot alter the state): a
+	// split unit's head (splitHead), whose messages are in parts.
+	units map[string][]byte
+	// parts maps ledger.UnitKey to a split unit's message parts by index
+	// (unitRecords).
+	parts map[string]map[int][]byte
+	// split maps ledger.UnitKey to the part count of a split unit's head.
+	split  map[string]int
 	spent  map[int64]ledger.Curve
 	approx map[int64]ledger.Approx
 	limits map[int64]ledger.Limit
@@ -109,6 +226,8 @@ type state struct {
 func newState() *state {
 	return &state{
 		units:  map[string][]byte{},
+		parts:  map[string]map[int][]byte{},
+		split:  map[string]int{},
 		spent:  map[int64]ledger.Curve{},
 		approx: map[int64]ledger.Approx{},
 		limits: map[int64]ledger.Limit{},
@@ -244,6 +363,29 @@ func (s *state) apply(r *kgo.Record) error {
 		}
 		s.meta = &m
 		return nil
+	case strings.HasPrefix(k, prefixUnitPart):
+		f := strings.SplitN(k[len(prefixUnitPart):], "/", 3)
+		if len(f) != 3 {
+			return fmt.Errorf("%w: malformed unit part key %q", ErrIncompatible, k)
+		}
+		w, err1 := strconv.ParseInt(f[0], 10, 64)
+		i, err2 := strconv.Atoi(f[1])
+		if err1 != nil || err2 != nil || i < 0 {
+			return fmt.Errorf("%w: malformed unit part key %q", ErrIncompatible, k)
+		}
+		uk := string(ledger.UnitKey(f[2], w))
+		if v == nil {
+			delete(s.parts[uk], i)
+			if len(s.parts[uk]) == 0 {
+				delete(s.parts, uk)
+			}
+			return nil
+		}
+		if s.parts[uk] == nil {
+			s.parts[uk] = map[int][]byte{}
+		}
+		s.parts[uk][i] = bytes.Clone(v)
+		return nil
 	case strings.HasPrefix(k, prefixUnit):
 		ws, hist, ok := strings.Cut(k[len(prefixUnit):], "/")
 		w, err := strconv.ParseInt(ws, 10, 64)
@@ -253,16 +395,22 @@ func (s *state) apply(r *kgo.Record) error {
 		uk := string(ledger.UnitKey(hist, w))
 		if v == nil {
 			delete(s.units, uk)
+			delete(s.split, uk)
 			return nil
 		}
-		var u ledger.Unit
+		u := splitHead{Unit: new(ledger.Unit)}
 		if err := json.Unmarshal(v, &u); err != nil {
 			return fmt.Errorf("decode %s: %w", k, err)
 		}
-		if u.Histogram != hist || u.WindowStart != w {
-			return fmt.Errorf("%w: record %q holds unit %s@%d", ErrIncompatible, k, u.Histogram, u.WindowStart)
+		if u.Histogram != hist || u.WindowStart != w || u.Parts < 0 {
+			return fmt.Errorf("%w: record %q holds unit %s@%d (%d parts)", ErrIncompatible, k, u.Histogram, u.WindowStart, u.Parts)
 		}
 		s.units[uk] = bytes.Clone(v)
+		if u.Parts > 0 {
+			s.split[uk] = u.Parts
+		} else {
+			delete(s.split, uk)
+		}
 		return nil
 	}
 	if ok, err := s.applyMisc(k, v); ok {
@@ -316,7 +464,7 @@ func (s *state) apply(r *kgo.Record) error {
 func hasFormat(r *kgo.Record) bool {
 	for _, h := range r.Headers {
 		if h.Key == formatHeader {
-			return string(h.Value) == formatVersion
+			return string(h.Value) == formatVersion || string(h.Value) == formatSplit
 		}
 	}
 	return false
@@ -328,11 +476,53 @@ func (s *state) unit(k string) (*ledger.Unit, bool, error) {
 	if !ok {
 		return nil, false, nil
 	}
-	u := new(ledger.Unit)
-	if err := json.Unmarshal(v, u); err != nil {
+	u, err := decodeUnit(v, s.parts[k])
+	if err != nil {
 		return nil, false, fmt.Errorf("decode unit %x: %w", k, err)
 	}
 	return u, true, nil
+}
+
+// checkParts: every split unit has all its parts, and every part its
+// unit (a log written by unitRecords' transactions, pruned by Prune, always
+// does).
+func (s *state) checkParts() error {
+	for k, n := range s.split {
+		for i := range n {
+			if _, ok := s.parts[k][i]; !ok {
+				return fmt.Errorf("%w: message part %d of %d of unit %x missing", ErrIncompatible, i, n, k)
+			}
+		}
+	}
+	for k, ps := range s.parts {
+		if n := s.split[k]; len(ps) != n {
+			return fmt.Errorf("%w: %d message parts of unit %x, which has %d", ErrIncompatible, len(ps), k, n)
+		}
+	}
+	return nil
+}
+
+// decodeUnit decodes a unit's record, with a split unit's parts.
+func decodeUnit(v []byte, parts map[int][]byte) (*ledger.Unit, error) {
+	h := splitHead{Unit: new(ledger.Unit)}
+	if err := json.Unmarshal(v, &h); err != nil {
+		return nil, err
+	}
+	if h.Parts != len(parts) {
+		return nil, fmt.Errorf("%w: a unit of %d message parts with %d in the log", ErrIncompatible, h.Parts, len(parts))
+	}
+	for i := range h.Parts {
+		p, ok := parts[i]
+		if !ok {
+			return nil, fmt.Errorf("%w: message part %d of a unit missing", ErrIncompatible, i)
+		}
+		var ms []ledger.Message
+		if err := json.Unmarshal(p, &ms); err != nil {
+			return nil, fmt.Errorf("message part %d: %w", i, err)
+		}
+		h.Messages = append(h.Messages, ms...)
+	}
+	return h.Unit, nil
 }
 
 // sortedUnitKeys returns the ledger keys of the units in (window start,

@@ -45,6 +45,7 @@ type ReaderConfig struct {
 // or the topic's start.
 type Reader struct {
 	cl    *kgo.Client
+	kill  context.CancelFunc // cancels cl's context (CloseWithin)
 	topic string
 	warn  func(error)
 }
@@ -78,11 +79,13 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(max(cfg.SessionTimeout/5, 100*time.Millisecond)))
 	}
-	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
+	kctx, kill := context.WithCancel(context.Background())
+	cl, err := kgo.NewClient(append(append(opts, kgo.WithContext(kctx)), cfg.Opts...)...)
 	if err != nil {
+		kill()
 		return nil, fmt.Errorf("kafkapartial: release group client: %w", err)
 	}
-	return &Reader{cl: cl, topic: cfg.Topic, warn: cfg.Warn}, nil
+	return &Reader{cl: cl, kill: kill, topic: cfg.Topic, warn: cfg.Warn}, nil
 }
 
 func has0(ps []int32) bool {
@@ -191,5 +194,33 @@ func (r *Reader) Commit(ctx context.Context, offset int64) error {
 func (r *Reader) Client() *kgo.Client { return r.cl }
 
 // Close leaves the group (OnRevoked runs first if partition 0 is held)
-// and closes the client. Not from within a callback.
-func (r *Reader) Close() { r.cl.Close() }
+// and closes the client. Not from within a callback. It may wait as long
+// as a JoinGroup in flight (up to the group's rebalance timeout):
+// CloseWithin bounds it.
+func (r *Reader) Close() {
+	r.cl.Close()
+	r.kill()
+}
+
+// CloseWithin is Close bounded by limit (CloseGroupClient).
+func (r *Reader) CloseWithin(limit time.Duration) { CloseGroupClient(r.cl, r.kill, limit) }
+
+// CloseGroupClient leaves cl's consumer group and closes cl within about
+// limit, whatever state its group is in. kgo's Close first waits for the
+// group's management goroutine, which may be in a JoinGroup the
+// coordinator holds until every member rejoined or its session expired
+// (after a kill storm, tens of seconds; issue 22: a standby ignored
+// SIGTERM that long). So the leave is tried for limit, and then kill —
+// which must cancel the context cl was built with (kgo.WithContext) —
+// aborts the requests in flight, and cl closes at once without waiting
+// for the broker. A member that could not leave is dropped by the group
+// when its session expires, as a crashed one is.
+func CloseGroupClient(cl *kgo.Client, kill context.CancelFunc, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(limit, 0))
+	defer cancel()
+	if err := cl.LeaveGroupContext(ctx); err != nil && ctx.Err() != nil {
+		kill()
+	}
+	cl.Close()
+	kill()
+}

@@ -2,6 +2,7 @@ package kafkapartial
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -128,6 +129,41 @@ func partitionCount(ctx context.Context, cl *kgo.Client, topic string) (n int, e
 	}
 	return 0, false, nil
 }
+
+// TopicID returns topic's Kafka topic id (KIP-516), in Kafka's own text
+// form (unpadded URL-safe base64, as kafka-topics --describe prints it).
+// A topic deleted and created again under the same name gets a new id. It
+// returns "" when the broker gives no id (a broker older than Kafka 2.8)
+// and ErrNoTopic when the topic does not exist.
+func TopicID(ctx context.Context, cl *kgo.Client, topic string) (string, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return "", fmt.Errorf("kafkapartial: metadata of topic %q: %w", topic, err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return "", fmt.Errorf("%w: %q", ErrNoTopic, topic)
+			}
+			return "", fmt.Errorf("kafkapartial: metadata of topic %q: %w", topic, err)
+		}
+		if t.TopicID == [16]byte{} {
+			return "", nil
+		}
+		return base64.RawURLEncoding.EncodeToString(t.TopicID[:]), nil
+	}
+	return "", fmt.Errorf("%w: %q", ErrNoTopic, topic)
+}
+
+// ErrNoTopic: a topic TopicID was asked about does not exist.
+var ErrNoTopic = errors.New("kafkapartial: topic does not exist")
 
 type topicSpec struct {
 	name, role string

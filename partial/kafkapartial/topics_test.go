@@ -168,3 +168,37 @@ func TestEnsureTopicsRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestTopicID: a topic's id is stable while it lives, and a topic deleted
+// and created again under its name has another (what the releaser checks
+// for the progress topic, issue 21 item 5); a missing topic is ErrNoTopic.
+func TestTopicID(t *testing.T) {
+	_, cl := startBroker(t, map[string]int{"in": 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := TopicID(ctx, cl, "nope"); !errors.Is(err, ErrNoTopic) {
+		t.Fatalf("missing topic: %v, want ErrNoTopic", err)
+	}
+	if _, err := EnsureTopics(ctx, cl, testTopics(true)); err != nil {
+		t.Fatal(err)
+	}
+	id1, err := TopicID(ctx, cl, "x.progress")
+	if err != nil || id1 == "" {
+		t.Fatalf("TopicID: %q, %v", id1, err)
+	}
+	if again, err := TopicID(ctx, cl, "x.progress"); err != nil || again != id1 {
+		t.Fatalf("TopicID again: %q, %v; want %q", again, err, id1)
+	}
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopics(ctx, "x.progress"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureTopics(ctx, cl, testTopics(true)); err != nil {
+		t.Fatal(err)
+	}
+	id2, err := TopicID(ctx, cl, "x.progress")
+	if err != nil || id2 == "" || id2 == id1 {
+		t.Fatalf("TopicID after delete and create: %q, %v; want one other than %q", id2, err, id1)
+	}
+	t.Logf("progress topic id %s, after delete and create %s", id1, id2)
+}

@@ -251,9 +251,16 @@ func (w *Writer) classify(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnusable, err)
 }
 
+// closeAbortTimeout bounds Close's abort, so that a stop is not held by
+// an unreachable coordinator (issue 22: SIGTERM within the drain timeout).
+// A transaction Close could not abort is aborted by the broker at its
+// transaction timeout, or by the partition's next owner, whose
+// InitProducerID fences it.
+const closeAbortTimeout = 2 * time.Second
+
 // Close aborts a transaction begun and never ended (so that it does not
-// hold the last stable offsets back until its timeout) and closes the
-// producer.
+// hold the last stable offsets back until its timeout), within
+// closeAbortTimeout, and closes the producer.
 func (w *Writer) Close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -261,7 +268,10 @@ func (w *Writer) Close() {
 		return
 	}
 	if w.open {
-		_ = w.abort(context.Background())
+		w.open = false
+		ctx, cancel := context.WithTimeout(context.Background(), closeAbortTimeout)
+		_ = w.cl.EndTransaction(ctx, kgo.TryAbort)
+		cancel()
 	}
 	w.dead = ErrClosed
 	w.cl.Close()
