@@ -10,11 +10,27 @@
 // connection and flushes the state to disk; Restart opens a new broker on the
 // same port that reloads that state. Messages and committed offsets survive
 // the outage.
+//
+// Topics the broker creates (Config.Topics, CreateTopic) have
+// message.timestamp.type=LogAppendTime unless Config.TopicConfigs says
+// otherwise, as the stage's arrival watermark requires of its input topic
+// (window.record_times: broker). kfake stores that topic config and reports
+// it (DescribeConfigs) but does not apply it when appending: it stamps a
+// batch with the broker's time only when the producer set the batch's
+// LogAppendTime attribute. So the broker intercepts Produce requests
+// (kfake's ControlKey, never handling them itself) and, for a topic whose
+// message.timestamp.type is LogAppendTime, sets that attribute and the
+// batch CRC before kfake appends it: kfake then overwrites the batch's
+// timestamps with its clock and consumers see LogAppendTime batches, as
+// from a real broker.
 package embedded
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"maps"
 	"net"
 	"os"
 	"sort"
@@ -23,6 +39,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 )
 
@@ -49,6 +66,22 @@ type Config struct {
 	// Extra kfake options, e.g. kfake.EnableSASL and kfake.Superuser or
 	// kfake.TLS for transport-security tests.
 	Extra []kfake.Opt
+
+	// TopicConfigs are topic configs of topics in Topics, set when the
+	// broker creates them. Every topic it creates gets
+	// message.timestamp.type=LogAppendTime unless set here (e.g. to
+	// CreateTime, for a test that sets record times itself).
+	TopicConfigs map[string]map[string]string
+}
+
+// timestampTypeKey is the topic config that says who sets record times.
+const timestampTypeKey = "message.timestamp.type"
+
+// topicConfigs is what a topic created by the broker is created with.
+func (b *Broker) topicConfigs(topic string) map[string]string {
+	out := map[string]string{timestampTypeKey: "LogAppendTime"}
+	maps.Copy(out, b.cfg.TopicConfigs[topic])
+	return out
 }
 
 // Broker is a running (or stopped) embedded broker. All methods are safe for
@@ -129,8 +162,59 @@ func (b *Broker) newCluster() (*kfake.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded broker on 127.0.0.1:%d: %w", b.port, err)
 	}
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		stampLogAppendTime(c, req.(*kmsg.ProduceRequest))
+		return nil, nil, false // kfake appends the (re-stamped) batches as usual
+	})
 	return c, nil
 }
+
+// stampLogAppendTime sets the LogAppendTime attribute on every batch of req
+// for a topic whose message.timestamp.type is LogAppendTime (see the
+// package doc). It runs in a kfake control function, whose cluster lookups
+// (TopicInfo) the cluster answers while it waits.
+func stampLogAppendTime(c *kfake.Cluster, req *kmsg.ProduceRequest) {
+	for i := range req.Topics {
+		rt := &req.Topics[i]
+		var info *kfake.TopicInfo
+		if req.Version >= 13 {
+			info = c.TopicIDInfo(rt.TopicID)
+		} else {
+			info = c.TopicInfo(rt.Topic)
+		}
+		if info == nil {
+			continue // kfake answers the unknown topic
+		}
+		if v := info.Configs[timestampTypeKey]; v == nil || *v != "LogAppendTime" {
+			continue
+		}
+		for j := range rt.Partitions {
+			setLogAppendTime(rt.Partitions[j].Records)
+		}
+	}
+}
+
+// setLogAppendTime sets the LogAppendTime attribute (0x08) of the v2 record
+// batch raw and rewrites its CRC (CRC-32C of everything from the
+// attributes on). Anything else is left for kfake to reject.
+func setLogAppendTime(raw []byte) {
+	const (
+		magicAt = 16 // baseOffset int64, batchLength int32, partitionLeaderEpoch int32
+		crcAt   = 17
+		attrsAt = 21 // int16, big-endian
+		minLen  = 61 // the v2 batch header
+	)
+	if len(raw) < minLen || raw[magicAt] != 2 {
+		return
+	}
+	if binary.BigEndian.Uint32(raw[crcAt:]) != crc32.Checksum(raw[attrsAt:], crc32c) {
+		return // corrupt: kfake rejects it with the right error
+	}
+	raw[attrsAt+1] |= 0x08
+	binary.BigEndian.PutUint32(raw[crcAt:], crc32.Checksum(raw[attrsAt:], crc32c))
+}
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // ensureTopics creates the configured topics that do not exist yet and checks
 // the partition count of those that do (reloaded from DataDir).
@@ -142,13 +226,17 @@ func (b *Broker) ensureTopics(c *kfake.Cluster) error {
 	sort.Strings(names)
 	for _, t := range names {
 		want := b.cfg.Topics[t]
-		if c.TopicInfo(t) != nil {
+		if info := c.TopicInfo(t); info != nil {
 			if got := len(c.PartitionInfos(t)); got != want {
 				return fmt.Errorf("embedded broker: topic %q in %s has %d partitions, configured %d", t, b.dataDir, got, want)
 			}
+			if v, wantTT := info.Configs[timestampTypeKey], b.topicConfigs(t)[timestampTypeKey]; (v == nil || *v != wantTT) && b.cfg.Logger != nil {
+				b.cfg.Logger.Warn("embedded broker: a topic in the data directory was created with another message.timestamp.type (by an older version?); remove the data directory to recreate it",
+					zap.String("topic", t), zap.String("dir", b.dataDir), zap.String("want", wantTT))
+			}
 			continue
 		}
-		if err := c.CreateTopic(t, int32(want), nil); err != nil {
+		if err := c.CreateTopic(t, int32(want), b.topicConfigs(t)); err != nil {
 			return fmt.Errorf("embedded broker: create topic %q: %w", t, err)
 		}
 	}
@@ -175,8 +263,9 @@ func (b *Broker) Running() bool {
 	return b.cluster != nil
 }
 
-// CreateTopic creates a topic with the given number of partitions. It is an
-// error if the topic exists or the broker is stopped.
+// CreateTopic creates a topic with the given number of partitions (and
+// message.timestamp.type LogAppendTime unless Config.TopicConfigs sets it).
+// It is an error if the topic exists or the broker is stopped.
 func (b *Broker) CreateTopic(topic string, partitions int) error {
 	if partitions < 1 {
 		return fmt.Errorf("embedded broker: topic %q: partitions must be at least 1, got %d", topic, partitions)
@@ -186,7 +275,7 @@ func (b *Broker) CreateTopic(topic string, partitions int) error {
 	if b.cluster == nil {
 		return errors.New("embedded broker: stopped")
 	}
-	if err := b.cluster.CreateTopic(topic, int32(partitions), nil); err != nil {
+	if err := b.cluster.CreateTopic(topic, int32(partitions), b.topicConfigs(topic)); err != nil {
 		return fmt.Errorf("embedded broker: create topic %q: %w", topic, err)
 	}
 	return nil
