@@ -15,7 +15,8 @@ import (
 // through DescribeConfigs (TimestampType), and appends LogAppendTime
 // batches: the fetcher sees broker-set times (BrokerTime) equal to the
 // append time, not the producer's stamp. A CreateTime topic keeps the
-// producer's time.
+// producer's time. Broker-stamped batches survive the broker's restart
+// (their CRC is the stamped batch's).
 func TestEmbeddedTimestampType(t *testing.T) {
 	b, err := embedded.Start(embedded.Config{
 		Topics:       map[string]int{"lat": 1, "ct": 1},
@@ -62,6 +63,16 @@ func TestEmbeddedTimestampType(t *testing.T) {
 			}
 		}
 		f.Close()
+	}
+	// The broker's restart reloads the batches from its data directory,
+	// checking their CRCs: the broker-stamped batches must pass.
+	if err := b.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	f := NewFetcher(nil, b.Addrs(), "lat", 0, kafka.FirstOffset)
+	defer f.Close()
+	if m, err := f.Fetch(ctx); err != nil || !f.BrokerTime() || m.Time.Equal(stamp) {
+		t.Errorf("after a restart: %v, %v, BrokerTime %v; want the broker's time", m.Time, err, f.BrokerTime())
 	}
 	if _, err := TimestampType(ctx, b.Addrs(), nil, "missing"); err == nil {
 		t.Error("TimestampType of a missing topic: no error")

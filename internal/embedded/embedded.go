@@ -14,22 +14,16 @@
 // Topics the broker creates (Config.Topics, CreateTopic) have
 // message.timestamp.type=LogAppendTime unless Config.TopicConfigs says
 // otherwise, as the stage's arrival watermark requires of its input topic
-// (window.record_times: broker). kfake stores that topic config and reports
-// it (DescribeConfigs) but does not apply it when appending: it stamps a
-// batch with the broker's time only when the producer set the batch's
-// LogAppendTime attribute. So the broker intercepts Produce requests
-// (kfake's ControlKey, never handling them itself) and, for a topic whose
-// message.timestamp.type is LogAppendTime, sets that attribute and the
-// batch CRC before kfake appends it: kfake then overwrites the batch's
-// timestamps with its clock and consumers see LogAppendTime batches, as
-// from a real broker.
+// (window.record_times: broker): the broker sets every record's time when
+// it appends it, and consumers see LogAppendTime batches. Upstream kfake
+// stores that topic config but did not apply it (and kept a stale batch CRC
+// when it did stamp a batch); the module uses a patched copy
+// (third_party/kfake/PATCHED.md).
 package embedded
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"net"
 	"os"
@@ -39,7 +33,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 )
 
@@ -162,59 +155,8 @@ func (b *Broker) newCluster() (*kfake.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded broker on 127.0.0.1:%d: %w", b.port, err)
 	}
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		stampLogAppendTime(c, req.(*kmsg.ProduceRequest))
-		return nil, nil, false // kfake appends the (re-stamped) batches as usual
-	})
 	return c, nil
 }
-
-// stampLogAppendTime sets the LogAppendTime attribute on every batch of req
-// for a topic whose message.timestamp.type is LogAppendTime (see the
-// package doc). It runs in a kfake control function, whose cluster lookups
-// (TopicInfo) the cluster answers while it waits.
-func stampLogAppendTime(c *kfake.Cluster, req *kmsg.ProduceRequest) {
-	for i := range req.Topics {
-		rt := &req.Topics[i]
-		var info *kfake.TopicInfo
-		if req.Version >= 13 {
-			info = c.TopicIDInfo(rt.TopicID)
-		} else {
-			info = c.TopicInfo(rt.Topic)
-		}
-		if info == nil {
-			continue // kfake answers the unknown topic
-		}
-		if v := info.Configs[timestampTypeKey]; v == nil || *v != "LogAppendTime" {
-			continue
-		}
-		for j := range rt.Partitions {
-			setLogAppendTime(rt.Partitions[j].Records)
-		}
-	}
-}
-
-// setLogAppendTime sets the LogAppendTime attribute (0x08) of the v2 record
-// batch raw and rewrites its CRC (CRC-32C of everything from the
-// attributes on). Anything else is left for kfake to reject.
-func setLogAppendTime(raw []byte) {
-	const (
-		magicAt = 16 // baseOffset int64, batchLength int32, partitionLeaderEpoch int32
-		crcAt   = 17
-		attrsAt = 21 // int16, big-endian
-		minLen  = 61 // the v2 batch header
-	)
-	if len(raw) < minLen || raw[magicAt] != 2 {
-		return
-	}
-	if binary.BigEndian.Uint32(raw[crcAt:]) != crc32.Checksum(raw[attrsAt:], crc32c) {
-		return // corrupt: kfake rejects it with the right error
-	}
-	raw[attrsAt+1] |= 0x08
-	binary.BigEndian.PutUint32(raw[crcAt:], crc32.Checksum(raw[attrsAt:], crc32c))
-}
-
-var crc32c = crc32.MakeTable(crc32.Castagnoli)
 
 // ensureTopics creates the configured topics that do not exist yet and checks
 // the partition count of those that do (reloaded from DataDir).
