@@ -250,6 +250,32 @@ type Window struct {
 	// or later); events whose record time is later are late. It cannot be combined with watermark event. Default 0 (use
 	// allowed_lateness).
 	CloseAfter Duration `yaml:"close_after"`
+
+	// ClockSkewMargin (watermark arrival): how far the clocks behind the
+	// record times may disagree — a broker time running backwards along a
+	// partition (a leader change to a broker whose clock is behind, an NTP
+	// step back) or the stage host's clock running ahead of the brokers'.
+	// A window closes only once every partition is read up to record time
+	// end + lateness + clock_skew_margin; which events count is unchanged
+	// (record time < end + lateness). Every window is released that much
+	// later. Default 2s: NTP keeps clocks within tens of milliseconds and
+	// steps a clock only past 128 ms of offset, so two NTP-synchronised
+	// machines stay well inside it. A broker-time regression larger than
+	// it is logged and counted (dpstage_source_broker_time_regressions_total).
+	ClockSkewMargin Duration `yaml:"clock_skew_margin"`
+	// RecordTimes (watermark arrival) says who sets the record times the
+	// counting rule reads. "broker" (the default) requires the input topic
+	// to have message.timestamp.type=LogAppendTime, checked with
+	// DescribeConfigs at every start and rebalance: the stage refuses to
+	// start on a CreateTime topic, or when it may not read the topic's
+	// config (the DESCRIBE_CONFIGS ACL on the topic). "producer" is the
+	// explicit opt-in to producer-set times (CreateTime): a record appended
+	// more than allowed_lateness after its own record time — a producer
+	// retry, a stalled producer, a producer clock behind — is then counted
+	// or dropped as late depending on whether the stage was lagging when it
+	// was appended, i.e. on other users' load (ground rule 7 no longer holds
+	// for such records), and a producer clock ahead delays releases.
+	RecordTimes string `yaml:"record_times"`
 }
 
 // Histogram declares one released histogram. Bins and groups are public.

@@ -20,6 +20,8 @@ const (
 	DefaultWatermark            = WatermarkArrival
 	DefaultAllowedLateness      = Duration(5 * time.Second)
 	DefaultIdlePartitionTimeout = Duration(10 * time.Second)
+	DefaultClockSkewMargin      = Duration(2 * time.Second)
+	DefaultRecordTimes          = RecordTimesBroker
 	DefaultSessionTimeout       = Duration(10 * time.Second)
 	DefaultMaxFuture            = Duration(time.Hour)
 	DefaultRetain               = Duration(7 * 24 * time.Hour)
@@ -94,6 +96,8 @@ func (c *Config) ApplyDefaults() {
 	str(&c.Window.Watermark, "window.watermark", DefaultWatermark)
 	dur(&c.Window.AllowedLateness, "window.allowed_lateness", DefaultAllowedLateness)
 	dur(&c.Window.IdlePartitionTimeout, "window.idle_partition_timeout", DefaultIdlePartitionTimeout)
+	dur(&c.Window.ClockSkewMargin, "window.clock_skew_margin", DefaultClockSkewMargin)
+	str(&c.Window.RecordTimes, "window.record_times", DefaultRecordTimes)
 
 	num(&c.Contribution.MaxEventsPerUser, "contribution.max_events_per_user", DefaultMaxEventsPerUser)
 	num(&c.Contribution.MaxGroupsPerUser, "contribution.max_groups_per_user", DefaultMaxGroupsPerUser)

@@ -51,6 +51,7 @@ func TestFullConfig(t *testing.T) {
 			Watermark:            WatermarkArrival,
 			AllowedLateness:      Duration(30 * time.Second),
 			IdlePartitionTimeout: Duration(time.Minute), Start: "2026-01-01T00:00:00Z",
+			ClockSkewMargin: Duration(3 * time.Second), RecordTimes: RecordTimesBroker,
 		},
 		Histograms: []Histogram{
 			{Name: "pages", Field: "page", Bins: []string{"home", "search", "cart", "checkout", "other"},
@@ -177,7 +178,7 @@ func TestDefaults(t *testing.T) {
 		Kafka:  Kafka{GroupID: "dp-stage", InputTopic: "events", OutputTopic: "private-histograms", InputPartitions: 4, SessionTimeout: DefaultSessionTimeout},
 		Events: Events{Format: "json", TimeField: "ts", UserField: "user_id", MaxMessageBytes: 65536, MaxFuture: DefaultMaxFuture},
 		Window: Window{Size: Duration(time.Minute), Watermark: WatermarkArrival, AllowedLateness: Duration(5 * time.Second),
-			IdlePartitionTimeout: Duration(10 * time.Second)},
+			IdlePartitionTimeout: Duration(10 * time.Second), ClockSkewMargin: DefaultClockSkewMargin, RecordTimes: RecordTimesBroker},
 		Histograms:   []Histogram{{Name: "pages", Field: "page", Bins: []string{"home", "other"}, Kind: "count"}},
 		Contribution: Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 2_000_000},
 		Privacy: Privacy{Mechanism: "dirichlet", Calibration: "concentrated", Neighbour: "replace", Order: 2,
@@ -277,7 +278,7 @@ func TestDecodeProblems(t *testing.T) {
 	}{
 		{"unknown top-level key", "histogram:\n  - name: x\n", "histogram", 1, `unknown key "histogram" (did you mean "histograms"?)`},
 		{"misspelled nested key", "kafka:\n  brokers: []\n  grup_id: x\n", "kafka.grup_id", 3, `unknown key "grup_id" (did you mean "group_id"?)`},
-		{"unknown key without suggestion", "window:\n  frobnicate: 1\n", "window.frobnicate", 2, `unknown key "frobnicate" (known keys: size, watermark, allowed_lateness, idle_partition_timeout, start, close_after)`},
+		{"unknown key without suggestion", "window:\n  frobnicate: 1\n", "window.frobnicate", 2, `unknown key "frobnicate" (known keys: size, watermark, allowed_lateness, idle_partition_timeout, start, close_after, clock_skew_margin, record_times)`},
 		{"unknown key in a histogram", "histograms:\n  - name: a\n    field: f\n    bins: [a, b]\n    overflow: b\n", "histograms[0].overflow", 5, `unknown key "overflow" (did you mean "overflow_bin"?)`},
 		{"unknown key in tls", "kafka:\n  tls:\n    ca: x\n", "kafka.tls.ca", 3, `unknown key "ca"`},
 		{"string for int", "kafka:\n  input_partitions: four\n", "kafka.input_partitions", 2, `"four": expected a whole number`},

@@ -22,6 +22,9 @@ const (
 	WatermarkArrival = "arrival" // window.watermark
 	WatermarkEvent   = "event"
 
+	RecordTimesBroker   = "broker" // window.record_times
+	RecordTimesProducer = "producer"
+
 	NeighbourReplace   = "replace" // privacy.neighbour
 	NeighbourAddRemove = "add_remove"
 
@@ -51,6 +54,7 @@ var (
 	calibrations = []string{CalibrationConcentrated, CalibrationDiffuse, CalibrationClosedForm, CalibrationExact, CalibrationOptimal}
 	neighbours   = []string{NeighbourReplace, NeighbourAddRemove}
 	watermarks   = []string{WatermarkArrival, WatermarkEvent}
+	recordTimes  = []string{RecordTimesBroker, RecordTimesProducer}
 	saslMechs    = []string{SASLPlain, SASLScramSHA256, SASLScramSHA512}
 	logFormats   = []string{LogFormatJSON, LogFormatConsole}
 	logLevels    = []string{LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError}

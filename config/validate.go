@@ -330,6 +330,12 @@ func (k *checker) window() {
 	if k.oneOf("window.watermark", w.Watermark, watermarks) && w.Watermark == WatermarkEvent && w.CloseAfter > 0 {
 		k.add("window.close_after", "closes windows by arrival; it cannot be combined with watermark: event (remove one)")
 	}
+	if w.ClockSkewMargin < 0 {
+		k.add("window.clock_skew_margin", "must not be negative (0: trust every clock to agree exactly)")
+	}
+	if w.RecordTimes != "" { // "": broker
+		k.oneOf("window.record_times", w.RecordTimes, recordTimes)
+	}
 	if w.Start != "" {
 		if _, err := time.Parse(time.RFC3339, w.Start); err != nil {
 			k.add("window.start", "must be an RFC 3339 time such as 2026-01-01T00:00:00Z")

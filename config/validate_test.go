@@ -104,6 +104,8 @@ func TestValidateRules(t *testing.T) {
 		{"window size negative", func(c *Config) { c.Window.Size = -1 }, "window.size", "greater than 0"},
 		{"negative lateness", func(c *Config) { c.Window.AllowedLateness = Duration(-time.Second) }, "window.allowed_lateness", "must not be negative"},
 		{"idle timeout zero", func(c *Config) { c.Window.IdlePartitionTimeout = 0 }, "window.idle_partition_timeout", "greater than 0"},
+		{"clock skew margin negative", func(c *Config) { c.Window.ClockSkewMargin = -1 }, "window.clock_skew_margin", "must not be negative"},
+		{"record times unknown", func(c *Config) { c.Window.RecordTimes = "LogAppendTime" }, "window.record_times", "must be one of broker, producer"},
 		// histograms
 		{"no histograms", func(c *Config) { c.Histograms = nil }, "histograms", "at least one histogram"},
 		{"unknown kind", func(c *Config) { c.Histograms[0].Kind = "sum" }, "histograms[0].kind", `must be count or average, got "sum"`},

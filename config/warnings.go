@@ -24,6 +24,12 @@ func (c *Config) Warnings() []Warning {
 			"other users' events late, changing released values by more than one user's contribution. Use it only to replay " +
 			"trusted historical data; the default, arrival, closes by Kafka record time"})
 	}
+	if c.Window.Arrival() && c.Window.RecordTimes == RecordTimesProducer {
+		out = append(out, Warning{Path: "window.record_times", Message: "producer: record times set by producers (CreateTime) are accepted; " +
+			"a record appended more than allowed_lateness after its own record time (a retry, a stalled producer, a producer clock behind) " +
+			"is counted or dropped as late depending on whether the stage was lagging, i.e. on other users' load. " +
+			"Prefer message.timestamp.type=LogAppendTime on the input topic and record_times: broker"})
+	}
 	if n, d := c.Privacy.ExpectedUsers, c.Privacy.Budget.Delta; n > 0 && d*float64(n) > DeltaUsersWarn {
 		out = append(out, Warning{Path: "privacy.budget.delta", Message: fmt.Sprintf("δ·expected_users = %.3g: "+
 			"a mechanism that publishes each user's events in the clear with probability δ meets this guarantee and would expose "+

@@ -15,6 +15,11 @@ func TestWarnings(t *testing.T) {
 		{"default arrival", base + budget, nil},
 		{"explicit arrival", base + budget + "window: {watermark: arrival}\n", nil},
 		{"event time flagged", base + budget + "window: {watermark: event}\n", []string{"window.watermark: event: windows close by the events' own time field"}},
+		{"producer record times flagged", base + budget + "window: {record_times: producer}\n",
+			[]string{"window.record_times: producer: record times set by producers (CreateTime) are accepted"}},
+		{"broker record times", base + budget + "window: {record_times: broker}\n", nil},
+		{"producer record times under watermark event: no part", base + budget + "window: {watermark: event, record_times: producer}\n",
+			[]string{"window.watermark: event"}},
 		// δ = 1e-6 (the default) against privacy.expected_users.
 		{"small delta for the users", base + "privacy: {expected_users: 10000, budget: {epsilon: 1}}\n", nil},
 		{"delta large for the users", base + "privacy: {expected_users: 10001, budget: {epsilon: 1}}\n",

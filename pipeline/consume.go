@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/internal/siphash"
@@ -133,11 +134,17 @@ func (s *Stage) consume(ctx context.Context, sess *session, p int, offset int64)
 			// broker times a partition advances only when it is read to its
 			// end.
 			if r.BrokerTime() {
+				s.noteBrokerTime(p, &loc.brokerClock, recMs) // regressions: counted, logged past the margin
 				loc.observe(min(recMs, loc.wall), s.sizeMs)
 			} else if !loc.warnedCreateTime {
 				loc.warnedCreateTime = true
-				s.log.Warn("input partition has producer-set record times (CreateTime): windows close only when the partition is read to its end, so a backlog holds releases back; set message.timestamp.type=LogAppendTime on the input topic",
-					zap.String("topic", sess.topic), zap.Int("partition", p))
+				if s.cfg.Window.RecordTimes == config.RecordTimesProducer {
+					s.log.Info("input partition has producer-set record times (CreateTime, accepted by window.record_times: producer): windows close only when the partition is read to its end, so a backlog holds releases back",
+						zap.String("topic", sess.topic), zap.Int("partition", p))
+				} else {
+					s.log.Warn("input partition has producer-set record times (CreateTime) although the topic was checked for LogAppendTime: records written before the topic's switch keep their producer times, or the topic was altered since (the next rebalance or restart checks it again); windows close only when the partition is read to its end",
+						zap.String("topic", sess.topic), zap.Int("partition", p))
+				}
 			}
 			if caughtUp {
 				loc.caughtUp = r.Sent().UnixMilli()
@@ -208,6 +215,9 @@ type partitionLocal struct {
 	// warnedCreateTime: the partition's producer-set record times were
 	// logged once (arrival mode).
 	warnedCreateTime bool
+	// brokerClock follows the partition's broker-set record times
+	// (arrival mode; noteBrokerTime).
+	brokerClock brokerClock
 	// caughtUp (watermark arrival): the send time (Unix ms) of the last
 	// fetch that reached the high watermark; pubCaughtUp the one published.
 	caughtUp, pubCaughtUp int64

@@ -359,7 +359,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		partitioner: part,
 		partitions:  n,
 	}
-	sess.wm = window.NewWatermarks(sess.parts, s.arrival, cfg.Window.Lateness().D(), cfg.Window.IdlePartitionTimeout.D(), endFresh, s.now)
+	sess.wm = s.newWatermarks(cfg, sess.parts)
 	if k := cfg.Contribution.MaxWindowsPerUser; k > 0 {
 		if sess.adm, err = restoreAdmitted(k, s.periodOf(st.next), rs.Admitted); err != nil {
 			return err

@@ -49,6 +49,14 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	if s.dlq != nil {
 		defer s.dlq.Close()
 	}
+	// The input topic's record times, before anything is read (both modes;
+	// recordtime.go).
+	if err := s.checkRecordTimes(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	if s.cfg.Kafka.Distributed.Enabled {
 		return s.runDistributed(ctx)
 	}
@@ -298,7 +306,10 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		}
 		sess.trackers[a.ID] = source.NewOffsetTracker(start)
 	}
-	sess.wm = window.NewWatermarks(sess.parts, s.arrival, s.cfg.Window.Lateness().D(), s.cfg.Window.IdlePartitionTimeout.D(), endFresh, s.now)
+	sess.wm = s.newWatermarks(s.cfg, sess.parts)
+	if !s.recheckRecordTimes(ctx) { // partitions added or members changed: the topic again
+		return source.GenerationDone
+	}
 	// The first window of this session comes from the ledger only, never
 	// from the data (resumeWindow).
 	next, err := s.resumeWindow()

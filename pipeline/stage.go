@@ -105,6 +105,9 @@ type Stage struct {
 	// lag is the consumer lag per assigned partition (high-water mark −
 	// offset − 1 of the last fetched message); reset on every generation.
 	lag map[int]int64
+	// brokerRegressions counts broker-time regressions per input
+	// partition (noteBrokerTime).
+	brokerRegressions partitionCounts
 
 	// ran: Run was called (a Stage runs once).
 	ran atomic.Bool

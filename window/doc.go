@@ -27,9 +27,10 @@
 // the broker with message.timestamp.type=LogAppendTime, else by the
 // producer). It counts if and only if t ≤ b + events.max_future and
 // b < end(w) + lateness (Rule.Decide). Windows close only once every
-// partition has been read up to record time end(w) + lateness (see
-// Watermarks). A partition's frontier moves by broker-set record times
-// (LogAppendTime: they never run backwards along the log) and, whatever the
+// partition has been read up to record time end(w) + lateness (plus the
+// clock-skew margin below; see Watermarks). A partition's frontier moves
+// by broker-set record times (LogAppendTime: they do not run backwards
+// along the log, up to that margin) and, whatever the
 // timestamp type, by reading the partition to its end (a fetch sent at T
 // that came back at the high watermark: everything appended before T has
 // been read); a producer-set record time never moves it, since producers'
@@ -43,17 +44,52 @@
 // timestamps move only their own events; consumer lag delays releases but
 // changes nothing in them.
 //
-// The trust assumption: record timestamps are not user data, and every
-// writer of the input topic is trusted with them. They must come from the
-// broker (LogAppendTime, recommended: the record time is then the append
-// time, and the rule above depends on the record alone) or from producers
-// whose clocks users cannot set — never copied from an event's own time
-// field. With producer-set times one case remains where timing matters: a
-// record appended more than the lateness after its own record time (a
-// stalled producer, a retry) may be read before or after its window closes
-// depending on when the stage next reads the partition to its end; it is
-// then counted or dropped as late (counted in the late metric). Only that
-// record's own delay puts it in this case. window.watermark: event
-// keeps the event-time watermark as an explicit opt-in for replaying trusted
-// historical data (`stage validate` flags it).
+// # The assumptions, and what checks them
+//
+// Record times come from the broker. With message.timestamp.type
+// LogAppendTime the record time is the append time, so the rule above
+// depends on the record alone. The stage (pipeline, window.record_times:
+// broker, the default) reads the input topic's message.timestamp.type with
+// DescribeConfigs at every start and rebalance and refuses to start on a
+// CreateTime topic, or when it may not describe the topic's config (the
+// DESCRIBE_CONFIGS ACL): it does not assume what it cannot see.
+//
+// window.record_times: producer is the explicit opt-in to producer-set
+// times (CreateTime), for producers whose clocks users cannot set (never
+// copied from an event's own time field). Its exact meaning: the rule is
+// applied to the producer's time b as is, and b never moves the frontier,
+// so a window closes only once every partition has been read to its end
+// by a fetch sent at end + 2·lateness (+ the margin below) or later. A
+// record with b < end + lateness that is appended later than that fetch —
+// a producer retry (Java keeps the original CreateTime up to
+// delivery.timeout.ms, 2 minutes by default), a stalled producer, a
+// producer clock behind the stage's — is counted if the partition was not
+// read to its end between end + 2·lateness and its append, which other
+// users' backlog decides, and dropped as late otherwise
+// (TestProbeCreateTimeDependsOnLoad). So with the opt-in, whether such a record counts depends on
+// other users' load; records appended within the lateness of their own time
+// are unaffected.
+//
+// Clocks agree within window.clock_skew_margin M (default 2 s). A broker
+// time is the partition leader's clock, and the caught-up clause reads the
+// stage host's clock; after a leader change to a broker whose clock is
+// behind, or an NTP step back, a later record carries an earlier broker
+// time, and a stage clock ahead of the brokers' overstates what a caught-up
+// fetch has seen. Both frontier clauses are lowered by M (see Watermarks),
+// so a window closes only once every partition is read up to record time
+// end + lateness + M; the rule itself stays "record time < end + lateness"
+// for each event, and M only delays releases. This holds while every
+// broker-time regression is at most M and the stage's clock leads the
+// brokers' by at most lateness + M. Why 2 s: NTP (chrony, ntpd) keeps
+// clocks on one network within milliseconds and steps a clock only past
+// 128 ms of offset, so brokers and stage hosts on NTP disagree by far less;
+// 2 s of release delay on minute windows is cheap. Regressions are counted
+// per partition and logged past M (pipeline), since records behind one may
+// be dropped as late (TestProbeBrokerTimeRegression: with M = 0 a 1 s
+// regression after a leader change drops an event the rule counts).
+//
+// Every writer of the input topic is trusted with its record times.
+// window.watermark: event keeps the event-time watermark as an explicit
+// opt-in for replaying trusted historical data (`stage validate` flags
+// it).
 package window

@@ -34,8 +34,26 @@ import (
 //     last record time read until the transaction ends.
 //
 // A record time ahead of the wall clock advances F_p only up to the wall
-// clock. The stage's watermark is min_p F_p − lateness: the window [s, e)
-// closes once every partition is read up to e + lateness, which is exactly
+// clock.
+//
+// Both clauses assume clocks that agree: broker times that never run
+// backwards along a partition and a stage host whose clock is not ahead of
+// the brokers'. Neither holds exactly: after a leader change to a broker
+// whose clock is behind, or an NTP step back, a later record carries an
+// earlier broker time, and a stage clock ahead of the brokers' by d makes
+// the caught-up clause claim d too much. Both clauses are therefore lowered
+// by the clock-skew margin M (window.clock_skew_margin; WithClockSkewMargin):
+//
+//	F_p = max(largest record time read − M, caughtUp − lateness − M)
+//
+// which stays a true frontier as long as every clock involved is within M
+// of the others (a regression of broker time, or the stage's lead over a
+// broker, of at most M). The counting rule is unchanged: an event counts
+// iff its own record time is before its window's end + lateness; only the
+// close waits M longer.
+//
+// The stage's watermark is min_p F_p − lateness: the window [s, e)
+// closes once every partition is read up to e + lateness (+ M), which is
 // the record-time cutoff of the window's events (Rule.Decide). A
 // partition that has unread records or cannot be fetched therefore holds
 // every window open — consumer lag delays releases but never decides which
@@ -76,6 +94,10 @@ type Watermarks struct {
 	mu sync.Mutex // guards parts and every partitionTime in it
 	// parts maps partition → state.
 	parts map[int]*partitionTime
+
+	// skew is the clock-skew margin (ms, arrival mode): both frontier
+	// clauses are lowered by it (see Watermarks). Guarded by mu.
+	skew int64
 }
 
 type partitionTime struct {
@@ -117,6 +139,16 @@ func NewWatermarks(partitions []int, arrival bool, lateness, idleTimeout, endFre
 	for _, p := range partitions {
 		w.parts[p] = &partitionTime{maxEvent: math.MinInt64, minEvent: math.MaxInt64, caughtUp: math.MinInt64, lastSeen: t, unread: true}
 	}
+	return w
+}
+
+// WithClockSkewMargin sets the clock-skew margin of the arrival frontier
+// (window.clock_skew_margin; see Watermarks) and returns w. Negative
+// margins count as 0; event mode ignores it.
+func (w *Watermarks) WithClockSkewMargin(d time.Duration) *Watermarks {
+	w.mu.Lock()
+	w.skew = max(d.Milliseconds(), 0)
+	w.mu.Unlock()
 	return w
 }
 
@@ -259,19 +291,24 @@ func (w *Watermarks) idle(pt *partitionTime, now time.Time) bool {
 }
 
 // arrivalLocked is current for arrival mode (w.mu held): min over the
-// partitions of the frontier F_p = max(largest record time, caughtUp −
-// lateness), minus the lateness.
+// partitions of the frontier F_p = max(largest record time − margin,
+// caughtUp − lateness − margin), minus the lateness.
 func (w *Watermarks) arrivalLocked() (wm int64, minSeen int64, ok bool) {
 	if len(w.parts) == 0 {
 		return 0, 0, false
 	}
 	wm, minSeen = math.MaxInt64, math.MaxInt64
 	for _, pt := range w.parts {
-		f := pt.maxEvent
-		if pt.caughtUp != math.MinInt64 && pt.caughtUp-w.lateness > f {
-			f = pt.caughtUp - w.lateness
+		f, have := int64(math.MinInt64), false
+		if pt.maxEvent != math.MinInt64 {
+			f, have = pt.maxEvent-w.skew, true
 		}
-		if f == math.MinInt64 {
+		if pt.caughtUp != math.MinInt64 {
+			if c := pt.caughtUp - w.lateness - w.skew; !have || c > f {
+				f, have = c, true
+			}
+		}
+		if !have {
 			return 0, 0, false // neither read nor caught up yet: holds every window
 		}
 		wm = min(wm, f)

@@ -189,6 +189,11 @@ func admittedCrash(evs []cEvent, size time.Duration, k int) ([]cEvent, map[strin
 	return out, n
 }
 
+// crashTopicConfigs: the crash tests' input topic keeps the producer's
+// record times (CreateTime): under watermark arrival the producer stamps
+// each record with its event time (window.record_times: producer).
+var crashTopicConfigs = map[string]map[string]string{"events-crash": {"message.timestamp.type": "CreateTime"}}
+
 func writeCrashConfig(t *testing.T, dir, addr string, run crashRun) string {
 	t.Helper()
 	return writeCrashConfigState(t, dir, addr, run, filepath.Join(dir, "state"))
@@ -215,8 +220,9 @@ func writeCrashConfigState(t *testing.T, dir, addr string, run crashRun, stateDi
 	}
 	if run.watermark == "arrival" {
 		// A record counts when appended before its window's end (+ the
-		// lateness); the producer writes each window at its start.
-		y = strings.Replace(y, "allowed_lateness: 0s", "allowed_lateness: 300ms", 1)
+		// lateness); the producer writes each window at its start. It
+		// stamps the record times itself (crashTopicConfigs).
+		y = strings.Replace(y, "allowed_lateness: 0s", "allowed_lateness: 300ms\n  record_times: producer", 1)
 	}
 	p := filepath.Join(dir, "stage.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
@@ -274,7 +280,8 @@ func crashRecovery(t *testing.T, run crashRun) {
 	}
 	windows := 12 + kills
 	dir := t.TempDir()
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-crash": 4, "out-crash": 1}, DataDir: filepath.Join(dir, "broker")})
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-crash": 4, "out-crash": 1}, DataDir: filepath.Join(dir, "broker"),
+		TopicConfigs: crashTopicConfigs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,8 @@ func TestShutdownAndTakeoverAfterKillStorm(t *testing.T) {
 		kills = *stormKills
 	}
 	dir := t.TempDir()
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-crash": 4, "out-crash": 1}, DataDir: filepath.Join(dir, "broker")})
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events-crash": 4, "out-crash": 1}, DataDir: filepath.Join(dir, "broker"),
+		TopicConfigs: crashTopicConfigs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,14 @@ func Name(t testing.TB) string {
 // partitions), closed when the test ends.
 func StartBroker(t testing.TB, topics map[string]int) *embedded.Broker {
 	t.Helper()
-	b, err := embedded.Start(embedded.Config{Topics: topics})
+	return StartBrokerConfig(t, embedded.Config{Topics: topics})
+}
+
+// StartBrokerConfig starts the embedded broker configured by cfg, closed
+// when the test ends.
+func StartBrokerConfig(t testing.TB, cfg embedded.Config) *embedded.Broker {
+	t.Helper()
+	b, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatalf("start broker: %v", err)
 	}

@@ -37,7 +37,11 @@ var (
 )
 
 // Harness is one test's broker (topics events-NAME with 4 partitions,
-// out-NAME and dlq-NAME) and state directory.
+// out-NAME and dlq-NAME) and state directory. The input topic has
+// producer-set record times (message.timestamp.type CreateTime, accepted
+// by the configs' window.record_times: producer): with watermark arrival
+// the harness stamps each record with its event time, so that a test
+// decides every record time itself.
 type Harness struct {
 	T      *testing.T
 	Broker *embedded.Broker
@@ -54,7 +58,10 @@ type Harness struct {
 func New(t *testing.T) *Harness {
 	t.Helper()
 	name := Name(t)
-	b := StartBroker(t, map[string]int{"events-" + name: 4, "out-" + name: 1, "dlq-" + name: 1})
+	b := StartBrokerConfig(t, embedded.Config{
+		Topics:       map[string]int{"events-" + name: 4, "out-" + name: 1, "dlq-" + name: 1},
+		TopicConfigs: map[string]map[string]string{"events-" + name: {"message.timestamp.type": "CreateTime"}},
+	})
 	return &Harness{T: t, Broker: b, Name: name, Dir: t.TempDir(), Watermark: config.WatermarkEvent}
 }
 
@@ -92,6 +99,7 @@ func (h *Harness) ConfigExtra(privacy string, epsilon float64, extra string) *co
 	if err != nil {
 		h.T.Fatalf("config: %v", err)
 	}
+	cfg.Window.RecordTimes = config.RecordTimesProducer // the input topic is CreateTime (Harness)
 	return cfg
 }
 
@@ -136,6 +144,7 @@ window:
   watermark: %s
   allowed_lateness: %s
   idle_partition_timeout: %s%s
+  clock_skew_margin: 0s # broker and stage on one host: one clock
 histograms:
   - name: pages
     field: page

@@ -10,11 +10,21 @@
 // connection and flushes the state to disk; Restart opens a new broker on the
 // same port that reloads that state. Messages and committed offsets survive
 // the outage.
+//
+// Topics the broker creates (Config.Topics, CreateTopic) have
+// message.timestamp.type=LogAppendTime unless Config.TopicConfigs says
+// otherwise, as the stage's arrival watermark requires of its input topic
+// (window.record_times: broker): the broker sets every record's time when
+// it appends it, and consumers see LogAppendTime batches. Upstream kfake
+// stores that topic config but did not apply it (and kept a stale batch CRC
+// when it did stamp a batch); the module uses a patched copy
+// (third_party/kfake/PATCHED.md).
 package embedded
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"sort"
@@ -49,6 +59,22 @@ type Config struct {
 	// Extra kfake options, e.g. kfake.EnableSASL and kfake.Superuser or
 	// kfake.TLS for transport-security tests.
 	Extra []kfake.Opt
+
+	// TopicConfigs are topic configs of topics in Topics, set when the
+	// broker creates them. Every topic it creates gets
+	// message.timestamp.type=LogAppendTime unless set here (e.g. to
+	// CreateTime, for a test that sets record times itself).
+	TopicConfigs map[string]map[string]string
+}
+
+// timestampTypeKey is the topic config that says who sets record times.
+const timestampTypeKey = "message.timestamp.type"
+
+// topicConfigs is what a topic created by the broker is created with.
+func (b *Broker) topicConfigs(topic string) map[string]string {
+	out := map[string]string{timestampTypeKey: "LogAppendTime"}
+	maps.Copy(out, b.cfg.TopicConfigs[topic])
+	return out
 }
 
 // Broker is a running (or stopped) embedded broker. All methods are safe for
@@ -142,13 +168,17 @@ func (b *Broker) ensureTopics(c *kfake.Cluster) error {
 	sort.Strings(names)
 	for _, t := range names {
 		want := b.cfg.Topics[t]
-		if c.TopicInfo(t) != nil {
+		if info := c.TopicInfo(t); info != nil {
 			if got := len(c.PartitionInfos(t)); got != want {
 				return fmt.Errorf("embedded broker: topic %q in %s has %d partitions, configured %d", t, b.dataDir, got, want)
 			}
+			if v, wantTT := info.Configs[timestampTypeKey], b.topicConfigs(t)[timestampTypeKey]; (v == nil || *v != wantTT) && b.cfg.Logger != nil {
+				b.cfg.Logger.Warn("embedded broker: a topic in the data directory was created with another message.timestamp.type (by an older version?); remove the data directory to recreate it",
+					zap.String("topic", t), zap.String("dir", b.dataDir), zap.String("want", wantTT))
+			}
 			continue
 		}
-		if err := c.CreateTopic(t, int32(want), nil); err != nil {
+		if err := c.CreateTopic(t, int32(want), b.topicConfigs(t)); err != nil {
 			return fmt.Errorf("embedded broker: create topic %q: %w", t, err)
 		}
 	}
@@ -175,8 +205,9 @@ func (b *Broker) Running() bool {
 	return b.cluster != nil
 }
 
-// CreateTopic creates a topic with the given number of partitions. It is an
-// error if the topic exists or the broker is stopped.
+// CreateTopic creates a topic with the given number of partitions (and
+// message.timestamp.type LogAppendTime unless Config.TopicConfigs sets it).
+// It is an error if the topic exists or the broker is stopped.
 func (b *Broker) CreateTopic(topic string, partitions int) error {
 	if partitions < 1 {
 		return fmt.Errorf("embedded broker: topic %q: partitions must be at least 1, got %d", topic, partitions)
@@ -186,7 +217,7 @@ func (b *Broker) CreateTopic(topic string, partitions int) error {
 	if b.cluster == nil {
 		return errors.New("embedded broker: stopped")
 	}
-	if err := b.cluster.CreateTopic(topic, int32(partitions), nil); err != nil {
+	if err := b.cluster.CreateTopic(topic, int32(partitions), b.topicConfigs(topic)); err != nil {
 		return fmt.Errorf("embedded broker: create topic %q: %w", topic, err)
 	}
 	return nil

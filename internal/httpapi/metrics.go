@@ -82,6 +82,20 @@ type stageCollector struct {
 	partials, latePart, idleParts                                 *prometheus.Desc
 }
 
+// MetricBrokerTimeRegressions counts broker-time regressions per input
+// partition (pipeline.Stage.BrokerTimeRegressions).
+const MetricBrokerTimeRegressions = "dpstage_source_broker_time_regressions_total"
+
+var brokerRegressionsDesc = prometheus.NewDesc(MetricBrokerTimeRegressions, "Times a broker-set record time (LogAppendTime) was earlier "+
+	"than the one before it, per input partition (a leader change to a broker whose clock is behind, a clock stepped back); "+
+	"one larger than window.clock_skew_margin is also logged.", []string{"partition"}, nil)
+
+// brokerTimeSource is a Source that counts broker-time regressions
+// (pipeline.Stage).
+type brokerTimeSource interface {
+	BrokerTimeRegressions() map[int]int64
+}
+
 func newStageCollector(src func() Source, distributed bool) *stageCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
@@ -127,6 +141,7 @@ func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts} {
 		ch <- d
 	}
+	ch <- brokerRegressionsDesc
 }
 
 func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -186,6 +201,11 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 
 	for p, l := range src.Lag() {
 		gauge(c.lag, float64(l), strconv.Itoa(p))
+	}
+	if bt, ok := src.(brokerTimeSource); ok {
+		for p, n := range bt.BrokerTimeRegressions() {
+			counter(brokerRegressionsDesc, n, strconv.Itoa(p))
+		}
 	}
 
 	plan := src.Plan()
