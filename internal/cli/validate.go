@@ -218,9 +218,11 @@ func replaceTwice(plan *plan.Plan) string {
 func deltaUsers(cfg *config.Config) string {
 	d, n := cfg.Privacy.Budget.Delta, cfg.Privacy.ExpectedUsers
 	if n > 0 {
-		return fmt.Sprintf("δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)", d*float64(n), n, config.DeltaUsersWarn)
+		total := cfg.TotalDelta()
+		return fmt.Sprintf("total δ = %.3g (δ = %g + user-hash collisions 2n·2⁻⁶⁴ = %.3g); δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)",
+			total, d, cfg.CollisionDelta(), total*float64(n), n, config.DeltaUsersWarn)
 	}
-	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours)",
+	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours; the total δ adds 2n·2⁻⁶⁴ for user-hash collisions among n users)",
 		config.DeltaUsersWarn, strconv.FormatFloat(math.Round(config.DeltaUsersWarn/d), 'f', 0, 64))
 }
 
