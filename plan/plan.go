@@ -76,7 +76,12 @@ import (
 // calibration, whose curve is the supremum of the exact divergence rather
 // than Theorem 2's bound, the same conclusion is proven in mechanism/exact.go
 // from the per-bin gamma bound, given the spec's Neighbour), and max_groups_per_user
-// does not enter the charge. A window charges one unit per histogram; a
+// does not enter the charge. A Dirichlet unit is charged that curve plus the
+// release grid's residual e_k(λ), k = Δ1 the coordinates one user changes
+// over all the window's group releases (budget.ChargeOf,
+// mechanism.GridResidualRDP: the hybrid argument is per changed Gamma
+// coordinate, wherever the coordinate's group is); an average release
+// (ε + d·log((1+ρ)/(1−ρ)), δ·(1+ρ)^d). A window charges one unit per histogram; a
 // period composes windows_per_period × histograms units — or, with the
 // cross-window bound, min(K, windows_per_period) × histograms units,
 // charged as one period reservation per histogram (package doc).
