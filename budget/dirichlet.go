@@ -40,7 +40,7 @@ func dirichletRDP(order, alphaMin, l2sq, linf float64) float64 {
 // residual (mechanism.GridResidualRDP), which the stage's charges include
 // ([ChargeOf]) and this function does not; the stage does not use it to
 // charge.
-
+//
 // Errors ([ErrInvalidArgument]): any argument ≤ 0, NaN or +Inf.
 func DirichletDelta(alphaMin, l2sq, linf, eps float64) (delta, order float64, err error) {
 	for _, a := range []struct {
