@@ -249,7 +249,8 @@ func GridResidual(orders []float64, k float64) Curve {
 // calibration), the grid residual of its neighbours' changed coordinates
 // ([GridResidual], k = mechanism.GridCoordinates of m's sensitivity). The
 // exact integer samplers (gaussian, laplace, laplace-posterior) are charged
-// their curve alone. Every planner and every charge of the stage uses it,
+// their curve alone. A rounded mechanism whose spec bounds no coordinates
+// (neither Δ1 nor Δ2² set) is charged +Inf at every order. Every planner and every charge of the stage uses it,
 // so what is planned is what is charged.
 func ChargeOf(m mechanism.Mechanism, orders []float64) Curve {
 	c := CurveOf(m, orders)
@@ -260,5 +261,20 @@ func ChargeOf(m mechanism.Mechanism, orders []float64) Curve {
 	if !mechanism.Rounded(spec.Kind) {
 		return c
 	}
-	return c.Add(GridResidual(orders, mechanism.GridCoordinates(spec.Sensitivity)))
+	k := mechanism.GridCoordinates(spec.Sensitivity)
+	if k <= 0 {
+		// No count sensitivity to bound the changed coordinates by (the
+		// simplex-dirichlet spec): no bound, conservatively.
+		return c.Add(Curve{orders: c.orders, eps: infs(len(c.orders))})
+	}
+	return c.Add(GridResidual(orders, k))
+}
+
+// infs returns n copies of +Inf.
+func infs(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.Inf(1)
+	}
+	return out
 }
