@@ -1,6 +1,9 @@
 package config
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // CollisionDelta is the δ that collisions of the keyed 64-bit user hashes
 // add to the guarantee (issue #21 item 6), for n = privacy.expected_users
@@ -51,4 +54,22 @@ func addUp(a, b float64) float64 {
 		return s
 	}
 	return math.Nextafter(s, math.Inf(1))
+}
+
+// collisionWarnings flags a δ that fits privacy.expected_users alone but not
+// with the user hashes' collision term: the total δ·users above
+// [DeltaUsersWarn] where δ·users is not (Warnings flags that case itself).
+func (c *Config) collisionWarnings() []Warning {
+	n, d, total := c.Privacy.ExpectedUsers, c.Privacy.Budget.Delta, c.TotalDelta()
+	if n <= 0 || d*float64(n) > DeltaUsersWarn || !(total*float64(n) > DeltaUsersWarn) {
+		return nil
+	}
+	fix := fmt.Sprintf("privacy.budget.delta ≤ %.3g keeps it ≤ %g", DeltaUsersWarn/float64(n)-c.CollisionDelta(), DeltaUsersWarn)
+	if !(DeltaUsersWarn/float64(n) > c.CollisionDelta()) {
+		fix = fmt.Sprintf("no δ keeps it ≤ %g at this population; shorten privacy.budget.period", DeltaUsersWarn)
+	}
+	return []Warning{{Path: "privacy.budget.delta", Message: fmt.Sprintf("total δ·expected_users = %.3g (δ = %g plus the 64-bit user-hash collision term 2n·2⁻⁶⁴ = %.3g): "+
+		"a mechanism that publishes each user's events in the clear with probability δ_total meets this guarantee and would expose "+
+		"some user with a chance of about %.2g%% per period; %s",
+		total*float64(n), d, c.CollisionDelta(), -100*math.Expm1(float64(n)*math.Log1p(-total)), fix)}}
 }

@@ -24,19 +24,12 @@ func (c *Config) Warnings() []Warning {
 			"other users' events late, changing released values by more than one user's contribution. Use it only to replay " +
 			"trusted historical data; the default, arrival, closes by Kafka record time"})
 	}
-	// δ here is the total, with the user hashes' collision term
-	// (CollisionDelta); the advice subtracts that term, which δ cannot
-	// lower.
-	if n, d := c.Privacy.ExpectedUsers, c.TotalDelta(); n > 0 && d*float64(n) > DeltaUsersWarn {
-		advice := DeltaUsersWarn/float64(n) - c.CollisionDelta()
-		fix := fmt.Sprintf("privacy.budget.delta ≤ %.3g (δ·users ≤ %g) keeps that below 1%%", advice, DeltaUsersWarn)
-		if !(advice > 0) {
-			fix = fmt.Sprintf("the 64-bit user hashes' collision term 2n·2⁻⁶⁴ alone is %.3g: no δ keeps δ·users ≤ %g at this population; shorten privacy.budget.period", c.CollisionDelta(), DeltaUsersWarn)
-		}
-		out = append(out, Warning{Path: "privacy.budget.delta", Message: fmt.Sprintf("δ·expected_users = %.3g (δ = %g plus the hash-collision term 2n·2⁻⁶⁴ = %.3g): "+
+	if n, d := c.Privacy.ExpectedUsers, c.Privacy.Budget.Delta; n > 0 && d*float64(n) > DeltaUsersWarn {
+		out = append(out, Warning{Path: "privacy.budget.delta", Message: fmt.Sprintf("δ·expected_users = %.3g: "+
 			"a mechanism that publishes each user's events in the clear with probability δ meets this guarantee and would expose "+
-			"some user with a chance of 1−(1−δ)^users ≈ %.2g%% per period; %s",
-			d*float64(n), c.Privacy.Budget.Delta, c.CollisionDelta(), -100*math.Expm1(float64(n)*math.Log1p(-d)), fix)})
+			"some user with a chance of 1−(1−δ)^users ≈ %.2g%% per period; δ ≤ %.3g (δ·users ≤ %g) keeps that below 1%%",
+			d*float64(n), -100*math.Expm1(float64(n)*math.Log1p(-d)), DeltaUsersWarn/float64(n), DeltaUsersWarn)})
 	}
+	out = append(out, c.collisionWarnings()...)
 	return out
 }
