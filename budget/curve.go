@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/dpstage/stage/mechanism"
 )
 
 // Curve is an RDP curve sampled on a grid of orders: ε̂(λ) for every λ of the
@@ -219,4 +221,60 @@ func gridMismatch(a, b []float64) error {
 		}
 	}
 	return ErrGridMismatch
+}
+
+// GridResidual returns the curve the release grid adds to one rounded
+// release whose neighbours change k Gamma coordinates:
+// mechanism.GridResidualRDP(λ, k) at every order λ of the grid (its doc
+// has the derivation). It does not shrink with the calibration: it is the
+// sampler's, not the mechanism's. k must be finite and > 0
+// ([ErrInvalidArgument]); an invalid grid: the result carries the error.
+func GridResidual(orders []float64, k float64) Curve {
+	if err := validateOrders(orders); err != nil {
+		return Curve{err: err}
+	}
+	if !(k > 0) || math.IsInf(k, 1) {
+		return Curve{err: &ArgumentError{Name: "grid residual coordinates k", Value: k, Want: "finite and > 0"}}
+	}
+	eps := make([]float64, len(orders))
+	for i, o := range orders {
+		eps[i] = mechanism.GridResidualRDP(o, k)
+	}
+	return Curve{orders: slices.Clone(orders), eps: eps}
+}
+
+// ChargeOf is the curve one release of m is charged on orders: m's RDP
+// curve ([CurveOf]) plus, when m's releases are floating-point draws
+// rounded to the release grid (mechanism.Rounded: Dirichlet, every
+// calibration), the grid residual of its neighbours' changed coordinates
+// ([GridResidual], k = mechanism.GridCoordinates of m's sensitivity). The
+// exact integer samplers (gaussian, laplace, laplace-posterior) are charged
+// their curve alone. A rounded mechanism whose spec bounds no coordinates
+// (neither Δ1 nor Δ2² set) is charged +Inf at every order. Every planner and every charge of the stage uses it,
+// so what is planned is what is charged.
+func ChargeOf(m mechanism.Mechanism, orders []float64) Curve {
+	c := CurveOf(m, orders)
+	if m == nil || c.Err() != nil {
+		return c
+	}
+	spec := m.Spec()
+	if !mechanism.Rounded(spec.Kind) {
+		return c
+	}
+	k := mechanism.GridCoordinates(spec.Sensitivity)
+	if k <= 0 {
+		// No count sensitivity to bound the changed coordinates by (the
+		// simplex-dirichlet spec): no bound, conservatively.
+		return c.Add(Curve{orders: c.orders, eps: infs(len(c.orders))})
+	}
+	return c.Add(GridResidual(orders, k))
+}
+
+// infs returns n copies of +Inf.
+func infs(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.Inf(1)
+	}
+	return out
 }

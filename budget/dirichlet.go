@@ -36,6 +36,11 @@ func dirichletRDP(order, alphaMin, l2sq, linf float64) float64 {
 //
 // For Dir(r·x + α) (000 Corollary 3) pass r²·Δ2² and r·Δ∞.
 //
+// This is the ideal mechanism's δ: a release rounded to the grid adds the
+// residual (mechanism.GridResidualRDP), which the stage's charges include
+// ([ChargeOf]) and this function does not; the stage does not use it to
+// charge.
+//
 // Errors ([ErrInvalidArgument]): any argument ≤ 0, NaN or +Inf.
 func DirichletDelta(alphaMin, l2sq, linf, eps float64) (delta, order float64, err error) {
 	for _, a := range []struct {

@@ -10,6 +10,13 @@
 // formula is 000 eq. (11) and, solved for ε, 001 eq. (14)) over every order
 // of the grid ([ToEpsilon], [ToDelta]).
 //
+// What a release is charged is [ChargeOf]: the mechanism's curve plus, for
+// a mechanism whose releases are floating-point draws rounded to the public
+// release grid (Dirichlet, every calibration), the grid residual
+// [GridResidual] (mechanism.GridResidualRDP has the derivation). The
+// planners compose that charged curve, so what is planned is what the book
+// is charged (issue #21).
+//
 // On top of that:
 //   - [DirichletDelta] is 000 Theorem 4: the δ of one Dirichlet draw at a
 //     given ε, minimizing h(λ) of eq. (13) over the whole open interval

@@ -15,8 +15,10 @@ type Plan struct {
 	Spec mechanism.Spec
 	// Mechanism is the mechanism calibrated from Spec.
 	Mechanism mechanism.Mechanism
-	// PerRelease is the mechanism's full RDP curve on the grid ([CurveOf];
-	// +Inf at orders ≥ its MaxOrder).
+	// PerRelease is what one release is charged: the mechanism's full RDP
+	// curve on the grid (+Inf at orders ≥ its MaxOrder) plus, for a
+	// floating-point mechanism rounded to the release grid (Dirichlet), the
+	// grid residual ([ChargeOf]).
 	PerRelease Curve
 	// Total is PerRelease composed Releases times (000 Lemma 2).
 	Total Curve
@@ -44,7 +46,8 @@ func (p Plan) NewAccountant(requestedEpsilon float64) (*Accountant, error) {
 // ε_r at template.Order such that composing releases copies of the
 // mechanism calibrated at ε_r — its full RDP curve on the grid
 // WithOrder(DefaultOrders(), template.Order), not only its value at the
-// calibration order — converts to at most Planned(epsilon) = epsilon·(1 −
+// calibration order, plus the release grid's residual for a rounded
+// (Dirichlet) mechanism ([ChargeOf]) — converts to at most Planned(epsilon) = epsilon·(1 −
 // PlanMargin) at delta (000 Lemma 2, then
 // Lemma 1 eq. (2) minimized over the grid, [ToEpsilon]).
 //
@@ -100,6 +103,24 @@ func newPlan(newMech newMechanismFunc, template mechanism.Spec, epsilon, delta f
 				"on the grid (reached at its order %s) whatever the noise; raise ε or δ", fmtFloat(minEps), fmtFloat(minOrder))}
 	}
 
+	// The grid residual of a rounded (floating-point) mechanism does not
+	// shrink with the noise: if releases copies of it alone already
+	// convert above the target, no calibration fits.
+	if mechanism.Rounded(template.Kind) {
+		k := mechanism.GridCoordinates(template.Sensitivity)
+		res := GridResidual(orders, k).Scale(float64(releases))
+		if err := res.Err(); err != nil {
+			return Plan{}, fmt.Errorf("budget: plan: grid residual of %s: %w", template.Kind, err)
+		}
+		if e, o := ToEpsilon(res, delta); !(e < target) {
+			return Plan{}, &InfeasibleError{Epsilon: epsilon, Delta: delta, Releases: releases, MinEpsilon: e,
+				Reason: fmt.Sprintf("the release grid's residual alone (%d releases × e(λ) at k = %s changed coordinates, ρ = %s; "+
+					"mechanism package doc, \"Release grid\") composes to ε = %s (order %s) whatever the noise; "+
+					"raise ε, or reduce the releases per period (contribution.max_windows_per_user, longer windows)",
+					releases, fmtFloat(k), fmtFloat(mechanism.ReleaseGridRho), fmtFloat(e), fmtFloat(o))}
+		}
+	}
+
 	// try calibrates at x and reports whether the composition meets the target.
 	try := func(x float64) (Plan, bool, error) {
 		spec := template
@@ -109,7 +130,7 @@ func newPlan(newMech newMechanismFunc, template mechanism.Spec, epsilon, delta f
 			return Plan{}, false, fmt.Errorf("budget: plan: calibrate %s mechanism at rdp epsilon %s (order %s): %w",
 				spec.Kind, fmtFloat(x), fmtFloat(spec.Order), err)
 		}
-		per := CurveOf(m, orders)
+		per := ChargeOf(m, orders) // the curve plus the grid residual of a rounded mechanism
 		total := per.Scale(k)
 		e, o, err := total.Epsilon(delta)
 		if err != nil {

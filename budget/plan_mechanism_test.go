@@ -10,13 +10,19 @@ import (
 )
 
 // recompose re-composes m's curve independently: m.RDP at each order below
-// MaxOrder, times k, converted by the bisection of the plain eq. (2).
+// MaxOrder plus, for a Dirichlet mechanism, the grid residual written out
+// from its formula (residualByHand), times k, converted by the bisection of
+// the plain eq. (2).
 func recompose(m mechanism.Mechanism, orders []float64, k int, delta float64) float64 {
 	rdp := make([]float64, len(orders))
 	for i, lam := range orders {
 		rdp[i] = math.Inf(1)
 		if lam < m.MaxOrder() {
-			rdp[i] = float64(k) * m.RDP(lam)
+			r := m.RDP(lam)
+			if s := m.Spec(); s.Kind == mechanism.Dirichlet {
+				r += residualByHand(lam, math.Min(s.Sensitivity.L1, s.Sensitivity.L2Sq))
+			}
+			rdp[i] = float64(k) * r
 		}
 	}
 	return directEpsilon(orders, rdp, delta)
@@ -154,4 +160,21 @@ func TestPlanReleasesUsesTheBudgetAtEveryCount(t *testing.T) {
 			}
 		}
 	}
+}
+
+// residualByHand is the grid residual written out from its derivation
+// (mechanism.GridResidualRDP's doc): cellwise P′ ≤ (1+ρ)^k·P and
+// Q′ ≥ (1−ρ)^k·Q give e_k(λ) = [kλ·log(1+ρ) − k(λ−1)·log(1−ρ)]/(λ−1),
+// ρ = 10⁻⁵. Issue #21's form with ρ′ = (1+ρ)^k − 1 (residualIssueForm) is
+// above it by O(k²ρ²).
+func residualByHand(lam, k float64) float64 {
+	const rho = 1e-5
+	return (k*lam*math.Log1p(rho) - k*(lam-1)*math.Log1p(-rho)) / (lam - 1)
+}
+
+// residualIssueForm is issue #21's e(λ) = [λ·log(1+ρ′) − (λ−1)·log(1−ρ′)]/(λ−1),
+// ρ′ = (1+ρ)^k − 1.
+func residualIssueForm(lam, k float64) float64 {
+	rp := math.Pow(1+1e-5, k) - 1
+	return (lam*math.Log1p(rp) - (lam-1)*math.Log1p(-rp)) / (lam - 1)
 }

@@ -96,7 +96,7 @@ func TestPlanDirichletFiniteOrders(t *testing.T) {
 		for i, lam := range orders {
 			rdp[i] = math.Inf(1)
 			if x := alpha - (lam - 1); x > 0 {
-				rdp[i] = k * 0.5 * lam * 2 * mathext.Zeta(2, x)
+				rdp[i] = k * (0.5*lam*2*mathext.Zeta(2, x) + residualByHand(lam, 2)) // Δ2² = 2 changed unit coordinates
 			}
 		}
 		return directEpsilon(orders, rdp, delta)

@@ -528,8 +528,9 @@ func (k *checker) privacy() {
 		k.add("privacy.budget.delta", "must be a finite number strictly between 0 and 1")
 	case b.Delta > MaxDelta:
 		k.add("privacy.budget.delta", "%g is above %g: δ is the chance the guarantee fails outright (publishing every user's events in the clear with probability δ meets it), so it must be far below 1/users; use 1e-6 or smaller", b.Delta, MaxDelta)
-	case p.ExpectedUsers > 0 && b.Delta*float64(p.ExpectedUsers) >= 1:
-		k.add("privacy.budget.delta", "%g is at least 1/privacy.expected_users (δ·users = %.3g): a mechanism that publishes one user's events in the clear meets such a guarantee; use δ ≤ %.3g", b.Delta, b.Delta*float64(p.ExpectedUsers), DeltaUsersWarn/float64(p.ExpectedUsers))
+	case p.ExpectedUsers > 0 && k.c.TotalDelta()*float64(p.ExpectedUsers) >= 1:
+		// The total: δ plus the user hashes' collision term (CollisionDelta).
+		k.add("privacy.budget.delta", "%g is at least 1/privacy.expected_users (δ·users = %.3g): a mechanism that publishes one user's events in the clear meets such a guarantee; use δ ≤ %.3g (δ·users counts the total δ, with the user-hash collision term 2n·2⁻⁶⁴)", b.Delta, k.c.TotalDelta()*float64(p.ExpectedUsers), DeltaUsersWarn/float64(p.ExpectedUsers))
 	}
 	if !finite(p.ExpectedEventsPerRelease) || p.ExpectedEventsPerRelease < 0 || p.ExpectedEventsPerRelease > 1e15 {
 		k.add("privacy.expected_events_per_release", "must be a finite number ≥ 0 and at most 1e15 (0: not given)")

@@ -36,5 +36,6 @@ func (c *Config) Warnings() []Warning {
 			"some user with a chance of 1−(1−δ)^users ≈ %.2g%% per period; δ ≤ %.3g (δ·users ≤ %g) keeps that below 1%%",
 			d*float64(n), -100*math.Expm1(float64(n)*math.Log1p(-d)), DeltaUsersWarn/float64(n), DeltaUsersWarn)})
 	}
+	out = append(out, c.collisionWarnings()...)
 	return out
 }

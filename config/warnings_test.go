@@ -21,11 +21,21 @@ func TestWarnings(t *testing.T) {
 		{"producer record times under watermark event: no part", base + budget + "window: {watermark: event, record_times: producer}\n",
 			[]string{"window.watermark: event"}},
 		// δ = 1e-6 (the default) against privacy.expected_users.
-		{"small delta for the users", base + "privacy: {expected_users: 10000, budget: {epsilon: 1}}\n", nil},
+		// 9999, not 10000: the total δ adds the user hashes' collision term
+		// 2n·2⁻⁶⁴ (CollisionDelta), which takes δ·users = 0.01 just above.
+		{"small delta for the users", base + "privacy: {expected_users: 9999, budget: {epsilon: 1}}\n", nil},
 		{"delta large for the users", base + "privacy: {expected_users: 10001, budget: {epsilon: 1}}\n",
 			[]string{"privacy.budget.delta: δ·expected_users = 0.01: a mechanism that publishes each user's events in the clear"}},
 		{"delta far too large for the users", base + "privacy: {expected_users: 500000, budget: {epsilon: 1}}\n",
 			[]string{"δ·expected_users = 0.5: a mechanism that publishes each user's events in the clear with probability δ meets this guarantee and would expose some user with a chance of 1−(1−δ)^users ≈ 39% per period; δ ≤ 2e-08"}},
+		// issue #21 item 6: at 3·10⁸ users per period the collision term
+		// 2n·2⁻⁶⁴ = 3.3·10⁻¹¹ is about as large as δ = 10⁻¹¹ and takes the
+		// total past 0.01/users (δ alone: δ·users = 0.003, no warning before).
+		{"collision term counted", base + "privacy: {expected_users: 300000000, budget: {epsilon: 1, delta: 1.0e-11}}\n",
+			[]string{"privacy.budget.delta: total δ·expected_users = 0.0128 (δ = 1e-11 plus the 64-bit user-hash collision term 2n·2⁻⁶⁴ = 3.25e-11)"}},
+		// At 10⁹ users the collision term alone is above 0.01/users.
+		{"collision term alone too large", base + "privacy: {expected_users: 1000000000, budget: {epsilon: 1, delta: 1.0e-15}}\n",
+			[]string{"no δ keeps it ≤ 0.01 at this population; shorten privacy.budget.period"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

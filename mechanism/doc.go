@@ -153,20 +153,30 @@
 // (the bins one user's events move) replace those k coordinates' sampler by
 // the ideal Gamma one at a time (the other coordinates are the same in both
 // worlds): the cell probabilities are those of a hybrid with the k
-// coordinates ideal, times (1 ± ρ)^k =: (1 ± ρ′). The hybrid's divergence is
-// at most Σ over the changed coordinates of D_λ(Gamma(u_i) ‖ Gamma(u′_i))
-// (data processing), which is exactly what 000 Theorem 2's bound (its proof
-// drops eq. (20)'s total term, see Appendix A.1) and the exact calibration
-// (exact.go, step (1)) bound; rounding cannot increase it. So
+// coordinates ideal, times a factor in [(1−ρ)^k, (1+ρ)^k]. The hybrid's
+// divergence is at most Σ over the changed coordinates of
+// D_λ(Gamma(u_i) ‖ Gamma(u′_i)) (data processing), which is exactly what 000
+// Theorem 2's bound (its proof drops eq. (20)'s total term, see Appendix
+// A.1) and the exact calibration (exact.go, step (1)) bound; rounding cannot
+// increase it. So ([GridResidualRDP] has the exponent bookkeeping)
 //
-//	D_λ(released ‖ released′) ≤ RDP(λ) + [λ·log(1+ρ′) − (λ−1)·log(1−ρ′)]/(λ−1),
+//	D_λ(released ‖ released′) ≤ RDP(λ) + k·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1),
 //
-// about (2λ−1)/(λ−1)·kρ: 6·10⁻⁵ per release at λ = 2, k = 2, ρ = 10⁻⁵ (0.2%
-// of the per-release 0.025 of the README's example). For the average kind,
-// whose neighbours move all d coordinates and whose guarantee is (ε, δ):
-// P(S) ≤ (1+ρ)^d·(e^ε·P′(S) + δ) gives ε + ≈2dρ and δ·(1 + dρ). These
-// additions are NOT charged to the budget: the accountant composes the
-// ideal mechanisms' curves.
+// about (2λ−1)/(λ−1)·kρ: 6·10⁻⁵ per release at λ = 2, k = 2, ρ = 10⁻⁵.
+// (Issue #21 writes it with ρ′ = (1+ρ)^k − 1 for both factors, an upper
+// bound of this.) For the average kind, whose neighbours move all d
+// coordinates and whose guarantee is (ε, δ): P(S) ≤ (1+ρ)^d·(e^ε·P′(S) + δ)
+// with P′(S) ≤ (1−ρ)^(−d) times the sampler's gives
+// (ε + d·log((1+ρ)/(1−ρ)), δ·(1+ρ)^d) ≈ (ε + 2dρ, δ·(1 + dρ))
+// ([GridResidualDP]). These additions ARE charged (issue #21; before, the
+// accountant composed the ideal curves only): budget.ChargeOf adds
+// [GridResidualRDP] to every count release of a [Rounded] kind, the plan
+// charges an average release [GridResidualDP], and every planner calibrates
+// with them. The residual does not shrink with the noise, so it bounds the
+// number of releases a period can afford: 34,560 releases of k = 2 compose
+// to ε ≈ 1.39 at δ = 10⁻⁶ on their residual alone. What is charged is
+// ρ = [ReleaseGridRho], the assumed value below — not the measured floor
+// near 10⁻⁶, which is not proven.
 //
 // What is proven, measured and assumed. Proven (and tested): RoundToGrid's
 // sum and displacement; that the release path rounds every floating-point

@@ -196,3 +196,109 @@ func roundRelease(out []float64) { roundToGrid(out, ReleaseGrid(len(out))) }
 type Unrounded interface {
 	ReleaseUnrounded(rng *Rand, counts []float64, out []float64) error
 }
+
+// ReleaseGridRho is ρ, the relative deviation of a grid cell's probability
+// under the floating-point sampler from the ideal mechanism's, per Gamma
+// coordinate, that the stage assumes and charges ("Release grid" in the
+// package documentation: measured |R| ≤ 5·10⁻⁶ at Q = 10⁶, falling like 1/Q
+// to a floor near 10⁻⁶; 10⁻⁵ is taken for every grid the stage uses).
+const ReleaseGridRho = 1e-5
+
+// Rounded reports whether releases of kind are floating-point draws rounded
+// to the release grid ([RoundToGrid]): their privacy loss is the ideal
+// mechanism's plus the grid residual ([GridResidualRDP],
+// [GridResidualDP]). The integer samplers (gaussian, laplace — and
+// laplace-posterior, built on laplace noise) and ehd/ehds (a choice among
+// public candidates) are exact and carry no residual.
+func Rounded(kind Kind) bool { return kind == Dirichlet || kind == SimplexDirichlet }
+
+// GridCoordinates is k, the number of Gamma coordinates whose shape can
+// differ between neighbours for a count vector with sensitivity s: counts
+// are integers, so a coordinate that changes changes by at least 1 and
+// contributes at least 1 to both ‖x − x′‖₁ and ‖x − x′‖₂², hence
+// k ≤ min(Δ1, Δ2²), rounded up. 0 when neither is positive (no bound: the
+// caller must refuse).
+func GridCoordinates(s Sensitivity) float64 {
+	k := math.Inf(1)
+	for _, v := range []float64{s.L1, s.L2Sq} {
+		if v > 0 && !math.IsInf(v, 1) {
+			k = math.Min(k, math.Ceil(v))
+		}
+	}
+	if math.IsInf(k, 1) {
+		return 0
+	}
+	return k
+}
+
+// GridResidualRDP is the RDP the release grid adds at order λ to a rounded
+// release (Dirichlet, every calibration) whose neighbours change k Gamma
+// coordinates ([GridCoordinates]):
+//
+//	e_k(λ) = k·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1),   ρ = ReleaseGridRho.
+//
+// Derivation (the hybrid of "Release grid"). Let P′, Q′ be the released
+// cell probabilities under neighbours x, x′ and P, Q those of the hybrids
+// whose k changed coordinates are drawn by the ideal Gamma sampler (the
+// unchanged coordinates are the same sampler in both worlds). Swapping one
+// coordinate multiplies every cell's probability by a factor in
+// [1−ρ, 1+ρ], so cellwise P′ ≤ (1+ρ)^k·P and Q′ ≥ (1−ρ)^k·Q. With λ > 1,
+// x ↦ x^λ is increasing and x ↦ x^(1−λ) decreasing, so
+//
+//	Σ P′^λ·Q′^(1−λ) ≤ (1+ρ)^(kλ)·(1−ρ)^(−k(λ−1))·Σ P^λ·Q^(1−λ),
+//
+// and taking log/(λ−1): D_λ(P′‖Q′) ≤ D_λ(P‖Q) + e_k(λ). D_λ(P‖Q) is at most
+// the sum of the changed coordinates' Gamma divergences (independence,
+// then data processing through the normalization and the rounding), which
+// is what the mechanism's RDP curve bounds. Issue #21 states the same term
+// with ρ′ = (1+ρ)^k − 1 in place of both factors; since (1−ρ)^k ≥ 1 − ρ′,
+// that form is an upper bound of this one (they differ by O(k²ρ²)), and it
+// becomes vacuous at ρ′ ≥ 1 where this one stays finite. e_k is linear in
+// k, so the residuals of windows changing k₁ and k₂ coordinates add to
+// that of k₁ + k₂ (plan's cross-window bound relies on it).
+//
+// The value is inflated by a relative 10⁻¹² (rounding). k ≤ 0, λ ≤ 1 or
+// NaN give +Inf (no bound).
+func GridResidualRDP(order, k float64) float64 {
+	if !(order > 1) || !(k > 0) || math.IsInf(order, 1) || math.IsInf(k, 1) {
+		return math.Inf(1)
+	}
+	rho := ReleaseGridRho
+	return residualUp(k * (order*math.Log1p(rho) - (order-1)*math.Log1p(-rho)) / (order - 1))
+}
+
+// residualUp inflates a residual computed in floating point by a relative
+// 10⁻¹², far above the few ulps of its logs and divisions, so that what is
+// charged is never below the exact value.
+func residualUp(x float64) float64 { return x * (1 + 1e-12) }
+
+// GridResidualDP is the (ε, δ) of a rounded release of an (epsilon,
+// delta)-DP mechanism over d Gamma coordinates that all may change between
+// neighbours (the average kind: the padded mean moves every bin): for a
+// union S of grid cells, with P, P̃ the ideal mechanism's probabilities
+// under neighbours and P′, P̃′ the sampler's, the hybrid of
+// [GridResidualRDP] gives P′(S) ≤ (1+ρ)^d·P(S) ≤ (1+ρ)^d·(e^ε·P̃(S) + δ)
+// ≤ (1+ρ)^d·(e^ε·(1−ρ)^(−d)·P̃′(S) + δ), so the release is
+//
+//	(ε + d·log((1+ρ)/(1−ρ)),  δ·(1+ρ)^d)-DP
+//
+// (ε + ≈2dρ; issue #21's "ε + 2dρ"). Both are rounded up (the residual
+// parts inflated by a relative 10⁻¹²). d < 1 or an
+// invalid (ε, δ) give (+Inf, 1).
+func GridResidualDP(epsilon, delta float64, d int) (float64, float64) {
+	if d < 1 || !(epsilon >= 0) || math.IsInf(epsilon, 1) || !(delta >= 0 && delta < 1) {
+		return math.Inf(1), 1
+	}
+	rho := ReleaseGridRho
+	n := float64(d)
+	e := epsilon + residualUp(n*(math.Log1p(rho)-math.Log1p(-rho)))
+	dl := delta * GridResidualDeltaFactor(d)
+	return math.Nextafter(e, math.Inf(1)), math.Min(1, dl)
+}
+
+// GridResidualDeltaFactor is (1+ρ)^d rounded up: the factor the release
+// grid's residual multiplies an (ε, δ) mechanism's δ by over d changed
+// coordinates ([GridResidualDP]).
+func GridResidualDeltaFactor(d int) float64 {
+	return residualUp(math.Exp(float64(d) * math.Log1p(ReleaseGridRho)))
+}

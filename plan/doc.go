@@ -70,6 +70,14 @@
 //     with at most two unit changes (p + q ≤ 2) — the spec's any-pair
 //     relation with the replace sensitivities.
 //
+// The release grid's residual (mechanism.GridResidualRDP, charged with
+// every Dirichlet unit: CountPlan.Charge = curve + e_k) fits the same
+// argument: a window whose change moves k coordinates adds e_k(λ), and e_k
+// is linear in k. Under add_remove each of the ≤ K′ windows adds e_m; under
+// replace the total is a·e_{2m} + (2K′ − 2a)·e_m = 2K′·e_m = K′·e_{2m}, so
+// charging each of K′ windows the residual of the replace Δ1 = 2m (what
+// the any-pair spec's sensitivity gives) covers it.
+//
 // So under replace with K > 0 the planner calibrates the count mechanism
 // on the any-pair relation (mechanism.AnyNeighbour; only the exact curves
 // read it), whose curve is exactly c for every kind, and under add_remove
@@ -113,4 +121,30 @@
 // restores which reservations a period holds from the ledger (written in
 // the same transaction as the unit that made them), so the later units
 // are covered and no reservation is made twice.
+//
+// # Upgrading across the grid residual (issue #21)
+//
+// Versions before issue #21 charged a Dirichlet or average release its
+// ideal curve or (ε, δ) only; this one adds the release grid's residual
+// (mechanism's "Release grid"). A ledger written by an older version
+// restores unchanged: its units, spends and reservation keys are read as
+// they were recorded, and nothing recorded is rewritten or charged again.
+// In the period during which the upgrade happens:
+//
+//   - with max_windows_per_user (reservations), the reservation's curve
+//     changes (the residual, and the recalibration it causes), so its key
+//     changes: the first unit after the upgrade makes a new reservation,
+//     composed on top of the old one. The period is over-counted by the
+//     old reservation — safe, never under — and its budget may run out
+//     before the period ends (later units budget_exhausted, visibly);
+//   - without it (per-window charges), the units recorded before the
+//     upgrade keep their ideal charges and the later ones carry the
+//     residual: the period's book lacks the residual of the releases the
+//     old version made, at most (units released before the upgrade)·e(λ)
+//     — the stage cannot tell from the ledger which recorded charges lack
+//     it, so it does not top them up. Every later period is charged in
+//     full.
+//
+// To avoid both, upgrade at a budget period's boundary (or right after
+// one, before the period's first release).
 package plan

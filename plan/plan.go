@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
@@ -75,7 +76,12 @@ import (
 // calibration, whose curve is the supremum of the exact divergence rather
 // than Theorem 2's bound, the same conclusion is proven in mechanism/exact.go
 // from the per-bin gamma bound, given the spec's Neighbour), and max_groups_per_user
-// does not enter the charge. A window charges one unit per histogram; a
+// does not enter the charge. A Dirichlet unit is charged that curve plus the
+// release grid's residual e_k(λ), k = Δ1 the coordinates one user changes
+// over all the window's group releases (budget.ChargeOf,
+// mechanism.GridResidualRDP: the hybrid argument is per changed Gamma
+// coordinate, wherever the coordinate's group is); an average release
+// (ε + d·log((1+ρ)/(1−ρ)), δ·(1+ρ)^d). A window charges one unit per histogram; a
 // period composes windows_per_period × histograms units — or, with the
 // cross-window bound, min(K, windows_per_period) × histograms units,
 // charged as one period reservation per histogram (package doc).
@@ -244,8 +250,14 @@ type AveragePlan struct {
 	Index     int // in config.Histograms
 	Name      string
 	Mechanism *mechanism.SimplexAverage
-	// Epsilon and Delta are the (ε, δ)-DP of one release (one window).
+	// Epsilon and Delta are the (ε, δ)-DP of one release (one window), as
+	// charged: the mechanism's (IdealEpsilon, IdealDelta) with the release
+	// grid's residual (mechanism.GridResidualDP: ε + Bins·log((1+ρ)/(1−ρ)),
+	// δ·(1+ρ)^Bins).
 	Epsilon, Delta float64
+	// IdealEpsilon and IdealDelta are the simplex Dirichlet's own (ε, δ)
+	// (Mechanism.DP), without the residual.
+	IdealEpsilon, IdealDelta float64
 	// ReserveEpsilon and ReserveDelta are, with the cross-window bound, the
 	// histogram's period reservation: Bound.AverageReleases releases'
 	// (ε, δ), added up rounded up (budget.AddUp); 0 without the bound.
@@ -468,7 +480,10 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 		path := fmt.Sprintf("histograms[%d].average", i)
 		d := h.Average.Delta
 		if d == 0 {
-			d = defDelta
+			// The default is the δ charged: the residual multiplies the
+			// mechanism's δ by (1+ρ)^d, so it is calibrated to the share
+			// divided by that factor.
+			d = defDelta / mechanism.GridResidualDeltaFactor(len(h.Bins))
 		}
 		m, err := mechanism.NewSimplexAverage(mechanism.AverageSpec{
 			Bins: len(h.Bins), Users: h.Average.Users, Eta: h.Average.Eta, K: h.Average.K, TargetDelta: d,
@@ -476,8 +491,15 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("%s (%s): %w", path, h.Name, err)
 		}
-		e, dr := m.DP()
-		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr, Windows: hw})
+		ie, idr := m.DP()
+		// Charged: the ideal mechanism's (ε, δ) with the release grid's
+		// residual (mechanism.GridResidualDP; every coordinate of the padded
+		// mean may change between neighbours).
+		e, dr := mechanism.GridResidualDP(ie, idr, len(h.Bins))
+		if math.IsInf(e, 1) || !(dr < 1) {
+			return nil, 0, 0, fmt.Errorf("%s (%s): the release grid's residual over %d bins leaves no guarantee", path, h.Name, len(h.Bins))
+		}
+		plans = append(plans, AveragePlan{Index: i, Name: h.Name, Mechanism: m, Epsilon: e, Delta: dr, IdealEpsilon: ie, IdealDelta: idr, Windows: hw})
 	}
 	// The reservation is the sum the budget book will hold after every
 	// planned average charge of a period: the same additions, in the same
@@ -558,7 +580,7 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, bo
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
-	charge := budget.CurveOf(m, orders)
+	charge := budget.ChargeOf(m, orders) // the curve plus the grid residual of a rounded (Dirichlet) mechanism
 	if err := charge.Err(); err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}

@@ -66,8 +66,10 @@ privacy:
 	if r := derive("replace", 1000).Count.Mechanism.Params().Alpha; r != alpha {
 		t.Errorf("capped add_remove α %v ≠ replace α %v", alpha, r)
 	}
-	if got, ok := capped.Count.Charge.At(2); !ok || !near(got, 1) {
-		t.Errorf("capped add_remove: charge at λ=2 %v (%v), want 1", got, ok)
+	// Charged: the calibrated 1 plus the grid residual of k = Δ1 = 2 changed
+	// coordinates (issue #21 item 1), e_2(2) = 2·[2·log(1+ρ) − log(1−ρ)].
+	if got, ok := capped.Count.Charge.At(2); !ok || !near(got, 1+gridResidual(2, 2)) {
+		t.Errorf("capped add_remove: charge at λ=2 %v (%v), want 1 + e_2(2)", got, ok)
 	}
 
 	// Before: the add_remove shape over the same (capped) sensitivities.
@@ -98,4 +100,13 @@ privacy:
 	if got, want := free.Count.Mechanism.Params().Alpha, e/(e-1); !near(got, want) {
 		t.Errorf("uncapped add_remove: α %v, want e/(e−1) = %v", got, want)
 	}
+}
+
+// gridResidual is the release grid's residual written out by hand (issue
+// #21 item 1; mechanism.GridResidualRDP's derivation): k changed Gamma
+// coordinates, each moving a cell's probability by a factor in [1−ρ, 1+ρ],
+// ρ = 10⁻⁵, add [kλ·log(1+ρ) − k(λ−1)·log(1−ρ)]/(λ−1) at order λ.
+func gridResidual(lam, k float64) float64 {
+	const rho = 1e-5
+	return (k*lam*math.Log1p(rho) - k*(lam-1)*math.Log1p(-rho)) / (lam - 1)
 }

@@ -78,7 +78,9 @@ type Params struct {
 type Privacy struct {
 	// Order is the RDP order λ the mechanism was calibrated at.
 	Order float64 `json:"order"`
-	// RDPEpsilon is this release's (λ, ε)-RDP guarantee at Order.
+	// RDPEpsilon is this release's (λ, ε)-RDP guarantee at Order, as
+	// charged: for a Dirichlet release the mechanism's value plus the
+	// release grid's residual (issue #21).
 	RDPEpsilon float64 `json:"rdp_epsilon"`
 	// ChargeID names the unit the budget was charged for: one charge per
 	// (histogram, window), shared by the group releases of that histogram in

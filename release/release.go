@@ -397,7 +397,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	if !covered {
 		u.Charge = toLedgerCurve(c.RDP)
 	}
-	chargeID, chargeRDP := ReleaseID(hist.Name, "", w), cp.Mechanism.RDP(order)
+	chargeID, chargeRDP := ReleaseID(hist.Name, "", w), releaseRDP(cp, order)
 	if c.Reservation != "" {
 		chargeID = c.Reservation
 		chargeRDP, _ = c.RDP.At(order)
@@ -443,7 +443,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
 			Privacy: Privacy{
 				Order:            order,
-				RDPEpsilon:       cp.Mechanism.RDP(order),
+				RDPEpsilon:       releaseRDP(cp, order),
 				ChargeID:         chargeID,
 				ChargeRDPEpsilon: chargeRDP,
 				ChargeWindows:    r.plan.Bound.CountWindows,

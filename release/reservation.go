@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/plan"
 )
 
 // With contribution.max_windows_per_user = K > 0 a histogram's period is
@@ -49,4 +50,15 @@ func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) 
 	put(math.Float64bits(c.Epsilon))
 	put(math.Float64bits(c.Delta))
 	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// releaseRDP is one count release's (λ, ε)-RDP at order as charged: the
+// mechanism's curve plus, for a Dirichlet release rounded to the grid, the
+// grid residual (plan.CountPlan.Charge, budget.ChargeOf; issue #21). It is
+// the mechanism's own value if the charge has no point at order.
+func releaseRDP(cp *plan.CountPlan, order float64) float64 {
+	if v, ok := cp.Charge.At(order); ok {
+		return v
+	}
+	return cp.Mechanism.RDP(order)
 }

@@ -72,9 +72,12 @@ its valid range).
 //     order of the grid (dp_accounting's default orders plus --order).
 //     Points where the curve is +Inf (orders ≥ max_order), which JSON cannot
 //     represent, are omitted.
+//   - rdp_charged (dirichlet only): what one release is charged, rdp plus
+//     the release grid's residual (budget.ChargeOf, issue #21), same points.
 //   - epsilon, delta, releases (only with --epsilon): the composition of
 //     releases releases is (epsilon, delta)-DP, epsilon being what the
-//     composed curve converts to (000 Lemma 1 eq. (2), minimized over the
+//     composed charged curve (rdp_charged for dirichlet, rdp otherwise)
+//     converts to (000 Lemma 1 eq. (2), minimized over the
 //     grid; ≤ the requested --epsilon); epsilon_order is the order attaining
 //     it.
 type calibrateOutput struct {
@@ -94,6 +97,7 @@ type calibrateOutput struct {
 	LowerBound   *float64   `json:"lower_bound,omitempty"`
 	MaxOrder     *float64   `json:"max_order,omitempty"`
 	RDP          []rdpPoint `json:"rdp"`
+	RDPCharged   []rdpPoint `json:"rdp_charged,omitempty"`
 	Epsilon      *float64   `json:"epsilon,omitempty"`
 	Delta        *float64   `json:"delta,omitempty"`
 	Releases     *int       `json:"releases,omitempty"`
@@ -464,11 +468,21 @@ func runCalibrate(a *calibrateArgs) (*calibrateOutput, error) {
 	if mo := m.MaxOrder(); !math.IsInf(mo, 1) && !math.IsNaN(mo) {
 		out.MaxOrder = ptr(mo)
 	}
-	out.RDP = []rdpPoint{}
-	for _, p := range curve.Points() {
-		if !math.IsInf(p.Epsilon, 1) {
-			out.RDP = append(out.RDP, rdpPoint{Order: p.Order, Epsilon: p.Epsilon})
+	// rdp is the mechanism's own curve; a rounded (Dirichlet) release is
+	// charged it plus the release grid's residual (rdp_charged; with
+	// --epsilon the plan composes the charged curve).
+	points := func(c budget.Curve) []rdpPoint {
+		out := []rdpPoint{}
+		for _, p := range c.Points() {
+			if !math.IsInf(p.Epsilon, 1) {
+				out = append(out, rdpPoint{Order: p.Order, Epsilon: p.Epsilon})
+			}
 		}
+		return out
+	}
+	out.RDP = points(budget.CurveOf(m, curve.Orders()))
+	if mechanism.Rounded(spec.Kind) {
+		out.RDPCharged = points(budget.ChargeOf(m, curve.Orders()))
 	}
 	return &out, nil
 }

@@ -43,9 +43,15 @@ type point struct{ order, eps float64 }
 
 func rdpPoints(t *testing.T, m map[string]any) []point {
 	t.Helper()
-	raw, ok := m["rdp"].([]any)
+	return curvePoints(t, m, "rdp")
+}
+
+// curvePoints is the curve of the output's field (rdp or rdp_charged).
+func curvePoints(t *testing.T, m map[string]any, field string) []point {
+	t.Helper()
+	raw, ok := m[field].([]any)
 	if !ok || len(raw) == 0 {
-		t.Fatalf("rdp missing or empty: %v", m["rdp"])
+		t.Fatalf("%s missing or empty: %v", field, m[field])
 	}
 	var ps []point
 	for _, r := range raw {
@@ -155,9 +161,25 @@ func TestCalibratePlan(t *testing.T) {
 		if eps > 1 || eps < 0.999 || delta != 1e-6 || k != 24 {
 			t.Errorf("%v: epsilon/delta/releases = %v/%v/%v", mech, eps, delta, k)
 		}
-		// 000 Lemma 1 eq. (2) solved for ε, min over the printed points.
+		// 000 Lemma 1 eq. (2) solved for ε, min over the printed points:
+		// a Dirichlet release is charged rdp_charged, its curve plus the
+		// grid residual of Δ2² = 2 changed coordinates (issue #21),
+		// 2·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1).
+		charged := rdpPoints(t, m)
+		if mech[1] == "dirichlet" {
+			charged = curvePoints(t, m, "rdp_charged")
+			for i, p := range rdpPoints(t, m) {
+				l := p.order
+				e := 2 * (l*math.Log1p(1e-5) - (l-1)*math.Log1p(-1e-5)) / (l - 1)
+				if c := charged[i]; c.order != l || math.Abs(c.eps-(p.eps+e)) > 1e-11*c.eps {
+					t.Errorf("%v: charged %+v, want rdp %v + residual %v", mech, c, p.eps, e)
+				}
+			}
+		} else if _, ok := m["rdp_charged"]; ok {
+			t.Errorf("%v: rdp_charged for an exact sampler", mech)
+		}
 		best := math.Inf(1)
-		for _, p := range rdpPoints(t, m) {
+		for _, p := range charged {
 			l := p.order
 			best = math.Min(best, k*p.eps+math.Log1p(-1/l)-(math.Log(delta)+math.Log(l))/(l-1))
 		}

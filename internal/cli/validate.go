@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
 )
 
@@ -104,8 +105,8 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	for _, a := range plan.Averages {
 		g := a.Mechanism.Guarantee()
 		sp := a.Mechanism.Spec()
-		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g)\n",
-			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma)
+		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g), grid residual included (ideal ε=%.6g, δ=%.3g; + %d·log((1+ρ)/(1−ρ)), ×(1+ρ)^%d, ρ=%g)\n",
+			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma, a.IdealEpsilon, a.IdealDelta, sp.Bins, sp.Bins, mechanism.ReleaseGridRho)
 	}
 	if b := plan.Bound; b.K > 0 {
 		fmt.Fprintf(tw, "  average share\t%d releases (max_windows_per_user=%d of %d windows%s) × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
@@ -149,10 +150,28 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		}
 	}
 	eps, order := budget.ToEpsilon(cp.Charge.Scale(float64(units)), cp.RDPDelta)
+	if line := gridResidualLine(cp, units); line != "" {
+		fmt.Fprintf(tw, "  grid residual\t%s\n", line)
+	}
 	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d %s\n", eps, cp.RDPDelta, order, units, unitWord(plan))
 	if math.IsInf(eps, 1) {
 		fmt.Fprintf(tw, "  WARNING\tthe planned composition has no finite guarantee\n")
 	}
+}
+
+// gridResidualLine describes the release grid's residual charged with
+// every count release of a floating-point (Dirichlet) mechanism (issue #21
+// item 1; mechanism.GridResidualRDP), and what units of the charge compose
+// to without it; "" for the exact integer samplers.
+func gridResidualLine(cp *plan.CountPlan, units int) string {
+	spec := cp.Mechanism.Spec()
+	if !mechanism.Rounded(spec.Kind) {
+		return ""
+	}
+	k := mechanism.GridCoordinates(spec.Sensitivity)
+	ideal, _ := budget.ToEpsilon(budget.CurveOf(cp.Mechanism, cp.Charge.Orders()).Scale(float64(units)), cp.RDPDelta)
+	return fmt.Sprintf("e(λ) = k·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1), k=%g changed coordinates, ρ=%g: %.6g per release at λ=%g, charged with every release (included below; without it the same calibration composes to ε=%.6g)",
+		k, mechanism.ReleaseGridRho, mechanism.GridResidualRDP(spec.Order, k), spec.Order, ideal)
 }
 
 // compositionLine says what a period composes of the count (or all)
@@ -199,9 +218,11 @@ func replaceTwice(plan *plan.Plan) string {
 func deltaUsers(cfg *config.Config) string {
 	d, n := cfg.Privacy.Budget.Delta, cfg.Privacy.ExpectedUsers
 	if n > 0 {
-		return fmt.Sprintf("δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)", d*float64(n), n, config.DeltaUsersWarn)
+		total := cfg.TotalDelta()
+		return fmt.Sprintf("total δ = %.3g (δ = %g + user-hash collisions 2n·2⁻⁶⁴ = %.3g); δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)",
+			total, d, cfg.CollisionDelta(), total*float64(n), n, config.DeltaUsersWarn)
 	}
-	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours)",
+	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours; the total δ adds 2n·2⁻⁶⁴ for user-hash collisions among n users)",
 		config.DeltaUsersWarn, strconv.FormatFloat(math.Round(config.DeltaUsersWarn/d), 'f', 0, 64))
 }
 

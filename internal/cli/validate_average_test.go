@@ -39,7 +39,7 @@ privacy:
 		name, yaml string
 		want       []string
 	}{
-		{"mixed", mixed, []string{"average interests", "(ε=1.15773, δ=8.33e-09)-DP per release", "average share", "ε=69.4639", "count share", "ε=30.5361", "60 windows × 1 count histograms"}},
+		{"mixed", mixed, []string{"average interests", "(ε=1.15779, δ=8.33e-09)-DP per release", "grid residual included (ideal ε=1.15773", "average share", "ε=69.4676", "count share", "ε=30.5324", "60 windows × 1 count histograms"}},
 		{"average only", only, []string{"average interests", "average share", "histogram interests"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

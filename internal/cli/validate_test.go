@@ -67,7 +67,7 @@ privacy:
 		}, nil},
 		{"delta without users", good, 0, []string{
 			"config OK",
-			"δ·users ≤ 0.01 up to 10000 users per period (set privacy.expected_users to check yours)",
+			"δ·users ≤ 0.01 up to 10000 users per period (set privacy.expected_users to check yours; the total δ adds 2n·2⁻⁶⁴",
 		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
