@@ -192,7 +192,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.checkNeighbour(resume); err != nil {
 		return err
 	}
-	if err := s.limitNewHistograms(either, resume); err != nil {
+	if _, err := s.limitNewHistograms(either, resume); err != nil {
 		return s.leadErr(either, err)
 	}
 	m, err := partial.NewMerger(n, s.sizeMs, resume, s.layout(), s.countingConfig)
