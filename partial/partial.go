@@ -9,10 +9,12 @@
 //   - [Partial] (partials topic, one partition): the exact bounded counts
 //     one input partition contributes to one window, with the partition's
 //     marker (Next: the first window it has not emitted; its watermark;
-//     the input topic's partition count). Every (window, source partition)
-//     has exactly one Partial, empty when the partition had no event in
-//     the window: a window is complete when every source partition's Next
-//     has passed it, and only then merged and released.
+//     the input topic's partition count; its first window and the window
+//     it emitted before). Every (window, source partition) from the
+//     partition's first window on has exactly one Partial, empty when the
+//     partition had no event in the window: a window is complete when
+//     every source partition's Partial of it was read (presence, not only
+//     Next: see [Merger]), and only then merged and released.
 //
 //   - [Progress] (progress topic, partition p, key [ProgressKey]): where
 //     the bounder of input partition p resumes — the input offset before
