@@ -39,9 +39,10 @@ type Readiness struct {
 	// partition was counted from a later window; see the log).
 	// PartialsLost: records of the partials topic were lost (deleted past
 	// the release group's offset, the topic recreated) and no complete
-	// window was released since. Either makes the instance not ready.
-	PartialsGap  bool `json:"partials_gap"`
-	PartialsLost bool `json:"partials_lost"`
+	// window was released since. Either makes the instance not ready; both
+	// are left out of /readyz while false.
+	PartialsGap  bool `json:"partials_gap,omitempty"`
+	PartialsLost bool `json:"partials_lost,omitempty"`
 }
 
 // Ready reports whether the stage is doing its job.

@@ -51,10 +51,14 @@ const (
 	MetricPartials            = "dpstage_partials_total"
 	MetricLatePartialCounts   = "dpstage_late_partial_contributions_total"
 	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
-	// Distributed mode, releasing instance: missing partials (issue 22).
+	latencyBucketsDescription = "0.01s to 60s"
+)
+
+// Distributed mode, releasing instance: missing partials (a window held
+// for a gap, data loss on the partials topic).
+const (
 	MetricPartialGaps     = "dpstage_partial_gaps"
 	MetricPartialDataLoss = "dpstage_partials_data_loss_total"
-	latencyBucketsDescription = "0.01s to 60s"
 )
 
 // newRegistry returns the server's own registry (never the global one): the
