@@ -52,11 +52,14 @@ type Layout struct {
 // events of w were not counted; releasing w would release them as zeros,
 // charged in full. So w is held, and [Merger.Gaps] says which partitions
 // miss it and why, for the releaser to report (a log line, a metric, a
-// readiness condition). A gap is detected whenever the releaser starts: the
-// partition's next record after the commit point (below) has Next_p past
-// w. Partial.Prev (the window the partition emitted before) tells a
-// partition's first Partial (Prev nil: nothing before it) from one that
-// follows an emitted window.
+// readiness condition). A gap is detected after a releaser restart too:
+// every record of a window not released lies after the commit point
+// (below), so the partition's next record read has Next_p past w while its
+// Partial of w is not there. The rule needs only presence and Next;
+// Partial.First (the partition's first window) says which of the two
+// causes it is ([Gap.StartedAfter]), and Partial.Prev (the window emitted
+// before, nil for a partition's first Partial) lets any reader of the
+// topic check a partition's sequence on its own.
 //
 // Idleness (window.watermark: event). A partition's windows close by its
 // own event times there, so a partition without new events would hold every
