@@ -66,6 +66,9 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 	// partials topic (paused or cut off past kafka.session_timeout): the
 	// active releaser asks its log whether it was fenced (lead).
 	var lost atomic.Bool
+	// resets counts the reader's resets after a data loss (kgo's
+	// ErrDataLoss): a lead commits no partials offset after one (lead).
+	var resets atomic.Int64
 	errc := make(chan error, 1)
 	end := func() {
 		mu.Lock()
@@ -99,7 +102,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 			case <-lctx.Done():
 				return
 			}
-			if err := s.lead(ctx, lctx, r, &lost); err != nil {
+			if err := s.lead(ctx, lctx, r, &lost, &resets); err != nil {
 				select {
 				case errc <- err:
 				default:
@@ -116,6 +119,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 		Warn: func(err error) {
 			var dl *kgo.ErrDataLoss
 			if errors.As(err, &dl) {
+				resets.Add(1)
 				s.partialsLost(fmt.Sprintf("the release group's reader lost records of the partials topic: %v", dl))
 				return
 			}
@@ -155,7 +159,13 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 // log it then asks the log (fencedProbe): a zombie learns it was fenced and
 // stops the stage with the fenced error; a releaser whose session lapsed
 // before anyone took over stands down and rejoins as a standby.
-func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool) (err error) {
+//
+// resets counts the reader's data-loss resets (kgo's ErrDataLoss): after
+// one, the offsets read may restart lower (a topic recreated while read),
+// so the merger's commit point would mix two offset sequences; the lead
+// then commits no partials offset any more (a restart re-reads from the
+// last commit and skips what is recorded).
+func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool, resets *atomic.Int64) (err error) {
 	either, cancel := joinContexts(soft, lctx)
 	defer cancel()
 	n, err := kafkapartial.InputPartitions(either, r.Client(), s.cfg.Kafka.InputTopic)
@@ -209,9 +219,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	s.stats.PartitionsIdle.Store(0)
 	defer s.stats.PartitionsIdle.Store(0)
 	defer func() { s.clearGaps(); s.ready.partialsLost.Store(false) }()
-	lossBase := s.stats.PartialsDataLoss.Load()
-	if err := s.checkPartialsLoss(either, r); err != nil {
-		return s.leadErr(either, err)
+	resetBase := resets.Load()
+	if err := s.checkPartialsLoss(either, r); err != nil && either.Err() == nil {
+		s.log.Warn("releaser: could not compare the release group's committed offset with the partials topic (data loss check skipped; a lost partial still holds its window)", zap.Error(err))
 	}
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
@@ -342,11 +352,8 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				heldSince = s.now()
 			}
 		}
-		// After a data loss the offsets read may restart lower (a
-		// recreated topic): the commit point then mixes two offset
-		// sequences, so this lead commits no more (a restart re-reads from
-		// the last commit; what it finds recorded is skipped).
-		if c := m.CommitPoint(); c > committed && s.stats.PartialsDataLoss.Load() == lossBase {
+		// No commit after a reset (see resets above).
+		if c := m.CommitPoint(); c > committed && resets.Load() == resetBase {
 			// Like a publish, the commit after a release survives a soft
 			// stop (drain timeout), not a revocation.
 			comCtx, cancel := s.publishContext(soft, lctx)
