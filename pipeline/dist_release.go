@@ -226,7 +226,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	committed := int64(-1)
 	var gapLogged time.Time // when the held window's gaps were last logged
-	var gapKey string       // which gaps were logged then
+	var gapKey string       // which window and partitions were logged then
 	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
 	for {
@@ -330,7 +330,11 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			return s.releaseErr(soft, lctx, closedTo, err)
 		}
 		if gaps := m.Gaps(); len(gaps) > 0 {
-			if k := fmt.Sprint(gaps); k != gapKey || s.now().Sub(gapLogged) > time.Minute {
+			k := fmt.Sprint(gaps[0].Window)
+			for _, g := range gaps {
+				k += fmt.Sprintf("/%d", g.Partition)
+			}
+			if k != gapKey || s.now().Sub(gapLogged) > time.Minute {
 				s.logGaps(gaps)
 				gapKey, gapLogged = k, s.now()
 			}
