@@ -473,9 +473,14 @@ func (s *Stage) limitNewHistograms(ctx context.Context, next int64) (moved bool,
 // releases a window and commits, every session does so again.
 func (s *Stage) fromEarliest(assigns []kafka.PartitionAssignment, sess *session, next int64) []kafka.PartitionAssignment {
 	out := slices.Clone(assigns)
+	skipped := false // some partition had a committed offset to pass over
 	for i := range out {
+		skipped = skipped || out[i].Offset >= 0
 		out[i].Offset = kafka.FirstOffset
 		sess.trackers[out[i].ID] = source.NewOffsetTracker(-1)
+	}
+	if !skipped {
+		return out
 	}
 	s.log.Warn("the release log was last used by the distributed mode, another progress topic, or holds no release of this mode yet: "+
 		"every input partition is read from its earliest offset, so the windows from the resume window on are counted from the input (earlier events are late), not resumed from the group's offsets",
