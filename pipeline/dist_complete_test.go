@@ -31,7 +31,7 @@ func releaseOf(t *testing.T, h *e2e.Harness, w time.Time, timeout time.Duration)
 	t.Helper()
 	var got release.Release
 	e2e.WaitFor(t, "the release of window "+w.UTC().Format(time.RFC3339), timeout, func() bool {
-		out := h.ReadOutput(1, time.Second, 300*time.Millisecond)
+		out := h.ReadOutput(1, 2*time.Second, time.Second)
 		for _, r := range out.Releases {
 			if ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart); ws.Equal(w) && r.Histogram == "pages" && r.Group == e2e.Groups[0] {
 				got = r
