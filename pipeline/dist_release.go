@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -488,17 +489,18 @@ func (s *Stage) logGaps(gaps []partial.Gap) {
 		}
 	}
 	w := gaps[0].Window
-	const recover = "; to count the window again from the input, start every replica with a new kafka.distributed.internal_topic_prefix " +
-		"(its bounders start at the release log's resume window and re-read the input's retained events; with contribution.max_windows_per_user only at a budget period's start): see docs/distributed.md, \"When a window is complete\""
+	fix := "; to count the window again from the input, stop every replica and start them with a new kafka.distributed.internal_topic_prefix and state.ledger_topic set to " +
+		strconv.Quote(s.cfg.State.LedgerTopic) + " (the same release log): their bounders start at the release log's resume window and re-read the input's retained events; " +
+		"with contribution.max_windows_per_user only at a budget period's start; see docs/distributed.md, \"When a window is complete\""
 	if len(lost) > 0 {
 		s.log.Error("releaser: window held: source partitions passed it without their partial, which was lost on the partials topic (deleted or recreated, retention past the release group's committed offset, an unclean leader election); "+
-			"releasing it would release their events as zeros"+recover,
+			"releasing it would release their events as zeros"+fix,
 			zap.String("window_start", release.RFC3339(w)), zap.Ints("partitions", lost), zap.String("partials_topic", s.cfg.Kafka.PartialsTopic()))
 	}
 	if len(late) > 0 {
 		s.log.Error("releaser: window held: source partitions were counted from a later window, without the progress of the deployment that counted them before "+
 			"(a switch from an older version's single-process mode, a changed kafka.group_id or internal_topic_prefix, or a lost progress topic): their events of the window were never counted; "+
-			"releasing it would release them as zeros"+recover,
+			"releasing it would release them as zeros"+fix,
 			zap.String("window_start", release.RFC3339(w)), zap.Ints("partitions", late), zap.Strings("first_windows", firsts))
 	}
 }
