@@ -25,17 +25,41 @@ type Layout struct {
 // Merger merges the Partials of the partials topic into complete windows,
 // in increasing window order (the releaser, package pipeline).
 //
-// Completeness. Window w (start w, size WindowMs) is complete when every
-// source partition p in [0, N) has reported Next_p >= w+size: the bounder
-// of p emits its windows one after the other, each in one transaction
-// with its progress, so Next_p >= w+size means p's Partial of w has been
-// written (and, read_committed, read: the partials topic has one
-// partition, read in log order). Under window.watermark: arrival a partition
-// read to its end keeps emitting empty Partials as the wall clock passes
-// windows, so it does not hold a window; a lagging one does, until it
-// catches up. A window with no Partial at all (every partition empty) is
-// complete all the same and merges to zero counts: every declared
-// (histogram, group) is released whatever the data.
+// Completeness is presence-based. Window w (start w, size WindowMs) is
+// complete when every source partition p in [0, N) either has its Partial
+// of w here (merged, or foreign: see [Foreign]), or is idle and has not
+// passed w (below); and when the partitions not idle have passed w
+// (Next_p >= w+size: they will send nothing more for it). The bounder of p
+// emits its windows one after the other from its first window on, each in
+// one transaction with its progress, so p's Partials on the partials topic
+// (one partition, read_committed, in log order) are consecutive: Next_p >=
+// w+size means p's Partial of w came before. Under window.watermark:
+// arrival a partition read to its end keeps emitting empty Partials as the
+// wall clock passes windows, so it does not hold a window; a lagging one
+// does, until it catches up. A window whose Partials are all empty merges
+// to zero counts: every declared (histogram, group) is released whatever
+// the data. A partition this Merger has heard nothing of holds every
+// window: completeness never assumes a Partial that was not read.
+//
+// Gaps. A partition that has passed w (a later Partial, or an Idle record,
+// says Next_p >= w+size) without its Partial of w here has a gap: its
+// Partial of w is missing for good — lost on the partials topic (deleted
+// and recreated, retention past the releaser's committed offset, an
+// unclean leader election), or never emitted because the partition's
+// bounder started counting after w (Partial.First > w: it started without
+// the progress of the deployment that counted it before — a mode switch, a
+// changed group_id or internal_topic_prefix, a lost progress topic). Its
+// events of w were not counted; releasing w would release them as zeros,
+// charged in full. So w is held, and [Merger.Gaps] says which partitions
+// miss it and why, for the releaser to report (a log line, a metric, a
+// readiness condition). A gap is detected after a releaser restart too:
+// every record of a window not released lies after the commit point
+// (below), so the partition's next record read has Next_p past w while its
+// Partial of w is not there. The rule needs only presence and Next;
+// Partial.First (the partition's first window) says which of the two
+// causes it is ([Gap.StartedAfter]), and Partial.Prev (the window emitted
+// before, nil for a partition's first Partial) lets any reader of the
+// topic check a partition's sequence on its own.
 //
 // Idleness (window.watermark: event). A partition's windows close by its
 // own event times there, so a partition without new events would hold every
@@ -86,6 +110,11 @@ type Merger struct {
 	// included is, per source partition, the last window released with a
 	// Partial of it (math.MinInt64 before any).
 	included []int64
+	// first is, per source partition, its first window (Partial.First)
+	// as the latest Partial carrying it said (0: unknown).
+	first []int64
+	// gaps are the gaps of the window the last Next held (Gaps).
+	gaps []Gap
 	// grace, lease and now: see SetIdleClock. idleSeen is, per source
 	// partition, when its latest Idle record was fed (by now).
 	grace, lease time.Duration
@@ -121,7 +150,7 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 		next[i], included[i] = math.MinInt64, math.MinInt64
 	}
 	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
-		included: included, resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
 }
 
 // pass is one observation of the live frontier: it reached end at at.
@@ -147,7 +176,8 @@ const (
 	// (Partial.Config differs from the Merger's: a bounder running an
 	// older or newer config during a rolling change). Its counts are not
 	// merged — they were bounded under bounds the releaser's noise is not
-	// calibrated to — but its Next is taken, so its window is released
+	// calibrated to — but it counts as the partition's Partial of its
+	// window (its window is not held as a gap), so the window is released
 	// without that partition's counts. The caller logs it loudly.
 	Foreign
 	// Late: its window was released by this Merger without it (the
@@ -213,6 +243,9 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if p.Next > m.next[p.Partition] {
 		m.next[p.Partition] = p.Next
 	}
+	if p.First != 0 {
+		m.first[p.Partition] = p.First
+	}
 	if p.WindowStart < m.released {
 		// A partition's Partials come in window order, so one of a window
 		// from resume on that is after the last window released with a
@@ -223,13 +256,25 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		}
 		return Skipped, nil
 	}
-	if foreign {
-		return Foreign, nil
-	}
 	w := m.pending[p.WindowStart]
 	if w == nil {
 		w = &Window{Start: p.WindowStart, layout: &m.layout, parts: map[int][]Cell{}, firstOffset: offset}
 		m.pending[p.WindowStart] = w
+	}
+	if foreign {
+		// Present, not merged; kept until its window is released (the
+		// commit point stays before it, so a restarted releaser sees it
+		// again rather than a gap).
+		if !w.has(p.Partition) {
+			if w.foreign == nil {
+				w.foreign = map[int]bool{}
+			}
+			w.foreign[p.Partition] = true
+		}
+		return Foreign, nil
+	}
+	if w.foreign[p.Partition] {
+		return Conflict, nil
 	}
 	cells := sortedCells(p.Counts)
 	if old, ok := w.parts[p.Partition]; ok {
@@ -342,13 +387,50 @@ func (m *Merger) passedAt(end int64) time.Time {
 	return m.passes[i].at
 }
 
+// Gap is a source partition whose Partial of a window is missing although
+// the partition has passed the window (see Merger, "Gaps").
+type Gap struct {
+	// Window is the start of the window held.
+	Window int64
+	// Partition is the source partition.
+	Partition int
+	// Next is how far the partition has emitted: the largest Next its
+	// records carried.
+	Next int64
+	// First is the partition's first window when its Partials said so (0:
+	// unknown); after Window, the partition's bounder started counting
+	// after Window (StartedAfter).
+	First int64
+}
+
+// StartedAfter reports whether the partition's bounder started counting
+// after the window (its events of the window were never counted), rather
+// than its Partial of the window being lost.
+func (g Gap) StartedAfter() bool { return g.First != 0 && g.First > g.Window }
+
+// Gaps returns the gaps that made the last Next hold its window, by
+// partition; none when it did not hold for a gap. A gap does not close by
+// itself: the window stays held (see docs/distributed.md for recovery).
+func (m *Merger) Gaps() []Gap { return slices.Clone(m.gaps) }
+
 // Next returns the next window to release, if it is complete: the window
 // starting at the first unreleased boundary, with the merged counts of
-// every Partial added for it (none, when no partition had events).
+// every Partial added for it (none, when no partition had events). A
+// window with a gap (Gaps) is never complete.
 func (m *Merger) Next() (*Window, bool) {
 	w := m.released
 	now := m.clock()
 	m.waitUntil = time.Time{}
+	m.gaps = m.gaps[:0]
+	pend := m.pending[w]
+	for p, n := range m.next {
+		if n >= w+m.sizeMs && !pend.has(p) {
+			m.gaps = append(m.gaps, Gap{Window: w, Partition: p, Next: n, First: m.first[p]})
+		}
+	}
+	if len(m.gaps) > 0 {
+		return nil, false
+	}
 	byIdle := false
 	frontier, largest := int64(math.MaxInt64), int64(math.MinInt64)
 	for p, n := range m.next {
@@ -374,11 +456,10 @@ func (m *Merger) Next() (*Window, bool) {
 			return nil, false
 		}
 	}
-	win := m.pending[w]
-	if win == nil {
-		win = &Window{Start: w, layout: &m.layout, firstOffset: -1}
+	if pend == nil {
+		pend = &Window{Start: w, layout: &m.layout, firstOffset: -1}
 	}
-	return win, true
+	return pend, true
 }
 
 // Released records that the window Next returned is released (recorded):
@@ -439,9 +520,22 @@ func (m *Merger) CommitPoint() int64 {
 type Window struct {
 	Start  int64
 	layout *Layout
-	// parts holds each source partition's cells, sorted by (H, G).
+	// parts holds each source partition's cells, sorted by (H, G);
+	// foreign the partitions whose Partial of the window was Foreign
+	// (present, not merged).
 	parts       map[int][]Cell
+	foreign     map[int]bool
 	firstOffset int64
+}
+
+// has reports whether partition p's Partial of the window was read
+// (merged or foreign); false on a nil Window.
+func (w *Window) has(p int) bool {
+	if w == nil {
+		return false
+	}
+	_, ok := w.parts[p]
+	return ok || w.foreign[p]
 }
 
 // Partitions is how many source partitions sent a Partial of the window

@@ -209,9 +209,10 @@ func TestMerger(t *testing.T) {
 			lagging:  nil,
 		},
 		{
-			name: "every partition idle, one reporting Next 20 in its Idle record only: windows 0 and 10",
+			name: "every partition idle, one reporting Next 20 in its Idle record after its partials: windows 0 and 10",
 			steps: []step{
 				{idle: idle(1, 0, true)}, {idle: idle(2, 0, true)},
+				{p: part(0, 0), want: Added}, {p: part(10, 0), want: Added},
 				{idle: idle(0, 20, true)},
 			},
 			released: []string{"0:" + zero, "10:" + zero},
@@ -460,5 +461,122 @@ func TestMergerIdleLease(t *testing.T) {
 	}
 	if got := m.Lagging(); !slices.Equal(got, []int{1}) {
 		t.Errorf("lagging %v, want [1]", got)
+	}
+}
+
+// TestMergerGaps: a window is complete only when every source partition's
+// Partial of it was read. A partition that passed a window without one —
+// its Partial lost on the partials topic, or its bounder started counting
+// after the window — holds it, and Gaps says which (issue 22, item 1: the
+// merger used to release such a window without the partition's counts,
+// all zeros when every partition had the hole, charged in full).
+func TestMergerGaps(t *testing.T) {
+	first := func(q *Partial, f int64, prev *int64) *Partial { q.First, q.Prev = f, prev; return q }
+	at := func(v int64) *int64 { return &v }
+	type rec struct {
+		p    *Partial
+		idle *Idle
+	}
+	cases := []struct {
+		name     string
+		resume   int64
+		recs     []rec
+		released []int64 // window starts released, in order
+		gaps     []Gap   // the gaps of the window held at the end
+	}{
+		{
+			name:     "every partition sends window 10 and none window 0 (a hole in all: once released as uniform zeros)",
+			recs:     []rec{{p: part(10, 0)}, {p: part(10, 1)}, {p: part(10, 2)}},
+			gaps:     []Gap{{Window: 0, Partition: 0, Next: 20}, {Window: 0, Partition: 1, Next: 20}, {Window: 0, Partition: 2, Next: 20}},
+			released: nil,
+		},
+		{
+			name:     "one partition's partial of window 0 lost: window 0 held, nothing after it released",
+			recs:     []rec{{p: part(0, 0)}, {p: part(0, 1)}, {p: part(10, 0)}, {p: part(10, 1)}, {p: part(10, 2)}},
+			gaps:     []Gap{{Window: 0, Partition: 2, Next: 20}},
+			released: nil,
+		},
+		{
+			name: "a partition whose bounder started at window 20 (first partial, no previous window): held, started after",
+			recs: []rec{{p: part(0, 0)}, {p: part(0, 1)}, {p: first(part(20, 2), 20, nil)},
+				{p: part(10, 0)}, {p: part(10, 1)}},
+			gaps:     []Gap{{Window: 0, Partition: 2, Next: 30, First: 20}},
+			released: nil,
+		},
+		{
+			name: "every partition starting at the resume window: released from there",
+			recs: []rec{{p: first(part(0, 0), 0, nil)}, {p: first(part(0, 1), 0, nil)}, {p: first(part(0, 2), 0, nil)},
+				{p: first(part(10, 0), 0, at(0))}, {p: first(part(10, 1), 0, at(0))}, {p: first(part(10, 2), 0, at(0))}},
+			released: []int64{0, 10},
+		},
+		{
+			name:   "a releaser restarted at window 10 reads a partition's window 20 first (its window 10 lost): held",
+			resume: 10,
+			recs:   []rec{{p: part(10, 0)}, {p: part(10, 1)}, {p: first(part(20, 2), 0, at(10))}},
+			gaps:   []Gap{{Window: 10, Partition: 2, Next: 30}},
+		},
+		{
+			name:     "an idle partition whose Idle record says it passed window 0 without its partial: held",
+			recs:     []rec{{p: part(0, 0)}, {p: part(0, 1)}, {idle: idle(2, 10, true)}},
+			gaps:     []Gap{{Window: 0, Partition: 2, Next: 10}},
+			released: nil,
+		},
+		{
+			name:     "an idle partition that has not passed the window does not hold it (window.watermark event)",
+			recs:     []rec{{idle: idle(2, 0, true)}, {p: part(0, 0)}, {p: part(0, 1)}},
+			released: []int64{0},
+		},
+		{
+			name:     "a foreign partial counts as its partition's partial: released without its counts, no gap",
+			recs:     []rec{{p: part(0, 0)}, {p: part(0, 1)}, {p: foreign(0, 2)}},
+			released: []int64{0},
+		},
+		{
+			name:     "partials of an older bounder (no first, no previous window) in sequence: released",
+			recs:     []rec{{p: part(0, 0)}, {p: part(0, 1)}, {p: part(0, 2)}, {p: part(10, 2)}, {p: part(10, 1)}, {p: part(10, 0)}},
+			released: []int64{0, 10},
+		},
+		{
+			name:     "a partition never heard of holds, with no gap",
+			recs:     []rec{{p: part(0, 0)}, {p: part(0, 1)}, {p: part(10, 0)}},
+			released: nil,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMerger(3, testSize, tc.resume, testLayout, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for i, r := range tc.recs {
+				if r.idle != nil {
+					if err := m.SetIdle(r.idle, int64(i)); err != nil {
+						t.Fatal(err)
+					}
+				} else if _, err := m.Add(r.p, int64(i)); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					w, ok := m.Next()
+					if !ok {
+						break
+					}
+					got = append(got, w.Start)
+					m.Released(w)
+				}
+			}
+			if !slices.Equal(got, tc.released) {
+				t.Errorf("released %v, want %v", got, tc.released)
+			}
+			if g := m.Gaps(); !slices.Equal(g, tc.gaps) {
+				t.Errorf("gaps %+v, want %+v", g, tc.gaps)
+			}
+			for _, g := range m.Gaps() {
+				if want := g.First > g.Window; g.StartedAfter() != want {
+					t.Errorf("gap %+v: StartedAfter %v", g, g.StartedAfter())
+				}
+			}
+		})
 	}
 }

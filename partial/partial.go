@@ -9,10 +9,12 @@
 //   - [Partial] (partials topic, one partition): the exact bounded counts
 //     one input partition contributes to one window, with the partition's
 //     marker (Next: the first window it has not emitted; its watermark;
-//     the input topic's partition count). Every (window, source partition)
-//     has exactly one Partial, empty when the partition had no event in
-//     the window: a window is complete when every source partition's Next
-//     has passed it, and only then merged and released.
+//     the input topic's partition count; its first window and the window
+//     it emitted before). Every (window, source partition) from the
+//     partition's first window on has exactly one Partial, empty when the
+//     partition had no event in the window: a window is complete when
+//     every source partition's Partial of it was read (presence, not only
+//     Next: see [Merger]), and only then merged and released.
 //
 //   - [Progress] (progress topic, partition p, key [ProgressKey]): where
 //     the bounder of input partition p resumes — the input offset before
@@ -121,6 +123,19 @@ type Partial struct {
 	// Config is the bounder's config.Config.CountingFingerprint: the
 	// releaser merges only partials made under its own counting config.
 	Config string `json:"config"`
+	// First is the partition's first window (Progress.First: where its
+	// bounder started counting it, recorded before anything was counted);
+	// Prev the window the partition emitted before this one, nil when this
+	// is its first window. With them the releaser tells a partition that
+	// started after a window (its events of that window were never
+	// counted) from one whose Partial of the window is missing (lost on
+	// the partials topic), after a restart too (see Merger, "Gaps").
+	// Both are absent from the Partials of older bounders (First 0, Prev
+	// nil): such a Partial is taken as the next one of its partition's
+	// sequence, which is what an older bounder always emitted, except at a
+	// partition's first start.
+	First int64  `json:"first,omitempty"`
+	Prev  *int64 `json:"prev,omitempty"`
 	// Counts lists the (histogram, group) cells with a non-zero count.
 	Counts []Cell `json:"counts,omitempty"`
 }
@@ -163,6 +178,8 @@ func DecodePartial(b []byte) (*Partial, error) {
 		return nil, fmt.Errorf("%w: partial version %d, this stage reads %d", ErrFormat, p.V, Version)
 	case p.WindowMs <= 0, p.Partition < 0, p.Partitions <= p.Partition, p.Next != p.WindowStart+p.WindowMs:
 		return nil, fmt.Errorf("%w: partial of window %d (%d ms) partition %d of %d, next %d", ErrFormat, p.WindowStart, p.WindowMs, p.Partition, p.Partitions, p.Next)
+	case p.Prev != nil && *p.Prev >= p.WindowStart, p.First != 0 && p.First > p.WindowStart:
+		return nil, fmt.Errorf("%w: partial of window %d partition %d: previous window %s, first window %d", ErrFormat, p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
 	}
 	for _, c := range p.Counts {
 		if c.H < 0 || c.G < 0 {
@@ -170,6 +187,13 @@ func DecodePartial(b []byte) (*Partial, error) {
 		}
 	}
 	return &p, nil
+}
+
+func fmtPrev(p *int64) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.FormatInt(*p, 10)
 }
 
 // Idle says whether one input partition holds windows back, under
@@ -243,6 +267,10 @@ type Progress struct {
 	Offset int64 `json:"offset"`
 	// Next is the start of the first window not yet emitted.
 	Next int64 `json:"next"`
+	// First is the partition's first window: Next of its first Progress
+	// (Writer.Start), kept in every later one and carried by its Partials
+	// (Partial.First). 0 in the Progress of older bounders: unknown.
+	First int64 `json:"first,omitempty"`
 	// UserKey is the partition's 16-byte user-hash key (SipHash-2-4),
 	// made at the partition's first start; the Admitted records are keyed
 	// by it.

@@ -23,6 +23,28 @@ func TestPartialRoundTrip(t *testing.T) {
 	}
 }
 
+// TestPartialFirstPrevCompat: a partial carries its partition's first
+// window and the window emitted before it; a partial of an older bounder
+// (neither field) still decodes, with First 0 and Prev nil (the Merger
+// reads it as the next of its partition's sequence), and an older reader
+// ignores the new fields (JSON).
+func TestPartialFirstPrevCompat(t *testing.T) {
+	prev := int64(0)
+	p := &Partial{WindowStart: 10, WindowMs: 10, Partition: 0, Partitions: 2, Next: 20, First: 0, Prev: &prev}
+	got, err := DecodePartial(p.Encode())
+	if err != nil || got.Prev == nil || *got.Prev != 0 {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	p = &Partial{WindowStart: 10, WindowMs: 10, Partition: 0, Partitions: 2, Next: 20, First: 10}
+	if got, err = DecodePartial(p.Encode()); err != nil || got.Prev != nil || got.First != 10 {
+		t.Fatalf("first partial: %+v, %v", got, err)
+	}
+	old := `{"v":1,"window_start":10,"window_ms":10,"partition":1,"partitions":2,"next":20,"watermark":0,"config":""}`
+	if got, err = DecodePartial([]byte(old)); err != nil || got.Prev != nil || got.First != 0 {
+		t.Fatalf("older partial: %+v, %v", got, err)
+	}
+}
+
 func TestDecodeRefuses(t *testing.T) {
 	for _, tc := range []struct{ name, value string }{
 		{"not json", "{"},
@@ -30,6 +52,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"partition out of range", `{"v":1,"window_start":0,"window_ms":1,"partition":1,"partitions":1,"next":1}`},
 		{"next not the window end", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":2}`},
 		{"negative cell", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":1,"counts":[{"h":-1,"g":0}]}`},
+		{"previous window not before", `{"v":1,"window_start":10,"window_ms":10,"partition":0,"partitions":1,"next":20,"prev":10}`},
+		{"first window after", `{"v":1,"window_start":10,"window_ms":10,"partition":0,"partitions":1,"next":20,"first":20}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := DecodePartial([]byte(tc.value)); !errors.Is(err, ErrFormat) {

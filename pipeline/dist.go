@@ -25,7 +25,9 @@ import (
 //     config.Kafka.ReleaseGroupID on the partials topic (one partition):
 //     the member assigned it opens the release log (fencing the previous
 //     releaser, ledger/kafkalog), merges the partials of a window once
-//     every input partition has passed it, and records, publishes and marks
+//     every input partition's partial of it was read (a partition that
+//     passed it without one holds it: partial.Merger, "Gaps"), and
+//     records, publishes and marks
 //     it as the single-process stage does (release.go), then commits its
 //     partials offset.
 //

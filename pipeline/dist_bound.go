@@ -17,6 +17,7 @@ import (
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/retry"
 	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/partial/kafkapartial"
 	"github.com/dpstage/stage/release"
@@ -65,6 +66,12 @@ type bounder struct {
 	// stray counts input records the group client fetched although the
 	// input topic is paused (must stay 0; tests).
 	stray atomic.Int64
+
+	peekMu sync.Mutex // guards peekAt and peekVal, and serializes logResume
+	// peekAt is when logResume last read the release log's resume window
+	// peekVal.
+	peekAt  time.Time
+	peekVal int64
 
 	offMu sync.Mutex // guards offs
 	// offs is, per owned input partition, the input offset of its last
@@ -319,14 +326,23 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 				"the partition count of the input topic must not change in distributed mode (v1)", ErrConfigChanged, n, p, pr.Partitions)
 		}
 		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
+		// A progress of an older bounder has no first window (0): its
+		// partials then carry none, and a previous window.
+		st.first, st.emitted = pr.First, pr.First == 0 || pr.Next > pr.First
 	} else {
-		// The partition's first start: its first window is window.start
-		// when set, else the window of now (events of earlier windows are
-		// late, as in single mode; never chosen by the data), read from
-		// the earliest offset, under a new secret key.
-		if st.next, err = s.firstWindow(); err != nil {
+		// The partition's first start (or its progress was lost: a mode
+		// switch, a changed group_id or internal_topic_prefix): its first
+		// window is the one the release log resumes at (b.logResume), read
+		// from the earliest offset, under a new secret key. Events of
+		// earlier windows are late (recorded already, or before the
+		// deployment's first window; never chosen by the data). Starting
+		// at the wall clock's window instead would leave the windows from
+		// the log's resume window on without this partition's counts: the
+		// releaser holds such a window as a gap (partial.Merger).
+		if st.next, err = b.logResume(ctx, p); err != nil {
 			return err
 		}
+		st.first = st.next
 		if st.offset, _, err = kafkapartial.Offsets(ctx, b.cl, b.topic, int32(p)); err != nil {
 			return fmt.Errorf("earliest offset of input partition %d: %w", p, err)
 		}
@@ -340,7 +356,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		// Recorded before anything is counted: an owner that takes the
 		// partition over before the first window is emitted resumes with
 		// this first window and key, not its own clock's (Writer.Start).
-		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, Offset: st.offset, Next: st.next, UserKey: st.key.Bytes()}); err != nil {
+		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, Offset: st.offset, Next: st.next, First: st.first, UserKey: st.key.Bytes()}); err != nil {
 			return err
 		}
 	}
@@ -391,7 +407,12 @@ type boundState struct {
 	p, n   int
 	offset int64 // the input offset restored
 	next   int64 // the first window not emitted
-	key    siphash.Key
+	// first is the partition's first window (partial.Progress.First; 0
+	// when its progress predates it); emitted whether any window was
+	// emitted (the next Partial's Prev is then next − size).
+	first   int64
+	emitted bool
+	key     siphash.Key
 	// adm are the admissions keys present in p's progress partition, with
 	// their periods (tombstoned once their period is over).
 	adm map[string]int64
@@ -552,7 +573,11 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		return err
 	}
 	defer counts.Release()
-	pt := &partial.Partial{WindowStart: win, WindowMs: s.sizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm, Config: s.countingConfig}
+	pt := &partial.Partial{WindowStart: win, WindowMs: s.sizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm, Config: s.countingConfig, First: st.first}
+	if st.emitted {
+		prev := win - s.sizeMs
+		pt.Prev = &prev
+	}
 	var dst []float64
 	for h, hc := range s.cfg.Histograms {
 		for g := range max(1, len(hc.Groups)) {
@@ -580,7 +605,7 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	if offset < st.offset {
 		offset = st.offset
 	}
-	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, Offset: offset, Next: end, UserKey: st.key.Bytes()}
+	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, Offset: offset, Next: end, First: st.first, UserKey: st.key.Bytes()}
 	if err := w.Emit(ctx, e); err != nil {
 		return err
 	}
@@ -589,7 +614,7 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		zap.Int("cells", len(pt.Counts)), zap.Int64("offset", offset))
 	tracker.MarkCommitted(offset)
 	b.noteEmitted(st.p, offset)
-	st.next, st.offset = end, offset
+	st.next, st.offset, st.emitted = end, offset, true
 	for _, k := range e.Tombstones {
 		delete(st.adm, string(k))
 	}
@@ -600,16 +625,45 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	return nil
 }
 
-// firstWindow is the first window of a source partition's first start:
-// window.start when set (as loadMeta records it for the release log), else
-// the window of the wall clock.
-func (s *Stage) firstWindow() (int64, error) {
-	if st := s.cfg.Window.Start; st != "" {
-		t, err := time.Parse(time.RFC3339, st)
-		if err != nil {
-			return 0, fmt.Errorf("pipeline: window.start: %w", err)
-		}
-		return window.Start(t.UnixMilli(), s.sizeMs), nil
+// logResume is the first window of an input partition without progress:
+// the window the release log resumes at (kafkalog.Peek), so that every
+// partition starts counting where the releaser's next window is, whatever
+// the wall clock of its bounder. A log nobody has attached to yet (a fresh
+// deployment) is waited for: the releaser records the first window
+// (window.start, or its wall clock's window) when it attaches, and every
+// replica runs a releaser. One read serves the workers of this process
+// that start together (peekMu).
+func (b *bounder) logResume(ctx context.Context, p int) (int64, error) {
+	s := b.s
+	b.peekMu.Lock()
+	defer b.peekMu.Unlock()
+	if !b.peekAt.IsZero() && time.Since(b.peekAt) < 2*time.Second {
+		return b.peekVal, nil
 	}
-	return window.Start(s.now().UnixMilli(), s.sizeMs), nil
+	cfg := kafkalog.Config{Brokers: s.brokers, Topic: s.cfg.State.LedgerTopic, ClientOpts: s.kgo}
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second}
+	logged := false
+	for {
+		w, ok, err := kafkalog.Peek(ctx, cfg, s.sizeMs)
+		if err == nil && ok {
+			b.peekAt, b.peekVal = time.Now(), w
+			s.log.Info("bounder: input partition without progress starts at the release log's resume window",
+				zap.Int("partition", p), zap.String("first_window", release.RFC3339(w)), zap.String("ledger_topic", cfg.Topic))
+			return w, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if !logged {
+			if err != nil {
+				s.log.Warn("bounder: cannot read the release log's resume window; retrying", zap.Int("partition", p), zap.Error(err))
+			} else {
+				s.log.Info("bounder: waiting for a releaser to record the first window in the release log", zap.Int("partition", p), zap.String("ledger_topic", cfg.Topic))
+			}
+			logged = true
+		}
+		if err := retry.Sleep(ctx, backoff.Next()); err != nil {
+			return 0, err
+		}
+	}
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/partial/kafkapartial"
 	"github.com/dpstage/stage/pipeline"
@@ -66,7 +68,33 @@ func distConfig(t *testing.T, h *e2e.Harness) *config.Config {
 			t.Fatalf("create %s: %v", rt.Topic, err)
 		}
 	}
+	seedLedgerMeta(t, h, cfg, time.Now().Truncate(time.Second).UnixMilli())
 	return cfg
+}
+
+// seedLedgerMeta records the release log's metadata with first window
+// first, as a releaser's first attach does: bounders run alone start their
+// partitions there (a partition without progress starts at the release
+// log's resume window, and waits for a releaser to record it).
+func seedLedgerMeta(t *testing.T, h *e2e.Harness, cfg *config.Config, first int64) {
+	t.Helper()
+	if cfg.State.LedgerTopic == "" {
+		cfg.State.Ledger, cfg.State.LedgerTopic = config.LedgerKafka, "ledger-"+h.Name
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	brokers := []string{h.Broker.Addr()}
+	if err := kafkalog.EnsureTopic(ctx, brokers, cfg.State.LedgerTopic, 1, -1); err != nil {
+		t.Fatal(err)
+	}
+	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: brokers, Topic: cfg.State.LedgerTopic, TransactionalID: config.LedgerTransactionalID(cfg.State.LedgerTopic)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, _, err := l.SetMeta(ctx, ledger.Meta{WindowMs: cfg.Window.Size.D().Milliseconds(), PeriodMs: cfg.Privacy.Budget.Period.D().Milliseconds(), FirstWindow: first}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // bounderProc is one process's bounder role, run by runBounders directly.

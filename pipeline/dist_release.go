@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -66,6 +68,9 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 	// partials topic (paused or cut off past kafka.session_timeout): the
 	// active releaser asks its log whether it was fenced (lead).
 	var lost atomic.Bool
+	// resets counts the reader's resets after a data loss (kgo's
+	// ErrDataLoss): a lead commits no partials offset after one (lead).
+	var resets atomic.Int64
 	errc := make(chan error, 1)
 	end := func() {
 		mu.Lock()
@@ -99,7 +104,7 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 			case <-lctx.Done():
 				return
 			}
-			if err := s.lead(ctx, lctx, r, &lost); err != nil {
+			if err := s.lead(ctx, lctx, r, &lost, &resets); err != nil {
 				select {
 				case errc <- err:
 				default:
@@ -113,7 +118,15 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 		SessionTimeout: s.cfg.Kafka.SessionTimeout.D(),
 		Opts:           s.kgo,
 		OnAssigned:     start,
-		Warn:           func(err error) { s.log.Warn("release group", zap.Error(err)) },
+		Warn: func(err error) {
+			var dl *kgo.ErrDataLoss
+			if errors.As(err, &dl) {
+				resets.Add(1)
+				s.partialsLost(fmt.Sprintf("the release group's reader lost records of the partials topic: %v", dl))
+				return
+			}
+			s.log.Warn("release group", zap.Error(err))
+		},
 		OnRevoked: func(wasLost bool) {
 			s.log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
 			lost.Store(wasLost)
@@ -148,7 +161,13 @@ func (s *Stage) runReleaser(ctx context.Context) error {
 // log it then asks the log (fencedProbe): a zombie learns it was fenced and
 // stops the stage with the fenced error; a releaser whose session lapsed
 // before anyone took over stands down and rejoins as a standby.
-func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool) (err error) {
+//
+// resets counts the reader's data-loss resets (kgo's ErrDataLoss): after
+// one, the offsets read may restart lower (a topic recreated while read),
+// so the merger's commit point would mix two offset sequences; the lead
+// then commits no partials offset any more (a restart re-reads from the
+// last commit and skips what is recorded).
+func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool, resets *atomic.Int64) (err error) {
 	either, cancel := joinContexts(soft, lctx)
 	defer cancel()
 	n, err := kafkapartial.InputPartitions(either, r.Client(), s.cfg.Kafka.InputTopic)
@@ -188,7 +207,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.loadProgressID(either, r.Client()); err != nil {
 		return s.leadErr(either, err)
 	}
-	if err := s.limitNewHistograms(either, resume); err != nil {
+	if _, err := s.limitNewHistograms(either, resume); err != nil {
 		return s.leadErr(either, err)
 	}
 	m, err := partial.NewMerger(n, s.sizeMs, resume, s.layout(), s.countingConfig)
@@ -204,11 +223,18 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	}
 	s.stats.PartitionsIdle.Store(0)
 	defer s.stats.PartitionsIdle.Store(0)
+	defer func() { s.clearGaps(); s.ready.partialsLost.Store(false) }()
+	resetBase := resets.Load()
+	if err := s.checkPartialsLoss(either, r); err != nil && either.Err() == nil {
+		s.log.Warn("releaser: could not compare the release group's committed offset with the partials topic (data loss check skipped; a lost partial still holds its window)", zap.Error(err))
+	}
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	// attach pruned behind the last recorded window (pruneRunning)
 	prunedFrom := resume - s.sizeMs
 
 	committed := int64(-1)
+	var gapLogged time.Time // when the held window's gaps were last logged
+	var gapKey string       // which window and partitions were logged then
 	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
 	for {
@@ -306,6 +332,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				return s.releaseErr(soft, lctx, w.Start, err)
 			}
 			m.Released(w)
+			s.ready.partialsLost.Store(false) // a complete window: every partial of it was read
 			closedTo = w.Start + s.sizeMs
 			batch = append(batch, units...)
 			if len(batch) >= maxPublishBatch {
@@ -320,6 +347,21 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		if closedTo != math.MinInt64 {
 			s.pruneRunning(either, &prunedFrom)
 		}
+		if gaps := m.Gaps(); len(gaps) > 0 {
+			k := fmt.Sprint(gaps[0].Window)
+			for _, g := range gaps {
+				k += fmt.Sprintf("/%d", g.Partition)
+			}
+			if k != gapKey || s.now().Sub(gapLogged) > time.Minute {
+				s.logGaps(gaps)
+				gapKey, gapLogged = k, s.now()
+			}
+			s.stats.PartialGaps.Store(int64(len(gaps)))
+			s.ready.partialsGap.Store(true)
+		} else {
+			s.clearGaps()
+			gapKey = ""
+		}
 		// A window held for over a minute by the same partitions is worth
 		// a warning (between windows some partition always lags a little).
 		if lag := m.Lagging(); len(lag) > 0 {
@@ -332,7 +374,8 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				heldSince = s.now()
 			}
 		}
-		if c := m.CommitPoint(); c > committed {
+		// No commit after a reset (see resets above).
+		if c := m.CommitPoint(); c > committed && resets.Load() == resetBase {
 			// Like a publish, the commit after a release survives a soft
 			// stop (drain timeout), not a revocation.
 			comCtx, cancel := s.publishContext(soft, lctx)
@@ -445,6 +488,87 @@ func (s *Stage) fencedProbe(led *kafkalog.Log) error {
 		s.log.Warn("releaser: lost its group session; could not ask the release log whether it was taken over (standing down all the same)", zap.Error(err))
 	default:
 		s.log.Info("releaser: lost its group session before another releaser took the release log over; standing down")
+	}
+	return nil
+}
+
+// logGaps logs the gaps that hold the next window (partial.Merger.Gaps):
+// which source partitions miss their partial of it, why, and what to do.
+func (s *Stage) logGaps(gaps []partial.Gap) {
+	var lost, late []int
+	var firsts []string
+	for _, g := range gaps {
+		if g.StartedAfter() {
+			late = append(late, g.Partition)
+			firsts = append(firsts, release.RFC3339(g.First))
+		} else {
+			lost = append(lost, g.Partition)
+		}
+	}
+	w := gaps[0].Window
+	fix := "; to count the window again from the input, stop every replica and start them with a new kafka.distributed.internal_topic_prefix and state.ledger_topic set to " +
+		strconv.Quote(s.cfg.State.LedgerTopic) + " (the same release log): their bounders start at the release log's resume window and re-read the input's retained events; " +
+		"with contribution.max_windows_per_user only at a budget period's start; see docs/distributed.md, \"When a window is complete\""
+	if len(lost) > 0 {
+		s.log.Error("releaser: window held: source partitions passed it without their partial, which was lost on the partials topic (deleted or recreated, retention past the release group's committed offset, an unclean leader election); "+
+			"releasing it would release their events as zeros"+fix,
+			zap.String("window_start", release.RFC3339(w)), zap.Ints("partitions", lost), zap.String("partials_topic", s.cfg.Kafka.PartialsTopic()))
+	}
+	if len(late) > 0 {
+		s.log.Error("releaser: window held: source partitions were counted from a later window, without the progress of the deployment that counted them before "+
+			"(a switch from an older version's single-process mode, a changed kafka.group_id or internal_topic_prefix, or a lost progress topic): their events of the window were never counted; "+
+			"releasing it would release them as zeros"+fix,
+			zap.String("window_start", release.RFC3339(w)), zap.Ints("partitions", late), zap.Strings("first_windows", firsts))
+	}
+}
+
+// clearGaps resets the gap gauge and readiness condition (no window is
+// held for a gap, or this instance no longer releases).
+func (s *Stage) clearGaps() {
+	s.stats.PartialGaps.Store(0)
+	s.ready.partialsGap.Store(false)
+}
+
+// partialsLost reports a data loss on the partials topic: a metric, the
+// readiness condition (until a complete window is released) and an error
+// line. The loss itself holds no window; a partial it took holds its
+// window as a gap (partial.Merger), never released as zeros.
+func (s *Stage) partialsLost(what string) {
+	s.stats.PartialsDataLoss.Add(1)
+	s.ready.partialsLost.Store(true)
+	s.log.Error("releaser: data loss on the partials topic: "+what+"; windows whose partials were lost are held (see partials_gap), never released without them",
+		zap.String("partials_topic", s.cfg.Kafka.PartialsTopic()))
+}
+
+// checkPartialsLoss compares the release group's committed offset on the
+// partials topic with the topic's offsets when a lead starts: a committed
+// offset below the log start (retention or a deletion passed it while no
+// releaser read) or above the last stable offset (the topic was deleted
+// and created again) means records the releaser needed are gone — the
+// reader would resume at the log start without a word (kgo resets a
+// partition it has not consumed yet silently).
+func (s *Stage) checkPartialsLoss(ctx context.Context, r *kafkapartial.Reader) error {
+	topic := s.cfg.Kafka.PartialsTopic()
+	offs, err := kadm.NewClient(r.Client()).FetchOffsets(ctx, s.cfg.Kafka.ReleaseGroupID())
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("pipeline: the release group's committed offset on %q: %w", topic, err)
+	}
+	o, ok := offs.Lookup(topic, 0)
+	if !ok || o.At < 0 {
+		return nil // nothing committed: read from the start
+	}
+	start, lso, err := kafkapartial.Offsets(ctx, r.Client(), topic, 0)
+	if err != nil {
+		return fmt.Errorf("pipeline: offsets of %q: %w", topic, err)
+	}
+	switch {
+	case o.At < start:
+		s.partialsLost(fmt.Sprintf("the release group committed offset %d, the topic now starts at %d (retention or a deletion passed the committed offset while no releaser read)", o.At, start))
+	case o.At > lso:
+		s.partialsLost(fmt.Sprintf("the release group committed offset %d, the topic now ends at %d (it was deleted and created again)", o.At, lso))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,9 +323,13 @@ func (s *Stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		s.fail(err)
 		return source.GenerationDone
 	}
-	if err := s.limitNewHistograms(ctx, next); err != nil {
+	moved, err := s.limitNewHistograms(ctx, next)
+	if err != nil {
 		s.fail(err)
 		return source.GenerationDone
+	}
+	if moved && s.cfg.State.KafkaLedger() {
+		assigns = s.fromEarliest(assigns, sess, next)
 	}
 	if sess.adm, err = s.restoreAdmissions(next); err != nil {
 		s.fail(fmt.Errorf("read ledger: %w", err))
@@ -463,22 +468,60 @@ func (s *Stage) checkNeighbour(next int64) error {
 // Its window open at next began while another config committed offsets
 // past some of its events, so what a restart would count into it depends
 // on where those commits stopped — on other users' events (ground rule 7).
-func (s *Stage) limitNewHistograms(ctx context.Context, next int64) error {
+//
+// moved reports that the windows from next on may have been counted
+// elsewhere than where this session resumes: the log's last session ran in
+// the other mode (single-process or distributed) or on another progress
+// topic — or this session's home has released nothing since it took over
+// — or the log holds no release yet (fromEarliest).
+func (s *Stage) limitNewHistograms(ctx context.Context, next int64) (moved bool, err error) {
 	keys, home := s.sinceKeys()
 	hists := len(s.cfg.Histograms)
 	since, err := s.ledger.HistogramSince(ctx, keys, next)
 	if err != nil {
-		return fmt.Errorf("read ledger: %w", err)
+		return false, fmt.Errorf("read ledger: %w", err)
 	}
+	_, released, err := s.ledger.LastWindow()
+	if err != nil {
+		return false, fmt.Errorf("read ledger: %w", err)
+	}
+	moved = !released || since[home] == next && since[admissionsCanary] != next
 	byIndex := make(map[int]int64, hists)
 	for i, k := range keys[:hists] {
 		byIndex[i] = since[k]
 	}
 	s.rel.SetSince(byIndex)
 	if err := s.checkAdmissionsHome(next, since[home] == next, since[admissionsCanary] == next); err != nil {
-		return err
+		return moved, err
 	}
-	return s.checkProgressID(next, since)
+	return moved, s.checkProgressID(next, since)
+}
+
+// fromEarliest (single-process mode, state.ledger: kafka) reads every
+// assigned input partition from its earliest offset instead of the
+// group's committed one when the release log says the windows from next
+// on may have been counted elsewhere (limitNewHistograms' moved): after
+// the distributed mode, the group's offsets are its bounders' (committed
+// for the lag tools), past the events of windows they emitted and the
+// releaser had not released — resuming there would release those windows
+// without them. From the earliest offset every retained event of a window
+// from next on is counted again; earlier ones are late. Until this mode
+// releases a window and commits, every session does so again.
+func (s *Stage) fromEarliest(assigns []kafka.PartitionAssignment, sess *session, next int64) []kafka.PartitionAssignment {
+	out := slices.Clone(assigns)
+	skipped := false // some partition had a committed offset to pass over
+	for i := range out {
+		skipped = skipped || out[i].Offset >= 0
+		out[i].Offset = kafka.FirstOffset
+		sess.trackers[out[i].ID] = source.NewOffsetTracker(-1)
+	}
+	if !skipped {
+		return out
+	}
+	s.log.Warn("the release log was last used by the distributed mode, another progress topic, or holds no release of this mode yet: "+
+		"every input partition is read from its earliest offset, so the windows from the resume window on are counted from the input (earlier events are late), not resumed from the group's offsets",
+		zap.String("resume_window", release.RFC3339(next)))
+	return out
 }
 
 // sinceKeys are the release log's HistogramSince keys of the running

@@ -42,6 +42,14 @@ type Stats struct {
 	Partials          [partial.NumAddResults]atomic.Int64
 	LatePartialCounts atomic.Int64
 	PartitionsIdle    atomic.Int64
+	// PartialGaps is how many source partitions miss their partial of the
+	// window the releaser holds (partial.Merger.Gaps: lost on the partials
+	// topic, or counted from a later window); PartialsDataLoss counts the
+	// data losses detected on the partials topic (records deleted or the
+	// topic recreated past the release group's committed offset, kgo's
+	// ErrDataLoss).
+	PartialGaps      atomic.Int64
+	PartialsDataLoss atomic.Int64
 
 	// dropped counts drops by reason (decode reasons, the window rule's,
 	// bounding outcomes); a reason is "seen" once its count is above 0.

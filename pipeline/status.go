@@ -16,6 +16,13 @@ type readiness struct {
 	// (always with the single-process mode once the state is loaded; in
 	// the distributed mode only on the one active releaser).
 	releasing atomic.Bool
+	// partialsGap: the distributed releaser holds a window whose partial
+	// of some source partition is missing for good; partialsLost: it
+	// detected a data loss on the partials topic and has not released a
+	// complete window since. Either makes the releasing instance not
+	// ready.
+	partialsGap  atomic.Bool
+	partialsLost atomic.Bool
 }
 
 // Readiness is a snapshot of the stage's readiness conditions.
@@ -27,10 +34,21 @@ type Readiness struct {
 	// Releasing: this instance holds the release log (distributed mode:
 	// the one active releaser). Not a condition of Ready.
 	Releasing bool `json:"releasing"`
+	// PartialsGap (distributed mode, releasing instance): a window is held
+	// because a source partition's partial of it is missing (lost, or the
+	// partition was counted from a later window; see the log).
+	// PartialsLost: records of the partials topic were lost (deleted past
+	// the release group's offset, the topic recreated) and no complete
+	// window was released since. Either makes the instance not ready; both
+	// are left out of /readyz while false.
+	PartialsGap  bool `json:"partials_gap,omitempty"`
+	PartialsLost bool `json:"partials_lost,omitempty"`
 }
 
 // Ready reports whether the stage is doing its job.
-func (r Readiness) Ready() bool { return r.StateLoaded && r.Connected && r.Assigned && !r.Draining }
+func (r Readiness) Ready() bool {
+	return r.StateLoaded && r.Connected && r.Assigned && !r.Draining && !r.PartialsGap && !r.PartialsLost
+}
 
 // Readiness returns the current readiness conditions.
 func (s *Stage) Readiness() Readiness {
@@ -40,6 +58,9 @@ func (s *Stage) Readiness() Readiness {
 		Assigned:    s.ready.assigned.Load(),
 		Draining:    s.ready.draining.Load(),
 		Releasing:   s.ready.releasing.Load(),
+
+		PartialsGap:  s.ready.partialsGap.Load(),
+		PartialsLost: s.ready.partialsLost.Load(),
 	}
 }
 

@@ -54,6 +54,13 @@ const (
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
+// Distributed mode, releasing instance: missing partials (a window held
+// for a gap, data loss on the partials topic).
+const (
+	MetricPartialGaps     = "dpstage_partial_gaps"
+	MetricPartialDataLoss = "dpstage_partials_data_loss_total"
+)
+
 // newRegistry returns the server's own registry (never the global one): the
 // stage's collector, the latency histogram, and the Go and process
 // collectors. distributed adds the distributed mode's releaser metrics.
@@ -80,6 +87,7 @@ type stageCollector struct {
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 	partials, latePart, idleParts                                 *prometheus.Desc
+	gaps, dataLoss                                                *prometheus.Desc
 }
 
 // MetricBrokerTimeRegressions counts broker-time regressions per input
@@ -122,7 +130,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		charges:     d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
 		lag:         d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
 		ready:       d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
-		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining) and whether this instance releases (releasing): 1 when true.", "condition"),
+		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining; distributed mode: partials_gap, partials_lost) and whether this instance releases (releasing): 1 when true.", "condition"),
 		info:        d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
 		alpha:       d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
 		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
@@ -131,6 +139,8 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		partials:    d(MetricPartials, "Distributed mode, releasing instance: partials read from the partials topic, by what the merge did with them (added; skipped: of a window released already; duplicate; late: came after its window was released while its partition was idle; foreign: made under another counting config, not merged; conflict: a second partial of a (window, partition) with other counts).", "result"),
 		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
+		gaps:        d(MetricPartialGaps, "Distributed mode, releasing instance: source partitions whose partial of the held window is missing for good (lost on the partials topic, or the partition was counted from a later window): the window is not released; see the releaser's error log."),
+		dataLoss:    d(MetricPartialDataLoss, "Distributed mode, releasing instance: data losses detected on the partials topic (records deleted or the topic recreated past the release group's committed offset)."),
 		rdp:         d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
 	}
 }
@@ -138,7 +148,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss} {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
@@ -162,6 +172,10 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.condition, b2f(rd.Assigned), "assigned")
 	gauge(c.condition, b2f(rd.Draining), "draining")
 	gauge(c.condition, b2f(rd.Releasing), "releasing")
+	if c.distributed {
+		gauge(c.condition, b2f(rd.PartialsGap), "partials_gap")
+		gauge(c.condition, b2f(rd.PartialsLost), "partials_lost")
+	}
 	if src == nil {
 		return
 	}
@@ -182,6 +196,8 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.latePart, st.LatePartialCounts.Load())
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
+		gauge(c.gaps, float64(st.PartialGaps.Load()))
+		counter(c.dataLoss, st.PartialsDataLoss.Load())
 	}
 	// Every reason is exported from the start (at 0), so that rates exist
 	// before the first drop: bounding outcomes under the bounded metric,

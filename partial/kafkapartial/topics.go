@@ -185,10 +185,11 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicS
 			return fmt.Errorf("%w: the %s topic %q does not exist: create it (%s) or set kafka.distributed.create_topics: true",
 				ErrTopicConfig, s.role, s.name, s.describe())
 		}
-		cfgs := make(map[string]*string, len(s.configs))
+		cfgs := make(map[string]*string, len(s.configs)+2)
 		for k, v := range s.configs {
 			cfgs[k] = kadm.StringPtr(v)
 		}
+		cfgs["unclean.leader.election.enable"] = kadm.StringPtr("false")
 		if rf > 1 {
 			cfgs["min.insync.replicas"] = kadm.StringPtr("2")
 		}
@@ -238,6 +239,14 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicS
 	for _, c := range rc.Configs {
 		if c.Key == "cleanup.policy" && c.Value != nil {
 			policy = strings.ToLower(strings.ReplaceAll(*c.Value, " ", ""))
+		}
+		// An unclean leader election makes an out-of-sync replica the
+		// leader and drops what it lacked: committed partials (their
+		// windows are then held as gaps, partial.Merger), progress (the
+		// partition's windows emitted again), or release-log records.
+		if c.Key == "unclean.leader.election.enable" && c.Value != nil && strings.EqualFold(strings.TrimSpace(*c.Value), "true") {
+			return fmt.Errorf("%w: the %s topic %q has unclean.leader.election.enable=true, which can drop committed records: set it to false",
+				ErrTopicConfig, s.role, s.name)
 		}
 	}
 	if s.policy == "compact" && policy != "" && policy != "compact" {

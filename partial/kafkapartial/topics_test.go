@@ -53,7 +53,7 @@ func topicState(t *testing.T, cl *kgo.Client, topic string) (int, map[string]str
 	}
 	cfg := map[string]string{}
 	for _, c := range rc.Configs {
-		if c.Value != nil && (c.Key == "cleanup.policy" || c.Key == "retention.ms") {
+		if c.Value != nil && (c.Key == "cleanup.policy" || c.Key == "retention.ms" || c.Key == "unclean.leader.election.enable") {
 			cfg[c.Key] = *c.Value
 		}
 	}
@@ -96,7 +96,7 @@ func TestEnsureTopicsCreates(t *testing.T) {
 		partitions int
 		cfg        map[string]string
 	}{
-		{"x.partials", 1, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt((480 * time.Hour).Milliseconds(), 10)}},
+		{"x.partials", 1, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt((480 * time.Hour).Milliseconds(), 10), "unclean.leader.election.enable": "false"}},
 		{"x.progress", 5, map[string]string{"cleanup.policy": "compact"}},
 		{"x.ledger", 1, map[string]string{"cleanup.policy": "compact", "retention.ms": "-1"}},
 	}
@@ -146,6 +146,13 @@ func TestEnsureTopicsRefuses(t *testing.T) {
 		{name: "ledger not compacted", topics: map[string]int{"in": 3}, create: true, want: ErrTopicConfig,
 			setup: func(t *testing.T, adm *kadm.Client) {
 				if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("delete")}, "x.ledger"); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "partials with unclean leader election", topics: map[string]int{"in": 3}, create: true, want: ErrTopicConfig,
+			setup: func(t *testing.T, adm *kadm.Client) {
+				if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("delete"),
+					"unclean.leader.election.enable": kadm.StringPtr("true")}, "x.partials"); err != nil {
 					t.Fatal(err)
 				}
 			}},
