@@ -145,7 +145,10 @@ func (s *Stage) runBounders(ctx context.Context) error {
 		kgo.RebalanceTimeout(s.cfg.Kafka.Rebalance().D()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.assigned(m[b.topic]) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.ready.standby.Store(false) // out of the group until it rejoins
+			b.revoked(m[b.topic])
+		}),
 	})...)
 	if err != nil {
 		return fmt.Errorf("pipeline: bounder group client: %w", err)
@@ -212,6 +215,7 @@ func (b *bounder) assigned(parts []int32) {
 		}()
 	}
 	b.s.ready.assigned.Store(len(b.workers) > 0)
+	b.s.ready.standby.Store(len(b.workers) == 0) // kgo calls this at every join, also with nothing assigned
 	b.s.log.Info("bounder assigned partitions", zap.Int32s("partitions", parts))
 }
 

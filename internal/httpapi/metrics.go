@@ -108,7 +108,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		charges:     d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
 		lag:         d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
 		ready:       d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
-		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining) and whether this instance releases (releasing): 1 when true.", "condition"),
+		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining, standby: a distributed replica with no input partition, ready) and whether this instance releases (releasing): 1 when true.", "condition"),
 		info:        d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
 		alpha:       d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
 		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
@@ -146,6 +146,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.condition, b2f(rd.Connected), "connected")
 	gauge(c.condition, b2f(rd.Assigned), "assigned")
 	gauge(c.condition, b2f(rd.Draining), "draining")
+	gauge(c.condition, b2f(rd.Standby), "standby")
 	gauge(c.condition, b2f(rd.Releasing), "releasing")
 	if src == nil {
 		return
