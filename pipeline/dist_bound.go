@@ -307,6 +307,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	w, err := kafkapartial.OpenWriter(ctx, kafkapartial.WriterConfig{
 		Brokers: s.brokers, PartialsTopic: cfg.Kafka.PartialsTopic(), ProgressTopic: cfg.Kafka.ProgressTopic(),
 		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p), ClientOpts: s.kgo,
+		TransactionTimeout: cfg.Kafka.Distributed.Txn(),
 	})
 	if err != nil {
 		return err
