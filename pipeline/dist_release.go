@@ -204,6 +204,12 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	}
 	s.stats.PartitionsIdle.Store(0)
 	defer s.stats.PartitionsIdle.Store(0)
+	lsoDone := make(chan struct{})
+	go func() { // owner: lead; ends with either
+		defer close(lsoDone)
+		s.watchPartialsLSO(either, r.Client())
+	}()
+	defer func() { cancel(); <-lsoDone }()
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	// attach pruned behind the last recorded window (pruneRunning)
 	prunedFrom := resume - s.sizeMs

@@ -42,6 +42,11 @@ type Stats struct {
 	Partials          [partial.NumAddResults]atomic.Int64
 	LatePartialCounts atomic.Int64
 	PartitionsIdle    atomic.Int64
+	// PartialsLSOHeldMs (gauge) is how long, in ms, the partials topic's
+	// last stable offset has been held below its high watermark by an
+	// open transaction; PartialsLSOHolds counts the holds longer than
+	// kafka.distributed.transaction_timeout (watchPartialsLSO).
+	PartialsLSOHeldMs, PartialsLSOHolds atomic.Int64
 
 	// dropped counts drops by reason (decode reasons, the window rule's,
 	// bounding outcomes); a reason is "seen" once its count is above 0.

@@ -51,6 +51,8 @@ const (
 	MetricPartials            = "dpstage_partials_total"
 	MetricLatePartialCounts   = "dpstage_late_partial_contributions_total"
 	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
+	MetricPartialsLSOHeld     = "dpstage_partials_lso_held_seconds"
+	MetricPartialsLSOHolds    = "dpstage_partials_lso_held_too_long_total"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
@@ -80,6 +82,7 @@ type stageCollector struct {
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 	partials, latePart, idleParts                                 *prometheus.Desc
+	lsoHeld, lsoHolds                                             *prometheus.Desc
 }
 
 func newStageCollector(src func() Source, distributed bool) *stageCollector {
@@ -117,6 +120,8 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		partials:    d(MetricPartials, "Distributed mode, releasing instance: partials read from the partials topic, by what the merge did with them (added; skipped: of a window released already; duplicate; late: came after its window was released while its partition was idle; foreign: made under another counting config, not merged; conflict: a second partial of a (window, partition) with other counts).", "result"),
 		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
+		lsoHeld:     d(MetricPartialsLSOHeld, "Distributed mode, releasing instance: how long an open transaction has held the partials topic's last stable offset (and every release) below its high watermark."),
+		lsoHolds:    d(MetricPartialsLSOHolds, "Distributed mode, releasing instance: holds of the partials topic's last stable offset longer than kafka.distributed.transaction_timeout (a hanging bounder transaction)."),
 		rdp:         d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
 	}
 }
@@ -124,7 +129,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.lsoHeld, c.lsoHolds} {
 		ch <- d
 	}
 }
@@ -168,6 +173,8 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.latePart, st.LatePartialCounts.Load())
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
+		gauge(c.lsoHeld, float64(st.PartialsLSOHeldMs.Load())/1000)
+		counter(c.lsoHolds, st.PartialsLSOHolds.Load())
 	}
 	// Every reason is exported from the start (at 0), so that rates exist
 	// before the first drop: bounding outcomes under the bounded metric,
