@@ -328,12 +328,13 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		// The partition's first start: its first window is window.start
 		// when set, else the window of now (events of earlier windows are
 		// late, as in single mode; never chosen by the data), read from
-		// the earliest offset, under a new secret key.
+		// the first offset whose records can count (firstOffset), under a
+		// new secret key.
 		if st.next, err = s.firstWindow(); err != nil {
 			return err
 		}
-		if st.offset, _, err = kafkapartial.Offsets(ctx, b.cl, b.topic, int32(p)); err != nil {
-			return fmt.Errorf("earliest offset of input partition %d: %w", p, err)
+		if st.offset, err = s.firstOffset(ctx, b.cl, b.topic, p, st.next); err != nil { // dist_first.go
+			return err
 		}
 		// s.userKey is read only when a test set it (Options.HashKey): the
 		// releaser's attach sets it concurrently otherwise.

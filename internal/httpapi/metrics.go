@@ -53,6 +53,7 @@ const (
 	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
 	MetricPartialsLSOHeld     = "dpstage_partials_lso_held_seconds"
 	MetricPartialsLSOHolds    = "dpstage_partials_lso_held_too_long_total"
+	MetricFirstStartSkipped   = "dpstage_first_start_skipped_records_total"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
@@ -82,7 +83,7 @@ type stageCollector struct {
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 	partials, latePart, idleParts                                 *prometheus.Desc
-	lsoHeld, lsoHolds                                             *prometheus.Desc
+	lsoHeld, lsoHolds, firstSkip                                  *prometheus.Desc
 }
 
 func newStageCollector(src func() Source, distributed bool) *stageCollector {
@@ -121,6 +122,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
 		lsoHeld:     d(MetricPartialsLSOHeld, "Distributed mode, releasing instance: how long an open transaction has held the partials topic's last stable offset (and every release) below its high watermark."),
+		firstSkip:   d(MetricFirstStartSkipped, "Distributed mode, window.watermark arrival: input records a fresh input partition did not read because they are older than its first window minus events.max_future (they could not count)."),
 		lsoHolds:    d(MetricPartialsLSOHolds, "Distributed mode, releasing instance: holds of the partials topic's last stable offset longer than kafka.distributed.transaction_timeout (a hanging bounder transaction)."),
 		rdp:         d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
 	}
@@ -129,7 +131,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.lsoHeld, c.lsoHolds} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.lsoHeld, c.lsoHolds, c.firstSkip} {
 		ch <- d
 	}
 }
@@ -175,6 +177,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
 		gauge(c.lsoHeld, float64(st.PartialsLSOHeldMs.Load())/1000)
 		counter(c.lsoHolds, st.PartialsLSOHolds.Load())
+		counter(c.firstSkip, st.FirstStartSkipped.Load())
 	}
 	// Every reason is exported from the start (at 0), so that rates exist
 	// before the first drop: bounding outcomes under the bounded metric,
