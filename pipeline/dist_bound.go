@@ -320,8 +320,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	st := &boundState{p: p, n: n, adm: map[string]int64{}}
 	if pr := rs.Progress; pr != nil {
 		if pr.Partitions != n {
-			return fmt.Errorf("%w: the input topic has %d partitions, partition %d was bounded among %d: users moved between partitions and would be bounded twice; "+
-				"the partition count of the input topic must not change in distributed mode (v1)", ErrConfigChanged, n, p, pr.Partitions)
+			return s.partitionsChanged(p, pr.Partitions, n) // dist_partitions.go
 		}
 		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
 	} else {
@@ -460,8 +459,7 @@ func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w
 		if now := time.Now(); now.After(recount) {
 			recount = now.Add(time.Second)
 			if m, err := pc.Count(ctx); err == nil && m != st.n {
-				return fmt.Errorf("%w: input partition count changed from %d to %d within a budget period; users moved between partitions and would be bounded twice: "+
-					"the distributed mode (v1) refuses partition count changes while running", ErrConfigChanged, st.n, m)
+				return s.partitionsChanged(st.p, st.n, m)
 			}
 		}
 		if !s.arrival {

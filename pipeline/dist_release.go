@@ -412,6 +412,9 @@ func (s *Stage) ensureInternalTopics(ctx context.Context) error {
 				zap.String("progress", t.Progress), zap.String("ledger", t.Ledger))
 			return nil
 		}
+		if pe := (*kafkapartial.InputPartitionsChangedError)(nil); errors.As(err, &pe) {
+			return s.partitionsChanged(-1, pe.Was, pe.Now)
+		}
 		if errors.Is(err, kafkapartial.ErrTopicConfig) || ctx.Err() != nil {
 			return fmt.Errorf("pipeline: %w", err)
 		}
