@@ -269,6 +269,11 @@ func (b *bounder) supervise(ctx context.Context, p int) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, kafkapartial.ErrTimedOut) { // no newer owner: restore the committed progress and go on at once
+			b.s.log.Warn("bounder of input partition: a transaction outlived kafka.distributed.transaction_timeout and the broker aborted it; restarting from the committed progress",
+				zap.Int("partition", p), zap.Error(err))
+			continue
+		}
 		if !errors.Is(err, kafkapartial.ErrFenced) {
 			if err == nil {
 				err = errors.New("worker ended")
