@@ -1,6 +1,9 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Config is the whole stage configuration.
 type Config struct {
@@ -98,6 +101,35 @@ type Distributed struct {
 	// ReplicationFactor of the internal topics the stage creates. Default
 	// 0: min(3, number of brokers).
 	ReplicationFactor int `yaml:"replication_factor"`
+
+	// TransactionTimeout is the Kafka transaction timeout of the bounders'
+	// and the releaser's transactional producers: how long a transaction
+	// whose owner hangs (paused, cut off) holds the partials topic's last
+	// stable offset — and so every release — before the broker aborts it.
+	// A transaction that runs longer is aborted by the broker and its
+	// owner's producer fenced; the stage reports that as a timeout. From
+	// 1s to 15m (the broker's transaction.max.timeout.ms default); it
+	// must not exceed the broker's transaction.max.timeout.ms. Default
+	// 10s (DefaultTransactionTimeout; 0 in a Config built in code).
+	TransactionTimeout Duration `yaml:"transaction_timeout"`
+}
+
+// DefaultTransactionTimeout: kafka.distributed.transaction_timeout.
+const DefaultTransactionTimeout = Duration(10 * time.Second)
+
+// The bounds of kafka.distributed.transaction_timeout: the broker's
+// transaction.max.timeout.ms defaults to 15 minutes.
+const (
+	MinTransactionTimeout = time.Second
+	MaxTransactionTimeout = 15 * time.Minute
+)
+
+// Txn returns TransactionTimeout, or DefaultTransactionTimeout when 0.
+func (d Distributed) Txn() time.Duration {
+	if d.TransactionTimeout == 0 {
+		return DefaultTransactionTimeout.D()
+	}
+	return d.TransactionTimeout.D()
 }
 
 // MaxDistributedCells bounds the (group, bin) cells of all histograms with

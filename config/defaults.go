@@ -139,6 +139,7 @@ func (c *Config) ApplyDefaults() {
 			c.Kafka.Distributed.CreateTopics = true
 		}
 		str(&c.State.LedgerTopic, "state.ledger_topic", c.Kafka.Distributed.Prefix(c.Kafka.GroupID)+"ledger")
+		dur(&c.Kafka.Distributed.TransactionTimeout, "kafka.distributed.transaction_timeout", DefaultTransactionTimeout)
 	}
 
 	str(&c.Log.Format, "log.format", DefaultLogFormat)

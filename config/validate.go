@@ -662,6 +662,10 @@ func (k *checker) distributed() {
 	if d.ReplicationFactor < 0 {
 		k.add("kafka.distributed.replication_factor", "must be 0 (min(3, brokers)) or positive")
 	}
+	if t := d.TransactionTimeout.D(); t != 0 && (t < MinTransactionTimeout || t > MaxTransactionTimeout) {
+		k.add("kafka.distributed.transaction_timeout", "must be from %v to %v (the broker's transaction.max.timeout.ms default), got %v",
+			MinTransactionTimeout, MaxTransactionTimeout, t)
+	}
 	if k.c.State.Ledger != LedgerKafka {
 		k.add("kafka.distributed", "needs state.ledger: kafka (the release log must move with the releasing instance, to any machine)")
 	}

@@ -198,6 +198,9 @@ func TestValidateRules(t *testing.T) {
 		{"distributed partitioner", func(c *Config) { dist(c); c.Kafka.Distributed.Partitioner = "crc32" }, "kafka.distributed.partitioner", "must be one of murmur2, fnv1a"},
 		{"distributed prefix", func(c *Config) { dist(c); c.Kafka.Distributed.InternalTopicPrefix = "a b" }, "kafka.distributed.internal_topic_prefix", "not a valid Kafka topic name"},
 		{"distributed replication", func(c *Config) { dist(c); c.Kafka.Distributed.ReplicationFactor = -1 }, "kafka.distributed.replication_factor", "must be 0"},
+		{"distributed txn timeout short", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(500 * time.Millisecond) }, "kafka.distributed.transaction_timeout", "must be from 1s to 15m0s"},
+		{"distributed txn timeout long", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(time.Hour) }, "kafka.distributed.transaction_timeout", "got 1h0m0s"},
+		{"distributed txn timeout negative", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(-time.Second) }, "kafka.distributed.transaction_timeout", "must be from"},
 		{"distributed topic clash", func(c *Config) { dist(c); c.Kafka.OutputTopic = c.Kafka.PartialsTopic() }, "kafka.distributed.internal_topic_prefix", "must differ from kafka.output_topic"},
 		{"distributed average", func(c *Config) { dist(c); avg(c) }, "histograms[0].kind", "not supported with kafka.distributed"},
 		{"distributed histogram window", func(c *Config) { dist(c); c.Histograms[1].Window = Duration(time.Hour) }, "histograms[1].window", "not supported with kafka.distributed"},
@@ -431,6 +434,9 @@ privacy:
 	d := cfg.Kafka.Distributed
 	if d.Partitioner != PartitionerMurmur2 || !d.CreateTopics || cfg.State.LedgerTopic != "views.ledger" || cfg.Contribution.MaxTrackedUsers != 0 {
 		t.Errorf("defaults: %+v, ledger topic %q, max_tracked_users %d", d, cfg.State.LedgerTopic, cfg.Contribution.MaxTrackedUsers)
+	}
+	if d.TransactionTimeout != DefaultTransactionTimeout || d.Txn() != 10*time.Second || (Distributed{}).Txn() != 10*time.Second {
+		t.Errorf("transaction timeout default: %v, Txn %v", d.TransactionTimeout, d.Txn())
 	}
 	if cfg.Kafka.PartialsTopic() != "views.partials" || cfg.Kafka.ProgressTopic() != "views.progress" || cfg.Kafka.BoundTransactionalID(7) != "views.bound/7" || cfg.Kafka.ReleaseGroupID() != "views.release" {
 		t.Errorf("names: %s %s %s %s", cfg.Kafka.PartialsTopic(), cfg.Kafka.ProgressTopic(), cfg.Kafka.BoundTransactionalID(7), cfg.Kafka.ReleaseGroupID())

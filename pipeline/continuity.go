@@ -111,7 +111,8 @@ func (s *Stage) openKafkaLedger(ctx context.Context) (*kafkalog.Log, error) {
 	topic := s.cfg.State.LedgerTopic
 	id := config.LedgerTransactionalID(topic)
 	start := time.Now()
-	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: s.brokers, Topic: topic, TransactionalID: id, ClientOpts: s.kgo})
+	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: s.brokers, Topic: topic, TransactionalID: id, ClientOpts: s.kgo,
+		TransactionTimeout: s.cfg.Kafka.Distributed.Txn()})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline: open the release log on topic %q: %w", topic, err)
 	}

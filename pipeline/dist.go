@@ -75,8 +75,10 @@ func (s *Stage) runDistributed(ctx context.Context) error {
 	}
 	// Readiness in this mode: state_loaded once the internal topics are
 	// there, assigned while the bounder has input partitions, connected as
-	// in single mode. A replica with no partition (more replicas than
-	// partitions) is a standby and not ready, as a single-mode standby.
+	// in single mode. A replica the bounders' group gave no partition
+	// (more replicas than partitions) is a standby, and ready: it does its
+	// job by waiting to take partitions or the release over, and a
+	// PodDisruptionBudget must be able to drain it.
 	s.ready.stateLoaded.Store(true)
 	defer s.ready.draining.Store(true)
 	context.AfterFunc(ctx, func() { s.ready.draining.Store(true) })

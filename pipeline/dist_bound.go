@@ -152,7 +152,10 @@ func (s *Stage) runBounders(ctx context.Context) error {
 		kgo.RebalanceTimeout(s.cfg.Kafka.Rebalance().D()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.assigned(m[b.topic]) }),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { b.revoked(m[b.topic]) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.ready.standby.Store(false) // out of the group until it rejoins
+			b.revoked(m[b.topic])
+		}),
 	})...)
 	if err != nil {
 		return fmt.Errorf("pipeline: bounder group client: %w", err)
@@ -219,6 +222,7 @@ func (b *bounder) assigned(parts []int32) {
 		}()
 	}
 	b.s.ready.assigned.Store(len(b.workers) > 0)
+	b.s.ready.standby.Store(len(b.workers) == 0) // kgo calls this at every join, also with nothing assigned
 	b.s.log.Info("bounder assigned partitions", zap.Int32s("partitions", parts))
 }
 
@@ -272,6 +276,11 @@ func (b *bounder) supervise(ctx context.Context, p int) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, kafkapartial.ErrTimedOut) { // no newer owner: restore the committed progress and go on at once
+			b.s.log.Warn("bounder of input partition: a transaction outlived kafka.distributed.transaction_timeout and the broker aborted it; restarting from the committed progress",
+				zap.Int("partition", p), zap.Error(err))
+			continue
+		}
 		if !errors.Is(err, kafkapartial.ErrFenced) {
 			if err == nil {
 				err = errors.New("worker ended")
@@ -310,6 +319,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	w, err := kafkapartial.OpenWriter(ctx, kafkapartial.WriterConfig{
 		Brokers: s.brokers, PartialsTopic: cfg.Kafka.PartialsTopic(), ProgressTopic: cfg.Kafka.ProgressTopic(),
 		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p), ClientOpts: s.kgo,
+		TransactionTimeout: cfg.Kafka.Distributed.Txn(),
 	})
 	if err != nil {
 		return err
@@ -322,8 +332,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	st := &boundState{p: p, n: n, adm: map[string]int64{}}
 	if pr := rs.Progress; pr != nil {
 		if pr.Partitions != n {
-			return fmt.Errorf("%w: the input topic has %d partitions, partition %d was bounded among %d: users moved between partitions and would be bounded twice; "+
-				"the partition count of the input topic must not change in distributed mode (v1)", ErrConfigChanged, n, p, pr.Partitions)
+			return s.partitionsChanged(p, pr.Partitions, n) // dist_partitions.go
 		}
 		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
 		// A progress of an older bounder has no first window (0): its
@@ -343,8 +352,8 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 			return err
 		}
 		st.first = st.next
-		if st.offset, _, err = kafkapartial.Offsets(ctx, b.cl, b.topic, int32(p)); err != nil {
-			return fmt.Errorf("earliest offset of input partition %d: %w", p, err)
+		if st.offset, err = s.firstOffset(ctx, b.cl, b.topic, p, st.next); err != nil { // dist_first.go
+			return err
 		}
 		// s.userKey is read only when a test set it (Options.HashKey): the
 		// releaser's attach sets it concurrently otherwise.
@@ -475,8 +484,7 @@ func (b *bounder) emitLoop(ctx context.Context, sess *session, st *boundState, w
 		if now := time.Now(); now.After(recount) {
 			recount = now.Add(time.Second)
 			if m, err := pc.Count(ctx); err == nil && m != st.n {
-				return fmt.Errorf("%w: input partition count changed from %d to %d within a budget period; users moved between partitions and would be bounded twice: "+
-					"the distributed mode (v1) refuses partition count changes while running", ErrConfigChanged, st.n, m)
+				return s.partitionsChanged(st.p, st.n, m)
 			}
 		}
 		if !s.arrival {

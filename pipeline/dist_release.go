@@ -228,6 +228,12 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.checkPartialsLoss(either, r); err != nil && either.Err() == nil {
 		s.log.Warn("releaser: could not compare the release group's committed offset with the partials topic (data loss check skipped; a lost partial still holds its window)", zap.Error(err))
 	}
+	lsoDone := make(chan struct{})
+	go func() { // owner: lead; ends with either
+		defer close(lsoDone)
+		s.watchPartialsLSO(either, r.Client())
+	}()
+	defer func() { cancel(); <-lsoDone }()
 	s.log.Info("releaser: active", zap.Int("input_partitions", n), zap.String("resume_window", release.RFC3339(resume)))
 	// attach pruned behind the last recorded window (pruneRunning)
 	prunedFrom := resume - s.sizeMs
@@ -448,6 +454,9 @@ func (s *Stage) ensureInternalTopics(ctx context.Context) error {
 			s.log.Info("internal topics ready", zap.Int("input_partitions", n), zap.String("partials", t.Partials),
 				zap.String("progress", t.Progress), zap.String("ledger", t.Ledger))
 			return nil
+		}
+		if pe := (*kafkapartial.InputPartitionsChangedError)(nil); errors.As(err, &pe) {
+			return s.partitionsChanged(-1, pe.Was, pe.Now)
 		}
 		if errors.Is(err, kafkapartial.ErrTopicConfig) || ctx.Err() != nil {
 			return fmt.Errorf("pipeline: %w", err)

@@ -50,6 +50,15 @@ type Stats struct {
 	// ErrDataLoss).
 	PartialGaps      atomic.Int64
 	PartialsDataLoss atomic.Int64
+	// PartialsLSOHeldMs (gauge) is how long, in ms, the partials topic's
+	// last stable offset has been held below its high watermark by an
+	// open transaction; PartialsLSOHolds counts the holds longer than
+	// kafka.distributed.transaction_timeout (watchPartialsLSO).
+	PartialsLSOHeldMs, PartialsLSOHolds atomic.Int64
+	// FirstStartSkipped counts the input records a fresh input partition
+	// did not read because they are older than its first window allows
+	// (firstOffset; window.watermark arrival).
+	FirstStartSkipped atomic.Int64
 
 	// dropped counts drops by reason (decode reasons, the window rule's,
 	// bounding outcomes); a reason is "seen" once its count is above 0.

@@ -12,6 +12,9 @@ type readiness struct {
 	connected   atomic.Bool
 	assigned    atomic.Bool
 	draining    atomic.Bool
+	// standby: distributed mode, a member of the bounders' group that the
+	// group gave no input partition (more replicas than partitions).
+	standby atomic.Bool
 	// releasing: this instance holds the release log and releases
 	// (always with the single-process mode once the state is loaded; in
 	// the distributed mode only on the one active releaser).
@@ -31,6 +34,12 @@ type Readiness struct {
 	Connected   bool `json:"connected"`
 	Assigned    bool `json:"assigned"`
 	Draining    bool `json:"draining"`
+	// Standby (distributed mode): a member of the bounders' group that
+	// the group gave no input partition, because there are more replicas
+	// than input partitions. It is doing its job — waiting to take
+	// partitions or the release over — so it counts as assigned for Ready
+	// (a PodDisruptionBudget can then drain it).
+	Standby bool `json:"standby"`
 	// Releasing: this instance holds the release log (distributed mode:
 	// the one active releaser). Not a condition of Ready.
 	Releasing bool `json:"releasing"`
@@ -47,7 +56,7 @@ type Readiness struct {
 
 // Ready reports whether the stage is doing its job.
 func (r Readiness) Ready() bool {
-	return r.StateLoaded && r.Connected && r.Assigned && !r.Draining && !r.PartialsGap && !r.PartialsLost
+	return r.StateLoaded && r.Connected && (r.Assigned || r.Standby) && !r.Draining && !r.PartialsGap && !r.PartialsLost
 }
 
 // Readiness returns the current readiness conditions.
@@ -57,6 +66,7 @@ func (s *Stage) Readiness() Readiness {
 		Connected:   s.ready.connected.Load(),
 		Assigned:    s.ready.assigned.Load(),
 		Draining:    s.ready.draining.Load(),
+		Standby:     s.ready.standby.Load(),
 		Releasing:   s.ready.releasing.Load(),
 
 		PartialsGap:  s.ready.partialsGap.Load(),

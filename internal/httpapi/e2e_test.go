@@ -273,7 +273,7 @@ func TestReadinessTransitions(t *testing.T) {
 		code, _, b := e.get("/readyz", "")
 		var v body
 		e2e.DecodeJSON(t, b, &v)
-		checkKeys(t, "/readyz", b, map[string]bool{"ready": true, "state_loaded": true, "connected": true, "assigned": true, "draining": true, "releasing": true})
+		checkKeys(t, "/readyz", b, map[string]bool{"ready": true, "state_loaded": true, "connected": true, "assigned": true, "draining": true, "standby": true, "releasing": true})
 		return code, v
 	}
 	if code, v := read(); code != http.StatusServiceUnavailable || v.Ready || v.StateLoaded || v.Connected {

@@ -51,6 +51,9 @@ const (
 	MetricPartials            = "dpstage_partials_total"
 	MetricLatePartialCounts   = "dpstage_late_partial_contributions_total"
 	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
+	MetricPartialsLSOHeld     = "dpstage_partials_lso_held_seconds"
+	MetricPartialsLSOHolds    = "dpstage_partials_lso_held_too_long_total"
+	MetricFirstStartSkipped   = "dpstage_first_start_skipped_records_total"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
@@ -88,6 +91,7 @@ type stageCollector struct {
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 	partials, latePart, idleParts                                 *prometheus.Desc
 	gaps, dataLoss                                                *prometheus.Desc
+	lsoHeld, lsoHolds, firstSkip                                  *prometheus.Desc
 }
 
 // MetricBrokerTimeRegressions counts broker-time regressions per input
@@ -130,7 +134,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		charges:     d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
 		lag:         d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
 		ready:       d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
-		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining; distributed mode: partials_gap, partials_lost) and whether this instance releases (releasing): 1 when true.", "condition"),
+		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining, standby: a distributed replica with no input partition, ready; distributed mode: partials_gap, partials_lost) and whether this instance releases (releasing): 1 when true.", "condition"),
 		info:        d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
 		alpha:       d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
 		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
@@ -141,6 +145,9 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
 		gaps:        d(MetricPartialGaps, "Distributed mode, releasing instance: source partitions whose partial of the held window is missing for good (lost on the partials topic, or the partition was counted from a later window): the window is not released; see the releaser's error log."),
 		dataLoss:    d(MetricPartialDataLoss, "Distributed mode, releasing instance: data losses detected on the partials topic (records deleted or the topic recreated past the release group's committed offset)."),
+		lsoHeld:     d(MetricPartialsLSOHeld, "Distributed mode, releasing instance: how long an open transaction has held the partials topic's last stable offset (and every release) below its high watermark."),
+		firstSkip:   d(MetricFirstStartSkipped, "Distributed mode, window.watermark arrival: input records a fresh input partition did not read because they are older than its first window minus events.max_future (they could not count)."),
+		lsoHolds:    d(MetricPartialsLSOHolds, "Distributed mode, releasing instance: holds of the partials topic's last stable offset longer than kafka.distributed.transaction_timeout (a hanging bounder transaction)."),
 		rdp:         d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
 	}
 }
@@ -148,7 +155,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.lsoHeld, c.lsoHolds, c.firstSkip} {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
@@ -171,6 +178,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.condition, b2f(rd.Connected), "connected")
 	gauge(c.condition, b2f(rd.Assigned), "assigned")
 	gauge(c.condition, b2f(rd.Draining), "draining")
+	gauge(c.condition, b2f(rd.Standby), "standby")
 	gauge(c.condition, b2f(rd.Releasing), "releasing")
 	if c.distributed {
 		gauge(c.condition, b2f(rd.PartialsGap), "partials_gap")
@@ -198,6 +206,9 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
 		gauge(c.gaps, float64(st.PartialGaps.Load()))
 		counter(c.dataLoss, st.PartialsDataLoss.Load())
+		gauge(c.lsoHeld, float64(st.PartialsLSOHeldMs.Load())/1000)
+		counter(c.lsoHolds, st.PartialsLSOHolds.Load())
+		counter(c.firstSkip, st.FirstStartSkipped.Load())
 	}
 	// Every reason is exported from the start (at 0), so that rates exist
 	// before the first drop: bounding outcomes under the bounded metric,

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dpstage/stage/budget"
@@ -92,7 +91,7 @@ type Log struct {
 	// open on cl, and state changes are applied in commit order.
 	mu   sync.Mutex
 	st   *state
-	dead error // non-nil: every call returns it (ErrFenced, ErrUnusable, ErrClosed)
+	dead error // non-nil: every call returns it (ErrFenced, ErrTimedOut, ErrUnusable, ErrClosed)
 
 	// beforeCommit, when set (tests), runs inside every transaction after
 	// its records were acknowledged and before the commit.
@@ -215,11 +214,15 @@ func (l *Log) transact(ctx context.Context, recs []*kgo.Record) error {
 	for _, r := range recs {
 		r.Topic, r.Partition = l.cfg.Topic, l.cfg.Partition
 	}
+	st := txnStart{at: time.Now()}
+	if id, epoch, err := l.cl.ProducerID(ctx); err == nil {
+		st.id, st.epoch, st.known = id, epoch, true
+	}
 	if err := l.cl.BeginTransaction(); err != nil {
-		return l.fail(ctx, fmt.Errorf("begin transaction: %w", err), false)
+		return l.fail(ctx, txnStart{}, fmt.Errorf("begin transaction: %w", err), false)
 	}
 	if err := l.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return l.fail(ctx, fmt.Errorf("produce: %w", err), true)
+		return l.fail(ctx, st, fmt.Errorf("produce: %w", err), true)
 	}
 	if l.beforeCommit != nil {
 		l.beforeCommit()
@@ -231,31 +234,34 @@ func (l *Log) transact(ctx context.Context, recs []*kgo.Record) error {
 		// and so fences a newer owner that opened meanwhile (review of
 		// issue #14). The transaction, if still open, is aborted by the
 		// next owner's InitProducerID or by the transaction timeout.
-		return l.fail(ctx, fmt.Errorf("commit: %w", err), false)
+		return l.fail(ctx, st, fmt.Errorf("commit: %w", err), false)
 	}
 	return nil
 }
 
 // fail tries to abort the open transaction (inTxn), so that a crashed-looking
 // owner does not hold the last stable offset back, and kills the Log: its
-// memory may no longer match the committed log. l.mu held.
-func (l *Log) fail(ctx context.Context, err error, inTxn bool) error {
+// memory may no longer match the committed log. The failure of the
+// transaction started at st is classified (classifyTxn) before the abort,
+// which may re-initialise the producer id. l.mu held.
+func (l *Log) fail(ctx context.Context, st txnStart, err error, inTxn bool) error {
+	classified := l.classifyTxn(ctx, st, err)
 	if inTxn {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		aerr := l.cl.EndTransaction(actx, kgo.TryAbort)
 		cancel()
 		if aerr != nil {
-			err = fmt.Errorf("%w (abort: %w)", err, aerr)
+			classified = fmt.Errorf("%w (abort: %w)", classified, aerr)
 		}
 	}
-	l.dead = l.classify(err)
+	l.dead = classified
 	return l.dead
 }
 
 // classify wraps err in ErrFenced when the broker refused the producer's
 // epoch, ErrUnusable otherwise.
 func (l *Log) classify(err error) error {
-	if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+	if epochRefused(err) {
 		return fmt.Errorf("%w (transactional id %q): %w", ErrFenced, l.cfg.TransactionalID, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnusable, err)

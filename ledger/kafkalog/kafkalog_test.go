@@ -533,8 +533,10 @@ func TestTransactionOutlivesTimeout(t *testing.T) {
 	a.beforeCommit = func() { time.Sleep(2 * cfg.TransactionTimeout) }
 	err = a.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", minute, 0.5, "paused")}, curve(1, 2))
 	t.Logf("paused RecordWindow: %v", err)
-	if !errors.Is(err, ErrFenced) && !errors.Is(err, ErrUnusable) {
-		t.Fatalf("paused RecordWindow: got %v, want ErrFenced or ErrUnusable", err)
+	// Reported as the timeout it is, not as a newer owner's fence (issue
+	// 22 item 2): nobody else opened the log.
+	if !errors.Is(err, ErrTimedOut) || errors.Is(err, ErrFenced) {
+		t.Fatalf("paused RecordWindow: got %v, want ErrTimedOut (not ErrFenced)", err)
 	}
 	if _, _, err := a.Lookup("pages", 0); err == nil {
 		t.Fatal("the Log is still usable after its transaction was aborted")
@@ -617,4 +619,34 @@ func covered(h string, w int64, key string) *ledger.Unit {
 func long(u *ledger.Unit, end int64) *ledger.Unit {
 	u.WindowEnd = end
 	return u
+}
+
+// TestTimedOutThenTakenOver: the owner pauses inside a transaction past
+// its timeout and a newer owner opens the log meanwhile. Its commit fails
+// as fenced (ErrFenced: a newer owner exists), not as a timeout, although
+// the transaction outlived its timeout (classifyTxn asks the coordinator).
+func TestTimedOutThenTakenOver(t *testing.T) {
+	c := newCluster(t)
+	cfg := testConfig(c)
+	cfg.TransactionTimeout = time.Second
+	a, err := Open(ctxT(t), cfg)
+	must(t, err)
+	defer a.Close()
+	var b *Log
+	a.beforeCommit = func() {
+		time.Sleep(cfg.TransactionTimeout + 500*time.Millisecond)
+		var err error
+		if b, err = Open(ctxT(t), cfg); err != nil {
+			t.Errorf("open B: %v", err)
+		}
+	}
+	err = a.RecordWindow(ctxT(t), []*ledger.Unit{released("pages", 0, 0.5, "paused")}, curve(0.5, 1))
+	t.Logf("paused, taken over: %v", err)
+	if b == nil {
+		t.Fatal("B did not open")
+	}
+	defer b.Close()
+	if !errors.Is(err, ErrFenced) || errors.Is(err, ErrTimedOut) {
+		t.Fatalf("got %v, want ErrFenced (not ErrTimedOut)", err)
+	}
 }

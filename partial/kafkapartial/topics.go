@@ -19,6 +19,20 @@ import (
 // mode cannot run on; the message says what to change.
 var ErrTopicConfig = errors.New("kafkapartial: internal topic misconfigured")
 
+// InputPartitionsChangedError: the input topic has more partitions than
+// the progress topic, which was created with the input's count: partitions
+// were added to the input topic. It wraps ErrTopicConfig.
+type InputPartitionsChangedError struct {
+	Progress string // the progress topic
+	Was, Now int    // its partition count, the input topic's
+}
+
+func (e *InputPartitionsChangedError) Error() string {
+	return fmt.Sprintf("%v: the input topic has %d partitions, the progress topic %q %d: partitions were added to the input topic", ErrTopicConfig, e.Now, e.Progress, e.Was)
+}
+
+func (e *InputPartitionsChangedError) Unwrap() error { return ErrTopicConfig }
+
 // ErrNoInput: the input topic does not exist (yet). The progress topic's
 // partition count is the input topic's, so nothing is created before it
 // exists; the caller waits and retries.
@@ -219,6 +233,9 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicS
 	if n != s.partitions {
 		why := "one partition: one releaser, one budget book"
 		if s.role == "progress" {
+			if n < s.partitions {
+				return &InputPartitionsChangedError{Progress: s.name, Was: n, Now: s.partitions}
+			}
 			why = "one partition per input partition"
 		}
 		return fmt.Errorf("%w: the %s topic %q has %d partitions, it needs %d (%s): delete and recreate it, or choose another kafka.distributed.internal_topic_prefix",

@@ -199,12 +199,16 @@ func (w *Writer) transact(ctx context.Context, recs []*kgo.Record) error {
 	if w.dead != nil {
 		return w.dead
 	}
+	st := txnStart{at: time.Now()}
+	if id, epoch, err := w.cl.ProducerID(ctx); err == nil {
+		st.id, st.epoch, st.known = id, epoch, true
+	}
 	if err := w.cl.BeginTransaction(); err != nil {
-		return w.fail(ctx, fmt.Errorf("begin transaction: %w", err))
+		return w.fail(ctx, txnStart{}, fmt.Errorf("begin transaction: %w", err))
 	}
 	w.open = true
 	if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return w.fail(ctx, fmt.Errorf("produce: %w", err))
+		return w.fail(ctx, st, fmt.Errorf("produce: %w", err))
 	}
 	if w.beforeCommit != nil {
 		w.beforeCommit()
@@ -215,20 +219,23 @@ func (w *Writer) transact(ctx context.Context, recs []*kgo.Record) error {
 	// open is aborted by the next owner's InitProducerID or its timeout.
 	w.open = false
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return w.fail(ctx, fmt.Errorf("commit: %w", err))
+		return w.fail(ctx, st, fmt.Errorf("commit: %w", err))
 	}
 	return nil
 }
 
 // fail aborts the open transaction (when no commit was attempted) and
-// kills the Writer (w.mu held).
-func (w *Writer) fail(ctx context.Context, err error) error {
+// kills the Writer (w.mu held). The failure of the transaction started at
+// st is classified (classifyTxn) before the abort, which may re-initialise
+// the producer id.
+func (w *Writer) fail(ctx context.Context, st txnStart, err error) error {
+	classified := w.classifyTxn(ctx, st, err)
 	if w.open {
 		if aerr := w.abort(ctx); aerr != nil {
-			err = fmt.Errorf("%w (abort: %w)", err, aerr)
+			classified = fmt.Errorf("%w (abort: %w)", classified, aerr)
 		}
 	}
-	w.dead = w.classify(err)
+	w.dead = classified
 	return w.dead
 }
 

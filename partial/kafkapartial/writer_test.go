@@ -293,3 +293,63 @@ func TestWriterMarkIdle(t *testing.T) {
 		t.Errorf("read %q, want %q", got, want)
 	}
 }
+
+// TestWriterTimedOut: a bounder paused inside a transaction past its
+// transaction timeout, with no newer owner, fails as ErrTimedOut (issue
+// 22 item 2: a timeout reported as a timeout), not as fenced; a new Writer
+// of the partition restores the progress committed before and goes on.
+// Paused past the timeout while a newer owner opens, it is fenced.
+func TestWriterTimedOut(t *testing.T) {
+	for _, takeover := range []bool{false, true} {
+		t.Run(fmt.Sprintf("takeover=%v", takeover), func(t *testing.T) {
+			c := newCluster(t, 1)
+			cfg := writerConfig(c, 0)
+			cfg.TransactionTimeout = time.Second
+			w, err := OpenWriter(ctxT(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if err := w.Emit(ctxT(t), emission(0, 0, 1)); err != nil {
+				t.Fatal(err)
+			}
+			var b *Writer
+			w.beforeCommit = func() {
+				time.Sleep(cfg.TransactionTimeout + 500*time.Millisecond)
+				if takeover {
+					var err error
+					if b, err = OpenWriter(ctxT(t), cfg); err != nil {
+						t.Errorf("open the newer owner: %v", err)
+					}
+				}
+			}
+			err = w.Emit(ctxT(t), emission(0, minute, 2))
+			t.Logf("paused past the timeout: %v", err)
+			if takeover {
+				if b == nil {
+					t.Fatal("no newer owner")
+				}
+				defer b.Close()
+				if !errors.Is(err, ErrFenced) || errors.Is(err, ErrTimedOut) {
+					t.Fatalf("got %v, want ErrFenced (not ErrTimedOut)", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrTimedOut) || errors.Is(err, ErrFenced) {
+				t.Fatalf("got %v, want ErrTimedOut (not ErrFenced)", err)
+			}
+			again, err := OpenWriter(ctxT(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer again.Close()
+			rs, err := again.Restore(ctxT(t))
+			if err != nil || rs.Progress == nil || rs.Progress.Next != minute {
+				t.Fatalf("restored %+v, %v: want the progress of the window committed before (next %d)", rs, err, minute)
+			}
+			if err := again.Emit(ctxT(t), emission(0, minute, 2)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
