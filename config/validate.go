@@ -682,9 +682,8 @@ func (k *checker) distributed() {
 			k.add(p+".window", "a histogram's own window is not supported with kafka.distributed yet")
 		}
 	}
-	if k.c.Contribution.MaxTrackedUsers > 0 {
-		k.add("contribution.max_tracked_users", "is not supported with kafka.distributed yet (the cap would hold per partition, not per window)")
-	}
+	// contribution.max_tracked_users holds per (window, input partition)
+	// here: plan/distcap.go.
 	// A partial carries every non-zero (histogram, group, bin) count of its
 	// window: at most ~24 bytes of JSON each, under Kafka's default 1 MB
 	// record limit.

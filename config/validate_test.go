@@ -208,7 +208,6 @@ func TestValidateRules(t *testing.T) {
 				c.Histograms[1].Groups[i] = fmt.Sprintf("g%d", i)
 			}
 		}, "histograms", "more than the 35000 one partial record"},
-		{"distributed tracked users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }, "contribution.max_tracked_users", "not supported with kafka.distributed"},
 		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", `must be one of json, console, got "text"`},
 		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", "must be one of debug, info, warn, error"},
 		// generator
@@ -288,6 +287,7 @@ func TestValidateAccepts(t *testing.T) {
 			c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u", Password: "p"}
 		}},
 		{"distributed with the window bound", func(c *Config) { dist(c); c.Contribution.MaxWindowsPerUser = 5 }},
+		{"distributed with max_tracked_users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }},
 		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
 		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},

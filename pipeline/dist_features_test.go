@@ -1,0 +1,174 @@
+package pipeline_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/release"
+)
+
+// Issue 22 item 3: every feature on N replicas. Each test runs the same
+// stream and assertions in the single-process and the distributed mode
+// (two stages sharing the input's partitions), over a Kafka release log,
+// with 2 s windows on the wall clock (watermark arrival) and the
+// near-noiseless Gaussian (exact counts).
+
+const featSize, featLateness = 2 * time.Second, 300 * time.Millisecond
+
+// featureModes are the modes a feature test runs in.
+var featureModes = []struct {
+	name        string
+	distributed bool
+}{{"single", false}, {"distributed", true}}
+
+// featureConfig is distRunConfig in the given mode, mutated by f, and
+// validated.
+func featureConfig(t *testing.T, h *e2e.Harness, distributed bool, f func(*config.Config)) *config.Config {
+	t.Helper()
+	cfg := distRunConfig(t, h, featSize, featLateness)
+	if !distributed {
+		single(cfg)
+	}
+	if f != nil {
+		f(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !distributed {
+		ensureLedgerTopic(t, h, cfg)
+	}
+	return cfg
+}
+
+// startFeature starts the mode's stages (two in the distributed mode) and
+// waits for their groups to settle.
+func startFeature(t *testing.T, h *e2e.Harness, cfg *config.Config) []*e2e.Running {
+	t.Helper()
+	rs := []*e2e.Running{h.Start(cfg)}
+	if cfg.Kafka.Distributed.Enabled {
+		rs = append(rs, h.Start(cfg))
+	}
+	time.Sleep(2 * time.Second) // the groups settle
+	return rs
+}
+
+// nextWindow waits until the next window (of size) starts and returns its
+// start.
+func nextWindow(size time.Duration) time.Time {
+	at := time.Now().Truncate(size).Add(size)
+	e2e.WaitPast(at.Add(50 * time.Millisecond))
+	return at
+}
+
+// releasesOf reads the output until every release of keys came (60 s at
+// most) and indexes the releases by e2e.ReleaseKey; a release published
+// twice with other values fails.
+func releasesOf(t *testing.T, h *e2e.Harness, keys []string) map[string]release.Release {
+	t.Helper()
+	got := map[string]release.Release{}
+	e2e.WaitFor(t, "the window's releases", 60*time.Second, func() bool {
+		out := h.ReadOutput(1, 2*time.Second, 500*time.Millisecond)
+		for _, r := range out.Releases {
+			got[e2e.ReleaseKey(r)] = r
+		}
+		for id, copies := range out.Raw {
+			for _, c := range copies[1:] {
+				if c != copies[0] {
+					t.Errorf("release %s republished with different values", id)
+				}
+			}
+		}
+		for _, k := range keys {
+			if _, ok := got[k]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	return got
+}
+
+// windowKeys are the release keys of the harness's pages and devices
+// histograms in window w.
+func windowKeys(w time.Time) []string {
+	ks := []string{e2e.Key("devices", "*", w)}
+	for _, g := range e2e.Groups {
+		ks = append(ks, e2e.Key("pages", g, w))
+	}
+	return ks
+}
+
+// byPartition splits evs by their user's input partition (murmur2 over
+// distParts, as produceKeyed writes them).
+func byPartition(evs []e2e.Event) [][]e2e.Event {
+	out := make([][]e2e.Event, distParts)
+	for _, e := range evs {
+		p := e2e.Murmur2Partition(e.User, distParts)
+		out[p] = append(out[p], e)
+	}
+	return out
+}
+
+// addTruth adds b's counts into a.
+func addTruth(a, b e2e.Truth) {
+	for k, v := range b {
+		if a[k] == nil {
+			a[k] = make([]float64, len(v))
+		}
+		for i, x := range v {
+			a[k][i] += x
+		}
+	}
+}
+
+// TestFeatureTrackedUsersCap: contribution.max_tracked_users = 4 over a
+// window of 60 users. The single-process mode tracks the window's 4
+// smallest keyed user hashes; the distributed mode caps each input
+// partition's bounder (plan/distcap.go): the 4 smallest of each
+// partition's users. Every release of the window is exactly that bounded
+// count, and the cap binds (the uncapped counts differ).
+func TestFeatureTrackedUsersCap(t *testing.T) {
+	const capUsers = 4
+	for _, mode := range featureModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h := e2e.New(t)
+			h.Watermark = config.WatermarkArrival
+			cfg := featureConfig(t, h, mode.distributed, func(c *config.Config) { c.Contribution.MaxTrackedUsers = capUsers })
+			startFeature(t, h, cfg)
+			w := nextWindow(featSize)
+			evs := e2e.StreamFrom(w.Add(50*time.Millisecond), featSize/2, 1, 60)
+			produceKeyed(t, h, evs)
+			tr := e2e.Truth{}
+			if mode.distributed {
+				for _, pe := range byPartition(evs) {
+					addTruth(tr, e2e.ComputeTruthIn(pe, featSize, 1, 1, capUsers))
+				}
+			} else {
+				tr = e2e.ComputeTruthIn(evs, featSize, 1, 1, capUsers)
+			}
+			free := e2e.ComputeTruthIn(evs, featSize, 1, 1, 0)
+			e2e.WaitPast(w.Add(featSize + featLateness + 500*time.Millisecond))
+			got := releasesOf(t, h, windowKeys(w))
+			binds := false
+			for _, k := range windowKeys(w) {
+				e2e.CheckExact(t, k, got[k], tr[k])
+				if sum(tr[k]) != sum(free[k]) {
+					binds = true
+				}
+			}
+			if !binds {
+				t.Fatal("the cap does not bind on this stream: the test could not tell")
+			}
+		})
+	}
+}
+
+func sum(v []float64) (n float64) {
+	for _, x := range v {
+		n += x
+	}
+	return n
+}
