@@ -678,9 +678,6 @@ func (k *checker) distributed() {
 		if h.IsAverage() {
 			k.add(p+".kind", "average histograms are not supported with kafka.distributed yet (their users cap selects among all users of a window, across partitions)")
 		}
-		if h.Window != 0 {
-			k.add(p+".window", "a histogram's own window is not supported with kafka.distributed yet")
-		}
 	}
 	// contribution.max_tracked_users holds per (window, input partition)
 	// here: plan/distcap.go.

@@ -369,7 +369,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		parts:       []int{p},
 		trackers:    map[int]*source.OffsetTracker{p: source.NewOffsetTracker(st.offset)},
 		sets:        sets,
-		first:       st.next,
+		first:       countFrom(cfg, st),
 		next:        st.next,
 		userKey:     &st.key,
 		partitioner: part,
@@ -580,6 +580,9 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	}
 	var dst []float64
 	for h, hc := range s.cfg.Histograms {
+		if !endsAt(s, h, end) {
+			continue // its own window (histograms[].window) is still open: dist_features.go
+		}
 		for g := range max(1, len(hc.Groups)) {
 			dst = counts.Counts(h, g, dst[:0])
 			for _, c := range dst {

@@ -1,6 +1,8 @@
 package pipeline_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -171,4 +173,97 @@ func sum(v []float64) (n float64) {
 		n += x
 	}
 	return n
+}
+
+// TestFeatureHistogramWindow: a 4-second histogram of its own
+// (histograms[].window) beside the 1-second base windows, counted with
+// max_events_per_user 1 per its own window (the stream's users come back
+// in several base windows of one long window, so the long bound binds).
+// Events come in four base windows from a long window's start; in the
+// third, after the second was emitted and released, one stage stops (single: a new one starts; distributed: the
+// other stage takes its partitions over, and perhaps the release log),
+// while the long window is open. Every base and long window is released
+// once, exactly its bounded counts: the new owners re-read the open long
+// window's earlier events and count them into it only.
+func TestFeatureHistogramWindow(t *testing.T) {
+	const base, long = time.Second, 4 * time.Second
+	for _, mode := range featureModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h := e2e.New(t)
+			h.Watermark = config.WatermarkArrival
+			cfg := featureConfig(t, h, mode.distributed, func(c *config.Config) {
+				c.Window.Size = config.Duration(base)
+				c.Window.AllowedLateness = config.Duration(completeLateness)
+				for _, hc := range c.Histograms {
+					if hc.Name == "devices" {
+						hc.Name, hc.Window = "devices4", config.Duration(long)
+						c.Histograms = append(c.Histograms, hc)
+						break
+					}
+				}
+			})
+			stages := startFeature(t, h, cfg)
+			var evs []e2e.Event
+			w0 := nextWindow(long)
+			var last time.Time
+			for i := range 4 {
+				b := w0
+				if i > 0 {
+					b = nextWindow(base)
+				}
+				batch := e2e.StreamFrom(b.Add(50*time.Millisecond), base/2, 1, 24)
+				for j := range batch {
+					// Users of window 0 come back in window 2, of 1 in 3,
+					// on the other device; a quarter come only once.
+					batch[j].User = fmt.Sprintf("%s-%d", batch[j].User, i%2)
+					if j%4 == 0 {
+						batch[j].User = fmt.Sprintf("once-%d-%d", i, j)
+					}
+					if i >= 2 {
+						batch[j].Device = e2e.Devices[1-slices.Index(e2e.Devices[:2], batch[j].Device)]
+					}
+				}
+				produceKeyed(t, h, batch)
+				evs, last = append(evs, batch...), b
+				if i == 2 {
+					// Base window 1 emitted (released), the long window
+					// open: the stage stops.
+					e2e.WaitPast(b.Add(completeLateness + 400*time.Millisecond))
+					stages[0].Cancel()
+					if !mode.distributed {
+						stages = append(stages, h.Start(cfg))
+					}
+				}
+			}
+			e2e.WaitPast(last.Add(base + completeLateness + 200*time.Millisecond))
+			tr := e2e.ComputeTruthIn(evs, base, 1, 1, 0)
+			trLong := e2e.ComputeTruthIn(evs, long, 1, 1, 0)
+			var keys []string
+			for b := w0; !b.After(last); b = b.Add(base) {
+				keys = append(keys, windowKeys(b)...)
+			}
+			for lw := w0; !lw.After(last); lw = lw.Add(long) {
+				k := e2e.Key("devices", "*", lw)
+				tr[e2e.Key("devices4", "*", lw)] = trLong[k]
+				keys = append(keys, e2e.Key("devices4", "*", lw))
+				var perBase float64
+				for b := lw; b.Before(lw.Add(long)); b = b.Add(base) {
+					perBase += sum(tr[e2e.Key("devices", "*", b)])
+				}
+				if !(sum(trLong[k]) < perBase) {
+					t.Fatalf("the long bound does not bind in %s: %v counted, %v in its base windows", lw, sum(trLong[k]), perBase)
+				}
+			}
+			got := releasesOf(t, h, keys)
+			for _, k := range keys {
+				e2e.CheckExact(t, k, got[k], tr[k])
+			}
+			for lw := w0; !lw.After(last); lw = lw.Add(long) {
+				r := got[e2e.Key("devices4", "*", lw)]
+				if we, err := time.Parse(time.RFC3339Nano, r.WindowEnd); err != nil || !we.Equal(lw.Add(long)) {
+					t.Errorf("devices4 release [%s, %s), want [%s, %s)", r.WindowStart, r.WindowEnd, lw.UTC().Format(time.RFC3339), lw.Add(long).UTC().Format(time.RFC3339))
+				}
+			}
+		})
+	}
 }
