@@ -199,7 +199,7 @@ func TestValidateRules(t *testing.T) {
 		{"distributed prefix", func(c *Config) { dist(c); c.Kafka.Distributed.InternalTopicPrefix = "a b" }, "kafka.distributed.internal_topic_prefix", "not a valid Kafka topic name"},
 		{"distributed replication", func(c *Config) { dist(c); c.Kafka.Distributed.ReplicationFactor = -1 }, "kafka.distributed.replication_factor", "must be 0"},
 		{"distributed topic clash", func(c *Config) { dist(c); c.Kafka.OutputTopic = c.Kafka.PartialsTopic() }, "kafka.distributed.internal_topic_prefix", "must differ from kafka.output_topic"},
-		{"distributed average", func(c *Config) { dist(c); avg(c) }, "histograms[0].kind", "not supported with kafka.distributed"},
+		{"distributed average users too many", func(c *Config) { dist(c); avg(c); c.Histograms[0].Average.Users = 10000 }, "histograms", "more than the 35000 one partial record"},
 		{"distributed too many cells", func(c *Config) {
 			dist(c)
 			c.Histograms[1].Groups = make([]string, 20000)
@@ -288,6 +288,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"distributed with the window bound", func(c *Config) { dist(c); c.Contribution.MaxWindowsPerUser = 5 }},
 		{"distributed with max_tracked_users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }},
 		{"distributed with histogram windows", func(c *Config) { dist(c); c.Histograms[1].Window = Duration(time.Hour) }},
+		{"distributed with an average histogram", func(c *Config) { dist(c); avg(c) }},
 		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
 		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},

@@ -583,6 +583,12 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 		if !endsAt(s, h, end) {
 			continue // its own window (histograms[].window) is still open: dist_features.go
 		}
+		if hc.IsAverage() {
+			if c := averageCell(counts, h); c != nil {
+				pt.Averages = append(pt.Averages, *c)
+			}
+			continue
+		}
 		for g := range max(1, len(hc.Groups)) {
 			dst = counts.Counts(h, g, dst[:0])
 			for _, c := range dst {

@@ -1,7 +1,12 @@
 package pipeline
 
 import (
+	"fmt"
+	"slices"
+
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/window"
 )
 
@@ -64,4 +69,140 @@ func countFrom(cfg *config.Config, st *boundState) int64 {
 		return first
 	}
 	return window.Start(first, longest)
+}
+
+// Average histograms (histograms[].kind: average) in the distributed mode:
+// a bounder's Partial carries, per average histogram whose window ends
+// with it, its partition's kept users (the average.users smallest hashes,
+// with their averaged vectors: partial.AverageCell); the releaser keeps
+// the average.users smallest of all partitions' and pads and averages
+// them (aggregate.MergeKept), which is the single-process mode's kept set
+// and mean (aggregate/average_merge.go). The merger knows counts only:
+// pendingAverages keeps the cells of the Partials it added, by window,
+// until the window is released.
+
+// averageCell is the partial.AverageCell of average histogram h (config
+// index) in the boundary's windows; nil when no user was kept.
+func averageCell(b *boundary, h int) *partial.AverageCell {
+	for _, c := range b.sets {
+		if c.avgs == nil || !slices.Contains(c.set.avgs, h) {
+			continue
+		}
+		kept := c.avgs.KeptUsers(h)
+		if len(kept) == 0 {
+			return nil
+		}
+		a := &partial.AverageCell{H: h}
+		for _, k := range kept {
+			a.Users = append(a.Users, k.User)
+			a.Vectors = append(a.Vectors, k.Vector)
+		}
+		return a
+	}
+	return nil
+}
+
+// pendingAverages holds the average cells of the Partials the merger
+// added, by window start and input partition, until their window is
+// released. Used by the lead's goroutine only.
+type pendingAverages struct {
+	hists map[int]aggregate.AverageHist // by config index
+	cfg   string                        // the releaser's counting config
+	byWin map[int64]map[int][]partial.AverageCell
+}
+
+func (s *Stage) newPendingAverages() *pendingAverages {
+	pa := &pendingAverages{hists: map[int]aggregate.AverageHist{}, cfg: s.countingConfig, byWin: map[int64]map[int][]partial.AverageCell{}}
+	for _, a := range AverageHists(s.cfg) {
+		pa.hists[a.Index] = a
+	}
+	return pa
+}
+
+// check refuses a Partial of the releaser's counting config whose average
+// cells do not fit the config's average histograms (a foreign Partial is
+// not merged: not checked).
+func (pa *pendingAverages) check(p *partial.Partial) error {
+	if p.Config != pa.cfg {
+		return nil
+	}
+	for _, a := range p.Averages {
+		h, ok := pa.hists[a.H]
+		if !ok || len(a.Users) > h.Users {
+			return fmt.Errorf("%w: partial of window %d partition %d: average cell of histogram %d with %d users does not fit the config's average histograms",
+				partial.ErrFormat, p.WindowStart, p.Partition, a.H, len(a.Users))
+		}
+		for _, v := range a.Vectors {
+			if len(v) != h.Bins {
+				return fmt.Errorf("%w: partial of window %d partition %d: average vector of %d bins, histogram %d has %d",
+					partial.ErrFormat, p.WindowStart, p.Partition, len(v), a.H, h.Bins)
+			}
+		}
+	}
+	return nil
+}
+
+// add keeps the average cells of a Partial the merger added.
+func (pa *pendingAverages) add(p *partial.Partial) {
+	if len(p.Averages) == 0 {
+		return
+	}
+	m := pa.byWin[p.WindowStart]
+	if m == nil {
+		m = map[int][]partial.AverageCell{}
+		pa.byWin[p.WindowStart] = m
+	}
+	m[p.Partition] = p.Averages
+}
+
+// released forgets the windows up to w.
+func (pa *pendingAverages) released(w int64) {
+	for k := range pa.byWin {
+		if k <= w {
+			delete(pa.byWin, k)
+		}
+	}
+}
+
+// means is window w's release.Means.
+func (pa *pendingAverages) means(w int64) windowMeans {
+	return windowMeans{pa: pa, cells: pa.byWin[w]}
+}
+
+// windowMeans is one window's padded averages, merged from its partitions'
+// kept users.
+type windowMeans struct {
+	pa    *pendingAverages
+	cells map[int][]partial.AverageCell
+}
+
+// Mean is release.Means: the padded average of average histogram h.
+func (m windowMeans) Mean(h int, out []float64) []float64 {
+	hist, ok := m.pa.hists[h]
+	if !ok {
+		panic(fmt.Sprintf("pipeline: histogram %d is not an average histogram", h))
+	}
+	ps := make([]int, 0, len(m.cells))
+	for p := range m.cells {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	parts := make([][]aggregate.KeptUser, 0, len(ps))
+	for _, p := range ps {
+		var ks []aggregate.KeptUser
+		for _, a := range m.cells[p] {
+			if a.H != h {
+				continue
+			}
+			for i, u := range a.Users {
+				ks = append(ks, aggregate.KeptUser{User: u, Vector: a.Vectors[i]})
+			}
+		}
+		parts = append(parts, ks)
+	}
+	out, err := aggregate.MergeKept(hist.Users, hist.Bins, parts, out)
+	if err != nil {
+		panic(fmt.Sprintf("pipeline: %v (checked when read)", err)) // pendingAverages.check
+	}
+	return out
 }

@@ -1,10 +1,16 @@
 package pipeline_test
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
@@ -262,6 +268,114 @@ func TestFeatureHistogramWindow(t *testing.T) {
 				r := got[e2e.Key("devices4", "*", lw)]
 				if we, err := time.Parse(time.RFC3339Nano, r.WindowEnd); err != nil || !we.Equal(lw.Add(long)) {
 					t.Errorf("devices4 release [%s, %s), want [%s, %s)", r.WindowStart, r.WindowEnd, lw.UTC().Format(time.RFC3339), lw.Add(long).UTC().Format(time.RFC3339))
+				}
+			}
+		})
+	}
+}
+
+// averageFeatureConfig is featureConfig with the average histogram
+// "interests" (users 10, k 10⁶, η 0.001) next to the harness's, and ε
+// 10¹¹ (near-noiseless counts and averages; 2 s windows).
+func averageFeatureConfig(t *testing.T, h *e2e.Harness, distributed bool) *config.Config {
+	t.Helper()
+	withAvg := h.ConfigExtra("mechanism: gaussian", 1e11, strings.Replace(averageHist, "users: 50", "users: 10", 1))
+	return featureConfig(t, h, distributed, func(c *config.Config) {
+		c.Histograms = withAvg.Histograms
+		c.Privacy = withAvg.Privacy
+	})
+}
+
+// produceMessagesKeyed writes msgs keyed by user with Kafka's default
+// partitioner (murmur2), as produceKeyed does.
+func produceMessagesKeyed(t *testing.T, h *e2e.Harness, msgs []kafka.Message) {
+	t.Helper()
+	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: h.Input(), Balancer: kafka.Murmur2Balancer{Consistent: true},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFeatureAverage: an average histogram (users 10) over a window of 40
+// users spread over the 4 input partitions, user i sending the vertex
+// e_{i mod 3} (user 0 twice, e₀ then e₁: averaged into one vector). The
+// release is the padded average of the 10 smallest keyed user hashes of
+// the whole window — in the distributed mode too, where each partition
+// keeps its own 10 and the releaser the 10 smallest of their union — within
+// the simplex mechanism's 6σ + 1/Q per coordinate (as
+// TestEndToEndAverage). A second window with 4 users (6 padding copies)
+// and an empty third (uniform) are released too. A per-partition
+// selection, or a mean that ignored some partition, is off by ≥ 0.1.
+func TestFeatureAverage(t *testing.T) {
+	const nPub, eta, k = 10, 0.001, 1e6
+	for _, mode := range featureModes {
+		t.Run(mode.name, func(t *testing.T) {
+			h := e2e.New(t)
+			h.Watermark = config.WatermarkArrival
+			cfg := averageFeatureConfig(t, h, mode.distributed)
+			startFeature(t, h, cfg)
+			vertex := func(i int) []float64 {
+				v := make([]float64, 3)
+				v[i%3] = 1
+				return v
+			}
+			type uv struct {
+				hash uint64
+				vec  []float64
+			}
+			want := map[time.Time][]float64{}
+			var windows []time.Time
+			for wi, n := range []int{40, 4, 0} {
+				w := nextWindow(featSize)
+				windows = append(windows, w)
+				var msgs []kafka.Message
+				var us []uv
+				for i := range n {
+					user := fmt.Sprintf("avg-%d-%d", wi, i)
+					at := w.Add(50*time.Millisecond + time.Duration(i)*5*time.Millisecond)
+					msgs = append(msgs, vectorEvent(user, at, vertex(i)))
+					vec := vertex(i)
+					if i == 0 {
+						msgs = append(msgs, vectorEvent(user, at.Add(time.Millisecond), vertex(1)))
+						vec = []float64{0.5, 0.5, 0}
+					}
+					us = append(us, uv{e2e.TestKey.String(user), vec})
+				}
+				if len(msgs) > 0 {
+					produceMessagesKeyed(t, h, msgs)
+				}
+				slices.SortFunc(us, func(a, b uv) int { return cmp.Compare(a.hash, b.hash) })
+				us = us[:min(len(us), nPub)]
+				pbar := make([]float64, 3)
+				for _, u := range us {
+					for j, x := range u.vec {
+						pbar[j] += x / nPub
+					}
+				}
+				for j := range pbar {
+					pbar[j] += float64(nPub-len(us)) / 3 / nPub
+				}
+				want[w] = pbar
+			}
+			e2e.WaitPast(windows[len(windows)-1].Add(featSize + featLateness + 200*time.Millisecond))
+			var keys []string
+			for _, w := range windows {
+				keys = append(keys, e2e.Key("interests", config.ImplicitGroup, w))
+			}
+			got := releasesOf(t, h, keys)
+			for _, w := range windows {
+				r := got[e2e.Key("interests", config.ImplicitGroup, w)]
+				for i, x := range r.Probabilities {
+					p := (1-3*eta)*want[w][i] + eta
+					sd := math.Sqrt(p * (1 - p) / (k + 1))
+					if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
+						t.Errorf("window %s %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away",
+							w.Format(time.RFC3339), interests[i], x, p, want[w][i], tol)
+					}
 				}
 			}
 		})
