@@ -17,31 +17,33 @@ import (
 func TestDistributedCapSensitivity(t *testing.T) {
 	const m = 2
 	for _, tc := range []struct {
+		mech        string
 		neighbour   string
 		distributed bool
 		cap         int
 		want        mechanism.Sensitivity
 	}{
-		{"replace", false, 100, mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}},
-		{"replace", true, 100, mechanism.Sensitivity{L1: 4 * m, L2Sq: 8 * m * m, LInf: 2 * m}},
-		{"replace", true, 0, mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}},
-		{"add_remove", true, 100, mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}},
-		{"add_remove", true, 0, mechanism.Sensitivity{L1: m, L2Sq: m * m, LInf: m}},
+		{"gaussian", "replace", false, 100, mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}},
+		{"gaussian", "replace", true, 100, mechanism.Sensitivity{L1: 4 * m, L2Sq: 8 * m * m, LInf: 2 * m}},
+		{"dirichlet", "replace", true, 100, mechanism.Sensitivity{L1: 4 * m, L2Sq: 8 * m * m, LInf: 2 * m}},
+		{"gaussian", "replace", true, 0, mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}},
+		{"gaussian", "add_remove", true, 100, mechanism.Sensitivity{L1: 2 * m, L2Sq: 2 * m * m, LInf: m}},
+		{"gaussian", "add_remove", true, 0, mechanism.Sensitivity{L1: m, L2Sq: m * m, LInf: m}},
 	} {
-		t.Run(fmt.Sprintf("%s/distributed=%v/cap=%d", tc.neighbour, tc.distributed, tc.cap), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/distributed=%v/cap=%d", tc.mech, tc.neighbour, tc.distributed, tc.cap), func(t *testing.T) {
 			y := fmt.Sprintf(`
 kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out, distributed: {enabled: %v}}
 events: {time_field: ts, user_field: user_id}
-window: {size: 1s, start: 2026-01-01T00:00:00Z}
+window: {size: 1h, start: 2026-01-01T00:00:00Z}
 histograms:
   - {name: pages, field: page, bins: [a, b, c]}
 contribution: {max_events_per_user: %d, max_tracked_users: %d}
 privacy:
-  mechanism: gaussian
+  mechanism: %s
   neighbour: %s
-  budget: {epsilon: 1, delta: 1.0e-6, period: 24h}
+  budget: {epsilon: 10, delta: 1.0e-6, period: 24h}
 state: {dir: %q, ledger: kafka, ledger_topic: g.ledger}
-`, tc.distributed, m, tc.cap, tc.neighbour, t.TempDir())
+`, tc.distributed, m, tc.cap, tc.mech, tc.neighbour, t.TempDir())
 			cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 			if err != nil {
 				t.Fatal(err)
