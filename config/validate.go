@@ -677,26 +677,22 @@ func (k *checker) distributed() {
 			k.add("kafka.distributed.internal_topic_prefix", "the internal topics %s and %s must differ from %s", kc.PartialsTopic(), kc.ProgressTopic(), t.path)
 		}
 	}
-	for i, h := range k.c.Histograms {
-		p := fmt.Sprintf("histograms[%d]", i)
-		if h.IsAverage() {
-			k.add(p+".kind", "average histograms are not supported with kafka.distributed yet (their users cap selects among all users of a window, across partitions)")
-		}
-		if h.Window != 0 {
-			k.add(p+".window", "a histogram's own window is not supported with kafka.distributed yet")
-		}
-	}
-	if k.c.Contribution.MaxTrackedUsers > 0 {
-		k.add("contribution.max_tracked_users", "is not supported with kafka.distributed yet (the cap would hold per partition, not per window)")
-	}
+	// contribution.max_tracked_users holds per (window, input partition)
+	// here: plan/distcap.go.
 	// A partial carries every non-zero (histogram, group, bin) count of its
 	// window: at most ~24 bytes of JSON each, under Kafka's default 1 MB
 	// record limit.
+	// An average histogram's partial carries up to average.users kept
+	// users, each a hash and a vector (partial/averages.go).
 	cells := 0
 	for _, h := range k.c.Histograms {
+		if h.IsAverage() {
+			cells += max(1, h.Average.Users) * (len(h.Bins) + 1)
+			continue
+		}
 		cells += max(1, len(h.Groups)) * (len(h.Bins) + 1)
 	}
 	if cells > MaxDistributedCells {
-		k.add("histograms", "have %d (group, bin) cells in all, more than the %d one partial record of kafka.distributed can carry under Kafka's default 1 MB record limit: fewer groups or bins", cells, MaxDistributedCells)
+		k.add("histograms", "have %d (group, bin) cells in all (an average histogram: average.users × (bins + 1)), more than the %d one partial record of kafka.distributed can carry under Kafka's default 1 MB record limit: fewer groups, bins or average users", cells, MaxDistributedCells)
 	}
 }

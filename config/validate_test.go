@@ -202,8 +202,7 @@ func TestValidateRules(t *testing.T) {
 		{"distributed txn timeout long", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(time.Hour) }, "kafka.distributed.transaction_timeout", "got 1h0m0s"},
 		{"distributed txn timeout negative", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(-time.Second) }, "kafka.distributed.transaction_timeout", "must be from"},
 		{"distributed topic clash", func(c *Config) { dist(c); c.Kafka.OutputTopic = c.Kafka.PartialsTopic() }, "kafka.distributed.internal_topic_prefix", "must differ from kafka.output_topic"},
-		{"distributed average", func(c *Config) { dist(c); avg(c) }, "histograms[0].kind", "not supported with kafka.distributed"},
-		{"distributed histogram window", func(c *Config) { dist(c); c.Histograms[1].Window = Duration(time.Hour) }, "histograms[1].window", "not supported with kafka.distributed"},
+		{"distributed average users too many", func(c *Config) { dist(c); avg(c); c.Histograms[0].Average.Users = 10000 }, "histograms", "more than the 35000 one partial record"},
 		{"distributed too many cells", func(c *Config) {
 			dist(c)
 			c.Histograms[1].Groups = make([]string, 20000)
@@ -211,7 +210,6 @@ func TestValidateRules(t *testing.T) {
 				c.Histograms[1].Groups[i] = fmt.Sprintf("g%d", i)
 			}
 		}, "histograms", "more than the 35000 one partial record"},
-		{"distributed tracked users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }, "contribution.max_tracked_users", "not supported with kafka.distributed"},
 		{"log format", func(c *Config) { c.Log.Format = "text" }, "log.format", `must be one of json, console, got "text"`},
 		{"log level", func(c *Config) { c.Log.Level = "trace" }, "log.level", "must be one of debug, info, warn, error"},
 		// generator
@@ -291,6 +289,9 @@ func TestValidateAccepts(t *testing.T) {
 			c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u", Password: "p"}
 		}},
 		{"distributed with the window bound", func(c *Config) { dist(c); c.Contribution.MaxWindowsPerUser = 5 }},
+		{"distributed with max_tracked_users", func(c *Config) { dist(c); c.Contribution.MaxTrackedUsers = 10 }},
+		{"distributed with histogram windows", func(c *Config) { dist(c); c.Histograms[1].Window = Duration(time.Hour) }},
+		{"distributed with an average histogram", func(c *Config) { dist(c); avg(c) }},
 		{"rebalance timeout default", func(c *Config) { c.Kafka.RebalanceTimeout = 0 }},
 		{"rebalance timeout at session", func(c *Config) { c.Kafka.RebalanceTimeout = c.Kafka.SessionTimeout }},
 		{"http ipv6 loopback", func(c *Config) { c.HTTP.Address = "[::1]:0" }},

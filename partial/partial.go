@@ -138,6 +138,10 @@ type Partial struct {
 	Prev  *int64 `json:"prev,omitempty"`
 	// Counts lists the (histogram, group) cells with a non-zero count.
 	Counts []Cell `json:"counts,omitempty"`
+	// Averages lists, per average histogram whose window ends with this
+	// one, the partition's kept users (averages.go). Absent from the
+	// Partials of older bounders (which had no average histograms).
+	Averages []AverageCell `json:"averages,omitempty"`
 }
 
 // Total is the sum of the Partial's counts (bounded contributions).
@@ -185,6 +189,9 @@ func DecodePartial(b []byte) (*Partial, error) {
 		if c.H < 0 || c.G < 0 {
 			return nil, fmt.Errorf("%w: partial cell (%d, %d)", ErrFormat, c.H, c.G)
 		}
+	}
+	if err := checkAverages(&p); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }

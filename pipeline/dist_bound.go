@@ -378,7 +378,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		parts:       []int{p},
 		trackers:    map[int]*source.OffsetTracker{p: source.NewOffsetTracker(st.offset)},
 		sets:        sets,
-		first:       st.next,
+		first:       countFrom(cfg, st),
 		next:        st.next,
 		userKey:     &st.key,
 		partitioner: part,
@@ -588,6 +588,15 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	}
 	var dst []float64
 	for h, hc := range s.cfg.Histograms {
+		if !endsAt(s, h, end) {
+			continue // its own window (histograms[].window) is still open: dist_features.go
+		}
+		if hc.IsAverage() {
+			if c := averageCell(counts, h); c != nil {
+				pt.Averages = append(pt.Averages, *c)
+			}
+			continue
+		}
 		for g := range max(1, len(hc.Groups)) {
 			dst = counts.Counts(h, g, dst[:0])
 			for _, c := range dst {

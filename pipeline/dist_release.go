@@ -214,6 +214,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err != nil {
 		return err
 	}
+	avgs := s.newPendingAverages() // average histograms' kept users (dist_features.go)
 	if !s.arrival {
 		// The grace and the lease of an Idle record are both the idle
 		// timeout; bounders write their Idle records again every half of
@@ -276,9 +277,15 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				}
 				continue
 			}
+			if err := avgs.check(rec.Partial); err != nil {
+				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+			}
 			res, err := m.Add(rec.Partial, rec.Offset)
 			if err != nil {
 				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+			}
+			if res == partial.Added {
+				avgs.add(rec.Partial)
 			}
 			s.stats.Partials[res].Add(1)
 			switch res {
@@ -332,12 +339,13 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				checked = true
 			}
 			recCtx, cancel := s.publishContext(soft, lctx)
-			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, nil, nil)
+			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, avgs.means(w.Start), nil)
 			cancel()
 			if err != nil {
 				return s.releaseErr(soft, lctx, w.Start, err)
 			}
 			m.Released(w)
+			avgs.released(w.Start)
 			s.ready.partialsLost.Store(false) // a complete window: every partial of it was read
 			closedTo = w.Start + s.sizeMs
 			batch = append(batch, units...)

@@ -317,7 +317,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		// config validation refuses it; the accounting below assumes it.
 		return nil, errors.New("derive privacy plan: contribution.max_windows_per_user cannot be combined with contribution.max_tracked_users")
 	}
-	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, cfg.Contribution.MaxEventsPerUser, cfg.Contribution.MaxTrackedUsers > 0)
+	sens, err := DeriveSensitivity(cfg.Privacy.Neighbour, sensitivityEvents(cfg), cfg.Contribution.MaxTrackedUsers > 0) // distcap.go
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}

@@ -307,8 +307,8 @@ func produceMurmur2(ctx context.Context, addr string, w *workload) error {
 
 // distStageConfig is stageConfig with kafka.distributed on (murmur2,
 // internal topics created by the stage, the Kafka release log, 2s
-// sessions), without contribution.max_tracked_users (refused by the
-// distributed mode).
+// sessions), without contribution.max_tracked_users (a distributed
+// config without it has no cap; with it the cap holds per partition).
 func distStageConfig(broker, topic, output, group, stateDir string, partitions int) (*config.Config, error) {
 	cfg, err := stageConfig(broker, topic, output, group, stateDir, partitions)
 	if err != nil {
