@@ -307,3 +307,67 @@ func testCert(t *testing.T) (*tls.Config, *x509.CertPool) {
 	pool.AddCert(cert)
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}, pool
 }
+
+// TestStampBatch: the produce-side rewrite. A batch the broker stamps leaves
+// it without the LogAppendTime attribute (kfake would otherwise restamp it
+// with its own clock and keep a stale CRC, at a millisecond's chance) and
+// with the mark, the broker's time and a valid CRC; the fetch-side rewrite
+// turns the mark into the attribute. Anything else passes unchanged.
+func TestStampBatch(t *testing.T) {
+	const ts, now = int64(1000), int64(5000)
+	mk := func(attrs int16) []byte {
+		rec := kmsg.Record{Value: []byte("v")}
+		rec.Length = int32(len(rec.AppendTo(nil)) - 1)
+		b := kmsg.RecordBatch{Magic: 2, Attributes: attrs, FirstTimestamp: ts, MaxTimestamp: ts, ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: 1, Records: rec.AppendTo(nil)}
+		raw := b.AppendTo(nil)
+		binary.BigEndian.PutUint32(raw[8:], uint32(len(raw)-12))
+		setCRC(raw)
+		return raw
+	}
+	badCRC := mk(0)
+	badCRC[len(badCRC)-1] ^= 1
+	for _, tc := range []struct {
+		name      string
+		in        []byte
+		logAppend bool
+		attrs     int16 // after stampBatch
+		stamped   bool
+	}{
+		{"LogAppendTime topic", mk(1), true, 1 | attrStamped, true},
+		{"producer asks for LogAppendTime", mk(attrLogAppendTime), false, attrStamped, true},
+		{"both", mk(attrLogAppendTime | 2), true, 2 | attrStamped, true},
+		{"CreateTime topic", mk(0), false, 0, false},
+		{"client-set mark cleared", mk(attrStamped | 1), false, 1, false},
+		{"bad CRC left to kfake", badCRC, true, 0, false},
+	} {
+		out := stampBatch(tc.in, tc.logAppend, now)
+		attrs := int16(binary.BigEndian.Uint16(out[batchAttrs:]))
+		first, maxTs := int64(binary.BigEndian.Uint64(out[batchFirstTs:])), int64(binary.BigEndian.Uint64(out[batchMaxTs:]))
+		crcOK := binary.BigEndian.Uint32(out[batchCRC:]) == crc32.Checksum(out[batchAttrs:], crc32c)
+		if attrs != tc.attrs || crcOK == (tc.name == "bad CRC left to kfake") {
+			t.Errorf("%s: attributes %#x CRC ok %v, want %#x", tc.name, attrs, crcOK, tc.attrs)
+		}
+		if want := map[bool]int64{true: now, false: ts}[tc.stamped]; first != want || maxTs != want {
+			t.Errorf("%s: timestamps %d, %d, want %d", tc.name, first, maxTs, want)
+		}
+		// Fetch side, two copies in one response plus a partial third.
+		resp := append(append(append([]byte(nil), out...), out...), out[:len(out)-3]...)
+		changed := unstampBatches(resp)
+		if changed != tc.stamped {
+			t.Errorf("%s: unstamp changed %v, want %v", tc.name, changed, tc.stamped)
+		}
+		for i := range 2 {
+			b := resp[i*len(out) : (i+1)*len(out)]
+			a := int16(binary.BigEndian.Uint16(b[batchAttrs:]))
+			if want := tc.attrs &^ attrStamped; tc.stamped && a != want|attrLogAppendTime || !tc.stamped && a != want {
+				t.Errorf("%s: fetched copy %d: attributes %#x", tc.name, i, a)
+			}
+			if ok := binary.BigEndian.Uint32(b[batchCRC:]) == crc32.Checksum(b[batchAttrs:], crc32c); ok != crcOK {
+				t.Errorf("%s: fetched copy %d: CRC ok %v", tc.name, i, ok)
+			}
+		}
+		if string(resp[2*len(out):]) != string(out[:len(out)-3]) {
+			t.Errorf("%s: the partial batch was changed", tc.name)
+		}
+	}
+}
