@@ -195,9 +195,10 @@ type conn struct {
 	log *zap.Logger
 
 	// Only Read touches these: the request stream's framing.
-	hdr  [12]byte // size, api key, version, correlation id of the frame being read
-	hn   int      // bytes of hdr read
-	skip int      // bytes of the current frame's body left to skip
+	hdr    [12]byte // size, api key, version, correlation id of the frame being read
+	hn     int      // bytes of hdr read
+	skip   int      // bytes of the current frame's body left to skip
+	warned bool     // a TLS record was seen where a frame should be (kfake.TLS in Extra?)
 
 	// Only Write touches out: response bytes not yet a complete frame.
 	out []byte
@@ -205,7 +206,6 @@ type conn struct {
 	// mu guards fetches: Read adds, Write takes.
 	mu      sync.Mutex
 	fetches map[int32]fetchReq // by correlation id
-	warned  bool               // a frame too large to be Kafka was seen (TLS given to kfake?)
 }
 
 func (c *conn) Read(p []byte) (int, error) {
