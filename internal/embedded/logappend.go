@@ -30,6 +30,7 @@ import (
 	"hash/crc32"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -195,10 +196,14 @@ type conn struct {
 	log *zap.Logger
 
 	// Only Read touches these: the request stream's framing.
-	hdr    [12]byte // size, api key, version, correlation id of the frame being read
-	hn     int      // bytes of hdr read
-	skip   int      // bytes of the current frame's body left to skip
-	warned bool     // a TLS record was seen where a frame should be (kfake.TLS in Extra?)
+	hdr  [12]byte // size, api key, version, correlation id of the frame being read
+	hn   int      // bytes of hdr read
+	skip int      // bytes of the current frame's body left to skip
+
+	// raw: the connection does not speak Kafka frames here (a TLS record
+	// came where a frame should be: kfake.TLS in Extra); set by Read, after
+	// which Write passes everything through.
+	raw atomic.Bool
 
 	// Only Write touches out: response bytes not yet a complete frame.
 	out []byte
@@ -210,7 +215,7 @@ type conn struct {
 
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	for b := p[:n]; len(b) > 0; {
+	for b := p[:n]; len(b) > 0 && !c.raw.Load(); {
 		if c.skip > 0 {
 			k := min(c.skip, len(b))
 			c.skip -= k
@@ -228,11 +233,12 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.skip = max(size-8, 0)
 		key, version := int16(binary.BigEndian.Uint16(c.hdr[4:])), int16(binary.BigEndian.Uint16(c.hdr[6:]))
 		corr := int32(binary.BigEndian.Uint32(c.hdr[8:]))
-		if c.hdr[0] == 0x16 && c.hdr[1] == 0x03 && !c.warned { // a TLS record, not a Kafka frame
-			c.warned = true
+		if c.hdr[0] == 0x16 && c.hdr[1] == 0x03 { // a TLS record, not a Kafka frame
+			c.raw.Store(true)
 			if c.log != nil {
-				c.log.Error("embedded broker: a connection speaks TLS below the LogAppendTime rewriting; pass TLS as embedded.Config.TLS, not kfake.TLS in Extra")
+				c.log.Error("embedded broker: a connection speaks TLS below the LogAppendTime rewriting, so its fetches get no LogAppendTime attribute; pass TLS as embedded.Config.TLS, not kfake.TLS in Extra")
 			}
+			break
 		}
 		if key == int16(kmsg.Fetch) || key == int16(kmsg.ShareFetch) {
 			c.mu.Lock()
@@ -244,6 +250,17 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
+	if c.raw.Load() {
+		if len(c.out) > 0 { // not seen: a TLS client speaks first
+			buf := append(c.out, p...)
+			c.out = nil
+			if _, err := c.Conn.Write(buf); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+		return c.Conn.Write(p)
+	}
 	c.out = append(c.out, p...)
 	for len(c.out) >= 4 {
 		n := int(binary.BigEndian.Uint32(c.out)) + 4

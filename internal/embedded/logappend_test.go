@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // rawBatch is a fetched v2 batch's header as the broker sent it.
@@ -369,5 +372,32 @@ func TestStampBatch(t *testing.T) {
 		if string(resp[2*len(out):]) != string(out[:len(out)-3]) {
 			t.Errorf("%s: the partial batch was changed", tc.name)
 		}
+	}
+}
+
+// TestTLSInExtraLogged: kfake.TLS passed in Extra puts TLS below the
+// LogAppendTime rewriting, which then cannot see the fetches: the broker
+// says so in an error log instead of silently serving CreateTime-looking
+// batches.
+func TestTLSInExtraLogged(t *testing.T) {
+	serverCfg, pool := testCert(t)
+	core, logs := observer.New(zap.ErrorLevel)
+	b, err := Start(Config{Topics: map[string]int{"lat": 1}, Extra: []kfake.Opt{kfake.TLS(serverCfg)}, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.DialTLSConfig(&tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.FilterMessageSnippet("embedded.Config.TLS").Len(); n != 1 {
+		t.Errorf("%d error logs about TLS in Extra, want 1", n)
 	}
 }
