@@ -32,6 +32,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -276,8 +277,18 @@ func (c *conn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// within reports whether b lies in f's memory.
+func within(b, f []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	bs, fs := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+	return bs >= fs && bs+uintptr(len(b)) <= fs+uintptr(len(f))
+}
+
 // rewrite returns response frame f (size, correlation id, header tags,
 // body) with attrStamped turned into attrLogAppendTime if f answers a fetch.
+// It may change f (the conn's own buffer) in place.
 func (c *conn) rewrite(f []byte) []byte {
 	if len(f) < 8 {
 		return f
@@ -328,9 +339,15 @@ func (c *conn) rewrite(f []byte) []byte {
 	if err := resp.ReadFrom(body); err != nil {
 		return f
 	}
-	changed := false
-	batches(func(b []byte) { changed = unstampBatches(b) || changed })
-	if !changed {
+	// kbin reads the record bytes as sub-slices of body, so the batches are
+	// rewritten in f itself (the rewrite keeps every size); re-encoding the
+	// response is only the fallback for record bytes read as copies.
+	changed, inPlace := false, true
+	batches(func(b []byte) {
+		changed = unstampBatches(b) || changed
+		inPlace = inPlace && within(b, f)
+	})
+	if !changed || inPlace {
 		return f
 	}
 	out := append([]byte(nil), f[:len(f)-len(body)]...)
