@@ -18,8 +18,6 @@ FROM golang:1.26 AS build
 WORKDIR /src
 # Modules first, so that source edits do not refetch them.
 COPY go.mod go.sum ./
-# The patched kfake the go.mod's replace points at (third_party/kfake/PATCHED.md).
-COPY third_party ./third_party
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/stage ./cmd/stage \

@@ -52,8 +52,3 @@ require (
 	golang.org/x/xerrors v0.0.0-20220907171357-04be3eba64a2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-// kfake (the embedded broker, internal/embedded) with a patch: topics with
-// message.timestamp.type=LogAppendTime get broker times, with a correct
-// batch CRC. See third_party/kfake/PATCHED.md.
-replace github.com/twmb/franz-go/pkg/kfake => ./third_party/kfake

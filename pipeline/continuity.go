@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/config"
@@ -16,6 +17,15 @@ import (
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )
+
+// ErrNoOutputTopic: the output topic does not exist (longer than
+// outputTopicGrace). See checkContinuity.
+var ErrNoOutputTopic = errors.New("pipeline: the output topic does not exist")
+
+// outputTopicGrace is how long checkContinuity waits for a missing output
+// topic (being created by another tool, or not yet in every broker's
+// metadata) before it gives up with ErrNoOutputTopic. A variable for tests.
+var outputTopicGrace = 30 * time.Second
 
 // ErrStateLost: the state database is empty but the output topic already
 // holds releases. See checkContinuity.
@@ -135,7 +145,10 @@ func (s *Stage) stateName() string {
 // releases is lost or lives elsewhere (a second instance with its own
 // state.dir): starting anyway could release a window again with fresh noise
 // (releases recorded there but not committed) and would forget the budget
-// already spent this period. The broker is retried while unreachable.
+// already spent this period. The broker is retried while unreachable; an
+// output topic that does not exist is waited for outputTopicGrace, then it
+// is one ErrNoOutputTopic error saying to create it (it was retried, as
+// "Unknown Topic", forever).
 func (s *Stage) checkContinuity(ctx context.Context) error {
 	if s.cfg.State.AllowFreshLedger {
 		return nil
@@ -146,6 +159,7 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 		return nil
 	}
 	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+	var missingSince time.Time
 	for {
 		n, err := source.TopicMessages(ctx, s.brokers, s.transport, s.cfg.Kafka.OutputTopic)
 		if err == nil {
@@ -156,6 +170,19 @@ func (s *Stage) checkContinuity(ctx context.Context) error {
 			return nil
 		}
 		wait := backoff.Next()
+		if errors.Is(err, kafka.UnknownTopicOrPartition) {
+			if missingSince.IsZero() {
+				missingSince = time.Now()
+			}
+			if time.Since(missingSince) >= outputTopicGrace {
+				or := ""
+				if d := s.cfg.Kafka.Distributed; d.Enabled && !d.CreateTopics {
+					or = ", or set kafka.distributed.create_topics: true"
+				}
+				return fmt.Errorf("%w: %q (kafka.output_topic), for %v: create it (e.g. kafka-topics --create --topic %s --partitions 1)%s",
+					ErrNoOutputTopic, s.cfg.Kafka.OutputTopic, outputTopicGrace, s.cfg.Kafka.OutputTopic, or)
+			}
+		}
 		s.log.Warn("cannot read the output topic's offsets; retrying", zap.Error(err), zap.Duration("wait", wait))
 		if err := retry.Sleep(ctx, wait); err != nil {
 			return err

@@ -452,7 +452,7 @@ func (s *Stage) ensureInternalTopics(ctx context.Context) error {
 	defer cl.Close()
 	d := s.cfg.Kafka.Distributed
 	t := kafkapartial.Topics{Input: s.cfg.Kafka.InputTopic, Partials: s.cfg.Kafka.PartialsTopic(), Progress: s.cfg.Kafka.ProgressTopic(),
-		Ledger: s.cfg.State.LedgerTopic, Period: s.cfg.Privacy.Budget.Period.D(), ReplicationFactor: d.ReplicationFactor, Create: d.CreateTopics}
+		Ledger: s.cfg.State.LedgerTopic, Output: s.cfg.Kafka.OutputTopic, Period: s.cfg.Privacy.Budget.Period.D(), ReplicationFactor: d.ReplicationFactor, Create: d.CreateTopics}
 	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	logged := false
 	for {

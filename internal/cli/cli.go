@@ -18,6 +18,8 @@ Usage:
   stage eval      [flags]         reproduce the papers' privacy–utility plots (see stage eval -h)
   stage plan      --config FILE --events N,...   expected error of a config's releases at N events
   stage bench     [flags]         measure the stage beside a bare kafka-go consumer (see stage bench -h)
+  stage broker    [--config FILE] [--port 9092] [--data-dir DIR] [--topics name:partitions,...]
+                                  run the embedded broker as a process of its own (N replicas on one machine)
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid configuration
 (stage health: 0 healthy, 1 anything else, since Docker reserves 2).
@@ -47,6 +49,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return Plan(rest, stdout, stderr)
 	case "bench":
 		return Bench(rest, stdout, stderr)
+	case "broker":
+		return Broker(rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

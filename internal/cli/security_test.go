@@ -172,7 +172,7 @@ func TestTLS(t *testing.T) {
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 2, "out": 1}, Extra: []kfake.Opt{kfake.TLS(serverCfg)}})
+	b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 2, "out": 1}, TLS: serverCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestDistributedOverSASLAndTLS(t *testing.T) {
 		if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 1, "out": 1}, Extra: []kfake.Opt{kfake.TLS(serverCfg)}})
+		b, err := embedded.Start(embedded.Config{Topics: map[string]int{"events": 1, "out": 1}, TLS: serverCfg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,14 +14,26 @@
 // Topics the broker creates (Config.Topics, CreateTopic) have
 // message.timestamp.type=LogAppendTime unless Config.TopicConfigs says
 // otherwise, as the stage's arrival watermark requires of its input topic
-// (window.record_times: broker): the broker sets every record's time when
-// it appends it, and consumers see LogAppendTime batches. Upstream kfake
-// stores that topic config but did not apply it (and kept a stale batch CRC
-// when it did stamp a batch); the module uses a patched copy
-// (third_party/kfake/PATCHED.md).
+// (window.record_times: broker): the broker sets every record's time when it
+// appends it, and consumers see LogAppendTime batches (attribute 0x08, the
+// append time as MaxTimestamp, a valid CRC), before and after a Restart.
+//
+// Upstream kfake stores that topic config and reports it (DescribeConfigs)
+// but does not apply it: it stamps a batch only when the producer set the
+// LogAppendTime attribute, and then keeps the producer's CRC, so the batch
+// fails CRC checks in clients and in kfake's own DataDir reload. This package
+// does it around kfake instead (logappend.go): a Produce control stamps the
+// batches of LogAppendTime topics with the broker's time before kfake
+// appends them (with a valid CRC and an internal mark in an unused attribute
+// bit), and the listener kfake serves from turns that mark into the
+// LogAppendTime attribute in fetch responses. For this the listener must see
+// plaintext: TLS goes in Config.TLS, never as kfake.TLS in Config.Extra. The
+// workaround can go once upstream kfake applies message.timestamp.type
+// itself with a correct CRC.
 package embedded
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -33,6 +45,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/zap"
 )
 
@@ -56,9 +69,12 @@ type Config struct {
 	GroupMinSessionTimeout time.Duration
 	// Logger receives the broker's warnings and errors. Nil: silent.
 	Logger *zap.Logger
-	// Extra kfake options, e.g. kfake.EnableSASL and kfake.Superuser or
-	// kfake.TLS for transport-security tests.
+	// Extra kfake options, e.g. kfake.EnableSASL and kfake.Superuser for
+	// authentication tests. Not kfake.TLS: use TLS.
 	Extra []kfake.Opt
+	// TLS, if set, makes the broker accept only TLS connections with this
+	// server config (done by the broker's listener, below kfake).
+	TLS *tls.Config
 
 	// TopicConfigs are topic configs of topics in Topics, set when the
 	// broker creates them. Every topic it creates gets
@@ -146,6 +162,7 @@ func (b *Broker) newCluster() (*kfake.Cluster, error) {
 		kfake.Ports(b.port), // one port: one broker
 		kfake.DataDir(b.dataDir),
 		kfake.GroupMinSessionTimeout(minSession),
+		kfake.ListenFn(listenFn(b.cfg.TLS, b.cfg.Logger)),
 	}
 	if b.cfg.Logger != nil {
 		opts = append(opts, kfake.WithLogger(zapLogger{b.cfg.Logger}))
@@ -155,6 +172,7 @@ func (b *Broker) newCluster() (*kfake.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded broker on 127.0.0.1:%d: %w", b.port, err)
 	}
+	c.ControlKey(int16(kmsg.Produce), stampControl(c)) // LogAppendTime (logappend.go)
 	return c, nil
 }
 

@@ -15,9 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// ErrTopicConfig: an internal topic exists with settings the distributed
-// mode cannot run on; the message says what to change.
-var ErrTopicConfig = errors.New("kafkapartial: internal topic misconfigured")
+// ErrTopicConfig: a topic the distributed mode needs (an internal topic, the
+// output topic) is missing with create_topics off, or exists with settings
+// it cannot run on; the message says what to change.
+var ErrTopicConfig = errors.New("kafkapartial: topic missing or misconfigured")
 
 // InputPartitionsChangedError: the input topic has more partitions than
 // the progress topic, which was created with the input's count: partitions
@@ -51,6 +52,11 @@ type Topics struct {
 	Period time.Duration
 	// ReplicationFactor of created topics; 0: min(3, brokers).
 	ReplicationFactor int
+	// Output is the output topic (kafka.output_topic), "" for none. It is
+	// created, with one partition, when missing and Create; otherwise a
+	// missing one is an ErrTopicConfig error. An existing one is not
+	// checked further (any partition count and configs will do).
+	Output string
 	// Create creates missing topics (kafka.distributed.create_topics);
 	// false: a missing topic is an error.
 	Create bool
@@ -94,6 +100,9 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) (int, error) {
 			"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(PartialsRetention(t.Period).Milliseconds(), 10)}},
 		{name: t.Progress, role: "progress", partitions: n, policy: "compact", configs: map[string]string{"cleanup.policy": "compact"}},
 		{name: t.Ledger, role: "ledger", partitions: 1, policy: "compact", configs: map[string]string{"cleanup.policy": "compact", "retention.ms": "-1"}},
+	}
+	if t.Output != "" {
+		specs = append(specs, topicSpec{name: t.Output, role: "output", partitions: 1, anyPartitions: true})
 	}
 	for _, s := range specs {
 		if err := ensureTopic(ctx, cl, adm, s, rf, t.Create); err != nil {
@@ -187,6 +196,9 @@ type topicSpec struct {
 	// by time).
 	policy  string
 	configs map[string]string
+	// anyPartitions: an existing topic may have any partition count (the
+	// output topic); partitions is what it is created with.
+	anyPartitions bool
 }
 
 func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicSpec, rf int16, create bool) error {
@@ -229,6 +241,9 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicS
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+	}
+	if s.anyPartitions {
+		return nil
 	}
 	if n != s.partitions {
 		why := "one partition: one releaser, one budget book"

@@ -3,7 +3,9 @@ package kafkapartial
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +32,7 @@ func startBroker(t *testing.T, topics map[string]int) (*embedded.Broker, *kgo.Cl
 }
 
 func testTopics(create bool) Topics {
-	return Topics{Input: "in", Partials: "x.partials", Progress: "x.progress", Ledger: "x.ledger", Period: 240 * time.Hour, Create: create}
+	return Topics{Input: "in", Partials: "x.partials", Progress: "x.progress", Ledger: "x.ledger", Output: "out", Period: 240 * time.Hour, Create: create}
 }
 
 // topicState is a topic's partition count and the configs the test looks at.
@@ -99,6 +101,7 @@ func TestEnsureTopicsCreates(t *testing.T) {
 		{"x.partials", 1, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt((480 * time.Hour).Milliseconds(), 10), "unclean.leader.election.enable": "false"}},
 		{"x.progress", 5, map[string]string{"cleanup.policy": "compact"}},
 		{"x.ledger", 1, map[string]string{"cleanup.policy": "compact", "retention.ms": "-1"}},
+		{"out", 1, nil},
 	}
 	for _, w := range want {
 		n, cfg := topicState(t, cl, w.topic)
@@ -113,6 +116,15 @@ func TestEnsureTopicsCreates(t *testing.T) {
 	}
 	if n, err := EnsureTopics(ctx, cl, testTopics(false)); err != nil || n != 5 {
 		t.Fatalf("second call: %d, %v", n, err)
+	}
+	// An existing output topic is taken with any partition count.
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 3, 1, nil, "out3"); err != nil {
+		t.Fatal(err)
+	}
+	out3 := testTopics(false)
+	out3.Output = "out3"
+	if _, err := EnsureTopics(ctx, cl, out3); err != nil {
+		t.Fatalf("output topic with 3 partitions: %v", err)
 	}
 }
 
@@ -137,6 +149,7 @@ func TestEnsureTopicsRefuses(t *testing.T) {
 		setup  func(t *testing.T, adm *kadm.Client)
 		create bool
 		want   error
+		msg    string // in the error, if set
 	}{
 		{name: "partials with 2 partitions", topics: map[string]int{"in": 3, "x.partials": 2}, create: true, want: ErrTopicConfig},
 		{name: "progress with fewer partitions than the input", topics: map[string]int{"in": 3}, create: true, want: ErrTopicConfig,
@@ -157,6 +170,15 @@ func TestEnsureTopicsRefuses(t *testing.T) {
 				}
 			}},
 		{name: "missing with create_topics off", topics: map[string]int{"in": 3}, create: false, want: ErrTopicConfig},
+		{name: "output missing with create_topics off", topics: map[string]int{"in": 3}, create: false, want: ErrTopicConfig,
+			setup: func(t *testing.T, adm *kadm.Client) {
+				for _, c := range []func(*testing.T, *kadm.Client){compacted("x.progress", 3), compacted("x.ledger", 1)} {
+					c(t, adm)
+				}
+				if _, err := adm.CreateTopic(context.Background(), 1, 1, nil, "x.partials"); err != nil {
+					t.Fatal(err)
+				}
+			}, msg: `the output topic "out" does not exist`},
 		{name: "no input topic", topics: map[string]int{"other": 1}, create: true, want: ErrNoInput},
 	}
 	for _, c := range cases {
@@ -168,8 +190,8 @@ func TestEnsureTopicsRefuses(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			_, err := EnsureTopics(ctx, cl, testTopics(c.create))
-			if !errors.Is(err, c.want) {
-				t.Fatalf("EnsureTopics: %v, want %v", err, c.want)
+			if !errors.Is(err, c.want) || !strings.Contains(fmt.Sprint(err), c.msg) {
+				t.Fatalf("EnsureTopics: %v, want %v (%q)", err, c.want, c.msg)
 			}
 			t.Log(err)
 		})
