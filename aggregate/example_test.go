@@ -7,7 +7,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/siphash"
 )
 
 func Example() {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/siphash"
 )
 
 // benchConfig is the quickstart-like configuration of the in-process

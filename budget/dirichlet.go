@@ -3,7 +3,7 @@ package budget
 import (
 	"math"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // dirichletRDP is ε̂(λ) of 000 Theorem 2 eq. (8) (= Theorem 4's ε̂):

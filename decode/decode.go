@@ -51,7 +51,7 @@
 //
 // # The user hash
 //
-// [Event.User] is SipHash-2-4 (package internal/siphash) of the user id
+// [Event.User] is SipHash-2-4 (package internal/lib/siphash) of the user id
 // bytes (a string's unescaped bytes, a number's literal) under the 16-byte
 // key given to [New]. The stage generates the key from crypto/rand at its
 // first start and keeps it in its ledger (state.dir, a secret like the rest
@@ -80,7 +80,7 @@ import (
 	"unsafe"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/siphash"
 )
 
 // DefaultMaxMessageBytes is used when events.max_message_bytes is zero.

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/siphash"
 )
 
 // testConfig: three histograms exercising overflow, groups, no groups,

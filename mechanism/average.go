@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // The simplex-average Dirichlet mechanism: a generalization of the simplex

@@ -10,7 +10,7 @@ import (
 
 	"gonum.org/v1/gonum/mathext"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // averageLoss returns the exact privacy loss L(x) = log f_p(x)/f_{p′}(x) of

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 var example = Spec{Kind: Dirichlet, Order: 2, RDPEpsilon: 1, Sensitivity: Sensitivity{L2Sq: 2, LInf: 1}}

@@ -3,7 +3,7 @@ package mechanism
 import (
 	"math"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // This file is the `exact` calibration of the Dirichlet mechanism: r = 1 and

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // exactCase is a covered configuration of the exact calibration.

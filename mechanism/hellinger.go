@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // Hellinger-distance exponential mechanisms over candidate posteriors

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // hellingerMech holds what ehd and ehds share: the candidate posteriors

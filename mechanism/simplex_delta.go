@@ -3,7 +3,7 @@ package mechanism
 import (
 	"math"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // Rigorous enclosures of the probabilities that make up the δ of the

@@ -7,7 +7,7 @@ import (
 
 	"gonum.org/v1/gonum/mathext"
 
-	"github.com/dpstage/stage/internal/special"
+	"github.com/dpstage/stage/internal/lib/special"
 )
 
 func TestTrigammaAccuracy(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
-	"github.com/dpstage/stage/internal/retry"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/retry"
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )

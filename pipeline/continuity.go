@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/release"

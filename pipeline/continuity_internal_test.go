@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/dpstage/stage/ledger"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
-	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/partial"

@@ -18,7 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/mechanism"

@@ -9,14 +9,14 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/clientid"
+	"github.com/dpstage/stage/internal/lib/clientid"
 )
 
 // kgoOpts are the options every franz-go (kgo) client of the stage starts
 // with — the release log (state.ledger: kafka) and the distributed mode's
 // internal topics: kafka.tls and kafka.sasl, as kafka-go's dialer has them
 // for the input and output topics (internal/cli), and the client id
-// "stage@<hostname>/<pid>" (internal/clientid).
+// "stage@<hostname>/<pid>" (internal/lib/clientid).
 func kgoOpts(k config.Kafka) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.ClientID(clientid.ClientID())}
 	if k.TLS.Enabled {

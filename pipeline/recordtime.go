@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 )

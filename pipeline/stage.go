@@ -15,7 +15,7 @@ import (
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"

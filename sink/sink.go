@@ -21,7 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/decode"
-	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/ledger"
 )
 

@@ -42,7 +42,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"go.uber.org/zap"
 
-	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/source/allone"
 )
 

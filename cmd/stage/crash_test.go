@@ -23,8 +23,8 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/internal/embedded"
-	"github.com/dpstage/stage/internal/siphash"
+	"github.com/dpstage/stage/internal/lib/embedded"
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/plan"

@@ -38,7 +38,7 @@ import (
 // Which process releases is read from the broker, not from the processes'
 // logs: the release group's member assigned partition 0 of the partials
 // topic (kfake's GroupInfo) sends the client id "stage@<hostname>/<pid>"
-// (internal/clientid), which names one of the 3 processes (e2e.MemberPID).
+// (internal/lib/clientid), which names one of the 3 processes (e2e.MemberPID).
 //
 // After the stream, every process stopped (SIGTERM), the checks over
 // Kafka: every (histogram, group, window) of the stream released, each

@@ -13,8 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dpstage/stage/internal/clientid"
 	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/internal/lib/clientid"
 )
 
 // The pieces of TestDistributedFailover that do not need the distributed
@@ -180,7 +180,7 @@ func testReadCommitted(t *testing.T) {
 }
 
 // testMemberPID starts 3 processes, each a bare kgo member of one group
-// with the stage's client id (internal/clientid), and checks that
+// with the stage's client id (internal/lib/clientid), and checks that
 // e2e.MemberOf + e2e.MemberPID map each member to the process that reports
 // the member's assignment.
 func testMemberPID(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 var stormKills = flag.Int("storm-kills", 0, "kill storm: number of SIGKILLs before the final instance (default: 10 in the normal run)")

@@ -3,7 +3,7 @@
 // the stage's group membership and output use, and franz-go's kgo, the
 // fastest Go client — reading the same pre-produced topic from the same
 // broker, each consumer in an OS process of its own and the broker (the
-// embedded kfake broker, internal/embedded) in another, so that each side's
+// embedded kfake broker, internal/lib/embedded) in another, so that each side's
 // CPU time is its own (see child.go). On a shared, noisy machine an absolute
 // events/s alone means little: the figures that matter are ratios measured
 // side by side in one run, in alternating passes, as medians.

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 // The separate processes of a run. The parent (Run) starts each as a child

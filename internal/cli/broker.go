@@ -14,7 +14,7 @@ import (
 	"syscall"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 // Broker implements `stage broker`: the embedded Kafka-protocol broker as a

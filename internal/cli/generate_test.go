@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 const generateYAML = `kafka:

@@ -19,9 +19,9 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"

@@ -26,7 +26,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 // syncBuffer collects log output from several goroutines.

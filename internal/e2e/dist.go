@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dpstage/stage/internal/clientid"
+	"github.com/dpstage/stage/internal/lib/clientid"
 )
 
 // DistCluster is a kfake cluster of several brokers in the test process.
@@ -133,7 +133,7 @@ func ShuffleLeaders(ctx context.Context, c *DistCluster, topics []string, every 
 
 // MemberOf returns the client id of the member of group assigned
 // partition of topic, or "" when no member is. The stage's kgo clients
-// send "stage@<hostname>/<pid>" (internal/clientid), so [MemberPID] tells
+// send "stage@<hostname>/<pid>" (internal/lib/clientid), so [MemberPID] tells
 // which process the member is, from the broker's view of the group alone.
 func MemberOf(c *kfake.Cluster, group, topic string, partition int32) string {
 	gi := c.GroupInfo(group)

@@ -1,5 +1,5 @@
 // Package e2e is the shared end-to-end test harness: it starts the embedded
-// Kafka-protocol broker (internal/embedded) over loopback, builds stage
+// Kafka-protocol broker (internal/lib/embedded) over loopback, builds stage
 // configs, produces events, runs stages in the background, reads the output
 // topic and computes the true bounded histograms independently of the
 // stage's code. The end-to-end tests of pipeline, internal/httpapi,
@@ -23,7 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 // Name turns a test's name into a string usable in topic and group names.

@@ -34,7 +34,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/dpstage/stage/internal/retry"
+	"github.com/dpstage/stage/internal/lib/retry"
 )
 
 // Pages, Countries and Devices are the values the generator emits, in the

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/segmentio/kafka-go"
 )
 

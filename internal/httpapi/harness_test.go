@@ -13,8 +13,8 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/internal/embedded"
 	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/dpstage/stage/pipeline"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dpstage/stage/internal/embedded"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 func startBroker(t *testing.T, topics map[string]int) (*embedded.Broker, *kgo.Client) {
