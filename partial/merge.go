@@ -10,9 +10,9 @@ import (
 )
 
 // ErrPartitions: a Partial was made against an input partition count other
-// than the releaser's. Version 1 refuses a change of the input topic's
-// partition count while running: a user whose partition changes would be
-// bounded twice, once by each owner.
+// than the releaser's. The Merger no longer returns it (such a Partial is
+// Foreign: skipped, never fatal); kept for callers that refuse a partition
+// count change themselves.
 var ErrPartitions = errors.New("partial: input partition count changed")
 
 // Layout is the shape of the counts a Merger accepts: per config histogram
@@ -93,11 +93,61 @@ type Layout struct {
 // partitions are idle (a partition active again needs no record: not idle
 // is where a Merger starts).
 //
+// Foreign records. A record is merged only when it was made under the
+// releaser's counting config, window size and input partition count; any
+// other is skipped, never an error (issue 22 item 2: one such record on the
+// partials topic used to stop every releaser that read it, for the topic's
+// whole retention). Two kinds, both reported as [Foreign]:
+//
+//   - another counting fingerprint (Partial.Config), same window size and
+//     partition count: a bounder still on the other side of a rolling
+//     change of events, window rules, histograms or contribution. Its
+//     window is this config's window, and the partition emitted it, so it
+//     counts as the partition's Partial of the window (present, not
+//     merged): the window is released without that partition's counts,
+//     and its coverage ([Window.Included]) says so.
+//   - another window size (WindowMs) or partition count (Partitions): it is
+//     not a Partial of any window of this config — its start and Next lie
+//     on another grid, or its partition's users are another partition's —
+//     so it counts for nothing: not present, its Next not taken. The
+//     partition's own Partial under this config must still come; until it
+//     does, the window waits for the partition (or, once the partition has
+//     passed it under this config, is held as a gap). A bounder refuses to
+//     start on a partition whose progress was written under another window
+//     size (pipeline), so such a Partial comes only from a replica whose
+//     partition had no progress yet.
+//
+// An Idle record of another window size or partition count is skipped the
+// same way.
+//
+// Merging is incremental: a Partial's counts are added to its window's
+// running sums when it arrives (linear in the Partial's cells), and the
+// window keeps per source partition only whether its Partial was merged
+// or foreign and a 64-bit digest of its counts, to tell a duplicate from a
+// conflict. The sums of the count histograms are integers, exact below
+// 2^53, so they do not depend on the order of arrival.
+//
+// Memory. A pending window holds one float64 per (histogram, group, bin)
+// of the layout — allocated at its first Partial with counts — and 9 bytes
+// per source partition: (Σ_h groups_h·bins_h)·8 + 9·N bytes, whatever the
+// number of Partials (the partials record limit of validation, 35,000
+// cells, with 10 bins, is 2.8 MB). Windows are pending from the first
+// window not released to the last window any partition has emitted, so
+// the total is that per-window figure times how far the partitions ahead
+// are past the one holding the next window ([Merger.Pending]): bounded by
+// the lag of the slowest partition, not multiplied by the partition count
+// as when every Partial was kept.
+//
 // A Merger is not safe for concurrent use (the releaser's one goroutine).
 type Merger struct {
 	n      int
 	sizeMs int64
 	layout Layout
+	// offs is, per histogram, the index of its (group 0, bin 0) in a
+	// window's sums (group g's bins follow at offs[h]+g·bins[h]); cells
+	// the total.
+	offs  []int
+	cells int
 	// config is the releaser's counting fingerprint (Partial.Config).
 	config string
 	// next is, per source partition, the largest Next seen
@@ -149,7 +199,15 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	for i := range next {
 		next[i], included[i] = math.MinInt64, math.MinInt64
 	}
-	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
+	offs, cells := make([]int, len(layout.Bins)), 0
+	for h, b := range layout.Bins {
+		if b < 0 || layout.Groups[h] < 0 {
+			return nil, fmt.Errorf("partial: merger: histogram %d with %d bins, %d groups", h, b, layout.Groups[h])
+		}
+		offs[h] = cells
+		cells += b * layout.Groups[h]
+	}
+	return &Merger{n: n, sizeMs: sizeMs, layout: layout, offs: offs, cells: cells, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
 		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
 }
 
@@ -172,13 +230,13 @@ const (
 	// Duplicate: a Partial of the same (window, partition) was added
 	// before, with the same counts; this one is ignored.
 	Duplicate
-	// Foreign: the Partial was made under another counting config
-	// (Partial.Config differs from the Merger's: a bounder running an
-	// older or newer config during a rolling change). Its counts are not
-	// merged — they were bounded under bounds the releaser's noise is not
-	// calibrated to — but it counts as the partition's Partial of its
-	// window (its window is not held as a gap), so the window is released
-	// without that partition's counts. The caller logs it loudly.
+	// Foreign: the record was made under another config (see Merger,
+	// "Foreign records"); its counts are not merged — they were bounded
+	// under bounds the releaser's noise is not calibrated to. Under
+	// another counting fingerprint alone it counts as the partition's
+	// Partial of its window (released without that partition's counts:
+	// Window.Included); under another window size or partition count it
+	// counts for nothing. Never an error. The caller logs it loudly.
 	Foreign
 	// Late: its window was released by this Merger without it (the
 	// partition was idle then, window.watermark: event): its counts are
@@ -214,32 +272,28 @@ func (r AddResult) String() string {
 }
 
 // Add feeds the Partial read at offset (offsets increase from call to
-// call). An error (ErrPartitions, ErrFormat) leaves the Merger unchanged.
+// call). A Partial of another window size or partition count is Foreign
+// and changes nothing but the offset read (see Merger, "Foreign records").
+// An error (ErrFormat: a Partial of this counting config whose cells do
+// not fit its histograms) leaves the Merger unchanged.
 func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
-	if p.Partitions != m.n {
-		return 0, fmt.Errorf("%w: a partial of partition %d (window %d) was made for %d input partitions, the releaser runs with %d; "+
-			"version 1 refuses partition count changes while running: restore the count or start a new deployment (group_id)",
-			ErrPartitions, p.Partition, p.WindowStart, p.Partitions, m.n)
+	if p.Partitions != m.n || p.WindowMs != m.sizeMs || p.Partition < 0 || p.Partition >= m.n {
+		m.end = max(m.end, offset+1) // skipped for good: the commit point may pass it
+		return Foreign, nil
 	}
-	if p.WindowMs != m.sizeMs {
-		return 0, fmt.Errorf("%w: partial of window %d has %d ms windows, the releaser %d ms", ErrFormat, p.WindowStart, p.WindowMs, m.sizeMs)
-	}
-	if p.Partition < 0 || p.Partition >= m.n || p.Next != p.WindowStart+p.WindowMs {
+	if p.Next != p.WindowStart+p.WindowMs {
 		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
 	}
 	foreign := p.Config != m.config
-	for _, c := range p.Counts {
-		if foreign {
-			break // another config's layout: not merged, not checked against ours
-		}
-		if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
-			return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
-				ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+	if !foreign { // another config's layout: not merged, not checked against ours
+		for _, c := range p.Counts {
+			if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
+				return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
+					ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+			}
 		}
 	}
-	if offset+1 > m.end {
-		m.end = offset + 1
-	}
+	m.end = max(m.end, offset+1)
 	if p.Next > m.next[p.Partition] {
 		m.next[p.Partition] = p.Next
 	}
@@ -258,49 +312,94 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	}
 	w := m.pending[p.WindowStart]
 	if w == nil {
-		w = &Window{Start: p.WindowStart, layout: &m.layout, parts: map[int][]Cell{}, firstOffset: offset}
+		w = &Window{Start: p.WindowStart, m: m, state: make([]uint8, m.n), digest: make([]uint64, m.n), firstOffset: offset}
 		m.pending[p.WindowStart] = w
 	}
-	if foreign {
+	switch st := w.state[p.Partition]; {
+	case foreign:
 		// Present, not merged; kept until its window is released (the
 		// commit point stays before it, so a restarted releaser sees it
 		// again rather than a gap).
-		if !w.has(p.Partition) {
-			if w.foreign == nil {
-				w.foreign = map[int]bool{}
-			}
-			w.foreign[p.Partition] = true
+		if st == partAbsent {
+			w.state[p.Partition] = partForeign
+			w.foreign++
 		}
 		return Foreign, nil
-	}
-	if w.foreign[p.Partition] {
+	case st == partForeign:
 		return Conflict, nil
-	}
-	cells := sortedCells(p.Counts)
-	if old, ok := w.parts[p.Partition]; ok {
-		if cellsEqual(old, cells) {
+	case st == partMerged:
+		var digest uint64
+		for _, c := range p.Counts {
+			digest += cellDigest(c)
+		}
+		if w.digest[p.Partition] == digest {
 			return Duplicate, nil
 		}
 		return Conflict, nil
 	}
-	w.parts[p.Partition] = cells
+	if len(p.Counts) > 0 && w.sums == nil {
+		w.sums = make([]float64, m.cells)
+	}
+	// One pass over the counts: summed and digested together (the
+	// digest of the first Partial of a (window, partition) is needed
+	// only when a second one comes).
+	var digest uint64
+	for _, c := range p.Counts {
+		dst := w.sums[m.offs[c.H]+c.G*len(c.Counts):][:len(c.Counts)]
+		h := cellSeed(c)
+		for i, v := range c.Counts {
+			dst[i] += v
+			h = cellStep(h, v)
+		}
+		digest += mix64(h)
+	}
+	w.state[p.Partition], w.digest[p.Partition] = partMerged, digest
+	w.merged++
 	return Added, nil
 }
 
+// cellDigest is a 64-bit digest of one cell (its histogram, group and
+// counts, in bin order): FNV-1a over 64-bit words (one multiply per
+// count), then one splitmix64 finalizer per cell. A Partial's digest is
+// the sum of its cells' (mod 2^64): the same whatever the order of its
+// cells, as the old comparison of the sorted cells was. It only tells a
+// Duplicate from a Conflict (the first Partial is kept either way); two
+// Partials of one (window, partition) with different counts but the same
+// digest — not a thing the bounders' transactions let happen at all —
+// would be reported as a duplicate.
+func cellDigest(c Cell) uint64 {
+	h := cellSeed(c)
+	for _, v := range c.Counts {
+		h = cellStep(h, v)
+	}
+	return mix64(h)
+}
+
+// cellSeed and cellStep are cellDigest's start and step (Add inlines the
+// loop to sum and digest in one pass).
+func cellSeed(c Cell) uint64 { return uint64(c.H)<<32 ^ uint64(uint32(c.G)) ^ 0xcbf29ce484222325 }
+
+func cellStep(h uint64, v float64) uint64 { return (h ^ math.Float64bits(v)) * 0x100000001b3 }
+
+// mix64 is splitmix64's finalizer: a bijection of uint64 with full
+// avalanche.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
 // SetIdle feeds the Idle record read at offset (offsets increase from
-// call to call, shared with Add). An error (ErrPartitions, ErrFormat)
-// leaves the Merger unchanged.
-func (m *Merger) SetIdle(d *Idle, offset int64) error {
-	if d.Partitions != m.n {
-		return fmt.Errorf("%w: an idle record of partition %d was made for %d input partitions, the releaser runs with %d; "+
-			"version 1 refuses partition count changes while running: restore the count or start a new deployment (group_id)",
-			ErrPartitions, d.Partition, d.Partitions, m.n)
-	}
-	if d.WindowMs != m.sizeMs || d.Partition < 0 || d.Partition >= m.n {
-		return fmt.Errorf("%w: idle record of partition %d of %d with %d ms windows, the releaser %d ms", ErrFormat, d.Partition, d.Partitions, d.WindowMs, m.sizeMs)
-	}
-	if offset+1 > m.end {
-		m.end = offset + 1
+// call to call, shared with Add) and returns Added, or Foreign for a record
+// of another window size or partition count: skipped, it changes nothing
+// but the offset read (see Merger, "Foreign records").
+func (m *Merger) SetIdle(d *Idle, offset int64) AddResult {
+	m.end = max(m.end, offset+1)
+	if d.Partitions != m.n || d.WindowMs != m.sizeMs || d.Partition < 0 || d.Partition >= m.n {
+		return Foreign
 	}
 	if d.Next > m.next[d.Partition] {
 		m.next[d.Partition] = d.Next
@@ -310,7 +409,7 @@ func (m *Merger) SetIdle(d *Idle, offset int64) error {
 	if m.now != nil {
 		m.idleSeen[d.Partition] = m.now()
 	}
-	return nil
+	return Added
 }
 
 // SetIdleClock sets the clock now and two durations of idleness (the
@@ -457,7 +556,7 @@ func (m *Merger) Next() (*Window, bool) {
 		}
 	}
 	if pend == nil {
-		pend = &Window{Start: w, layout: &m.layout, firstOffset: -1}
+		pend = &Window{Start: w, m: m, firstOffset: -1}
 	}
 	return pend, true
 }
@@ -468,8 +567,10 @@ func (m *Merger) Released(w *Window) {
 	if w.Start != m.released {
 		panic(fmt.Sprintf("partial: released window %d, next is %d", w.Start, m.released))
 	}
-	for p := range w.parts {
-		m.included[p] = w.Start
+	for p, st := range w.state {
+		if st == partMerged {
+			m.included[p] = w.Start
+		}
 	}
 	delete(m.pending, w.Start)
 	m.released = w.Start + m.sizeMs
@@ -516,73 +617,66 @@ func (m *Merger) CommitPoint() int64 {
 	return c
 }
 
+// Pending is how many windows hold Partials not released yet (each costs
+// the memory given in Merger, "Memory").
+func (m *Merger) Pending() int { return len(m.pending) }
+
+// A source partition's Partial of a window: not read, merged, or foreign
+// (present, not merged).
+const (
+	partAbsent uint8 = iota
+	partMerged
+	partForeign
+)
+
 // Window is one window's merged Partials. It satisfies release.Counts.
 type Window struct {
-	Start  int64
-	layout *Layout
-	// parts holds each source partition's cells, sorted by (H, G);
-	// foreign the partitions whose Partial of the window was Foreign
-	// (present, not merged).
-	parts       map[int][]Cell
-	foreign     map[int]bool
-	firstOffset int64
+	Start int64
+	m     *Merger
+	// sums holds the merged counts, laid out by Merger.offs (nil while no
+	// Partial with counts was merged: all zeros).
+	sums []float64
+	// state is, per source partition, whether its Partial of the window
+	// was read (partAbsent, partMerged, partForeign); digest the merged one's
+	// cellDigest sum. Both nil in an empty Window (no Partial read).
+	state  []uint8
+	digest []uint64
+	// merged and foreign count the partitions in each state.
+	merged, foreign int
+	firstOffset     int64
 }
 
 // has reports whether partition p's Partial of the window was read
 // (merged or foreign); false on a nil Window.
 func (w *Window) has(p int) bool {
-	if w == nil {
-		return false
-	}
-	_, ok := w.parts[p]
-	return ok || w.foreign[p]
+	return w != nil && w.state != nil && w.state[p] != partAbsent
 }
 
-// Partitions is how many source partitions sent a Partial of the window
-// (every partition that had it in its range; an empty Partial counts).
-func (w *Window) Partitions() int { return len(w.parts) }
+// Partitions is how many source partitions' Partials were merged into the
+// window (an empty Partial counts).
+func (w *Window) Partitions() int { return w.merged }
+
+// Included returns the window's coverage: how many source partitions'
+// counts are in it (their Partials merged), of how many the input topic
+// has. A Partial of another counting config (Foreign) is not included,
+// and neither is an idle partition (window.watermark event) that sent
+// none: its events of the window, if any come, are late.
+func (w *Window) Included() (included, partitions int) { return w.merged, w.m.n }
 
 // Counts writes the counts of histogram h, group g summed over the source
-// partitions (in partition order: the same sum whatever the arrival order)
-// into dst, grown to the histogram's bins; zeros for a cell no partition
-// had.
+// partitions into dst, grown to the histogram's bins; zeros for a cell no
+// partition had.
 func (w *Window) Counts(h, g int, dst []float64) []float64 {
+	l := &w.m.layout
 	n := 0
-	if h >= 0 && h < len(w.layout.Bins) {
-		n = w.layout.Bins[h]
+	if h >= 0 && h < len(l.Bins) {
+		n = l.Bins[h]
 	}
 	dst = slices.Grow(dst[:0], n)[:n]
-	clear(dst)
-	ps := make([]int, 0, len(w.parts))
-	for p := range w.parts {
-		ps = append(ps, p)
+	if w.sums == nil || n == 0 || g < 0 || g >= l.Groups[h] {
+		clear(dst)
+		return dst
 	}
-	slices.Sort(ps)
-	for _, p := range ps {
-		for _, c := range w.parts[p] {
-			if c.H == h && c.G == g {
-				for i, v := range c.Counts {
-					dst[i] += v
-				}
-			}
-		}
-	}
+	copy(dst, w.sums[w.m.offs[h]+g*n:])
 	return dst
-}
-
-func sortedCells(cs []Cell) []Cell {
-	out := slices.Clone(cs)
-	slices.SortStableFunc(out, func(a, b Cell) int {
-		if a.H != b.H {
-			return a.H - b.H
-		}
-		return a.G - b.G
-	})
-	return out
-}
-
-func cellsEqual(a, b []Cell) bool {
-	return slices.EqualFunc(a, b, func(x, y Cell) bool {
-		return x.H == y.H && x.G == y.G && slices.Equal(x.Counts, y.Counts)
-	})
 }

@@ -261,8 +261,12 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 					continue
 				}
 				was := slices.Contains(m.Idle(), d.Partition)
-				if err := m.SetIdle(d, rec.Offset); err != nil {
-					return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+				if m.SetIdle(d, rec.Offset) == partial.Foreign {
+					s.stats.Partials[partial.Foreign].Add(1)
+					s.log.Error("releaser: an idle record made for another window size or input partition count was skipped (a replica on another config): it says nothing about this config's windows",
+						zap.Int64("offset", rec.Offset), zap.Int("partition", d.Partition), zap.Int("record_partitions", d.Partitions), zap.Int("input_partitions", n),
+						zap.Int64("record_window_ms", d.WindowMs), zap.Int64("window_ms", s.sizeMs))
+					continue
 				}
 				if was != d.Idle {
 					s.log.Info("releaser: source partition idle state changed (window.watermark event): an idle partition does not hold windows",
@@ -287,10 +291,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				s.log.Warn("a second, identical partial of a (window, source partition) ignored", zap.Int64("offset", rec.Offset),
 					zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)), zap.Int("partition", rec.Partial.Partition))
 			case partial.Foreign:
-				s.log.Error("a partial made under another counting config (events, window, histograms, contribution) was not merged: its window is released without that source partition's counts; "+
-					"finish the rolling config change (every replica on one config)",
-					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
-					zap.Int("partition", rec.Partial.Partition), zap.String("partial_config", rec.Partial.Config), zap.String("releaser_config", s.countingConfig))
+				s.logForeign(rec.Offset, rec.Partial, n)
 			case partial.Conflict:
 				s.log.Error("a second partial of a (window, source partition) with different counts ignored: two bounders wrote one partition",
 					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
@@ -395,6 +396,21 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			return nil
 		}
 	}
+}
+
+// logForeign logs a partial the merger skipped as foreign (partial.Merger,
+// "Foreign records"); it is counted in dpstage_partials_total{result="foreign"}.
+func (s *Stage) logForeign(offset int64, p *partial.Partial, n int) {
+	fields := []zap.Field{zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition)}
+	if p.WindowMs != s.sizeMs || p.Partitions != n {
+		s.log.Error("releaser: a partial made for another window size or input partition count was skipped: it is no partial of this config's windows, and the partition's own partial of the window is still awaited"+
+			" (a replica runs another window.size, or counted another partition count; a bounder refuses to resume a partition under another window size)",
+			append(fields, zap.Int64("partial_window_ms", p.WindowMs), zap.Int64("window_ms", s.sizeMs), zap.Int("partial_partitions", p.Partitions), zap.Int("input_partitions", n))...)
+		return
+	}
+	s.log.Error("releaser: a partial made under another counting config (events, window rules, histograms, contribution, input topic, partitioner) was not merged: its window is released without that source partition's counts (the release's metadata says which share of the partitions it covers); "+
+		"finish the rolling config change (every replica on one config)",
+		append(fields, zap.String("partial_config", p.Config), zap.String("releaser_config", s.countingConfig))...)
 }
 
 // leadErr is err unless ctx ended (a revocation or a stop is no error).

@@ -401,27 +401,33 @@ func TestDistReleaserExact(t *testing.T) {
 	}
 }
 
-// TestDistReleaserPartitionCountChanged: a partial made for another input
-// partition count than the releaser's stops the releaser with
-// partial.ErrPartitions, before anything of its window is released.
-func TestDistReleaserPartitionCountChanged(t *testing.T) {
+// TestDistReleaserSkipsPoisonPartials: partials made for another input
+// partition count or window size (a replica on another config) are skipped
+// and counted as foreign; the releaser goes on, and the window comes out
+// exact from the partitions' own partials (issue 22 item 2: such a record
+// stopped every releaser that read it, for the partials topic's retention).
+func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	e := newDistEnv(t, 2)
 	r := e.start(t)
-	r.s.fail = func(error) {}
-	p := e.partialOf(0, 0, nil)
-	p.Partitions = 3
-	e.write(t, "test-bound/0", true, p, e.partialOf(0, 1, nil))
-	select {
-	case err := <-r.done:
-		r.done <- err
-		if !errors.Is(err, partial.ErrPartitions) {
-			t.Fatalf("the releaser returned %v, want ErrPartitions", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the releaser did not stop")
+	tr := truth{}
+	count := e.partialOf(0, 0, cells{0: {0: {500, 0, 0, 0, 0}}})
+	count.Partitions = 3
+	size := e.partialOf(0, 1, cells{0: {0: {700, 0, 0, 0, 0}}})
+	size.WindowMs *= 2
+	size.Next = size.WindowStart + size.WindowMs
+	e.write(t, "test-bound/9", true, count, size)
+	for p := range e.n {
+		e.emit(t, tr, 0, p)
 	}
-	if n := r.s.stats.Releases.Load(); n != 0 {
-		t.Errorf("%d releases published", n)
+	out := e.readOut(t, unitsPerWindow, 30*time.Second, time.Second)
+	for k, rl := range checkOnce(t, out, 1) {
+		checkExact(t, rl, tr[k])
+	}
+	if n := r.s.stats.Partials[partial.Foreign].Load(); n != 2 {
+		t.Errorf("%d partials counted foreign, want 2", n)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
 	}
 }
 
