@@ -131,7 +131,7 @@ type Layout struct {
 // of the layout — allocated at its first Partial with counts — and 9 bytes
 // per source partition: (Σ_h groups_h·bins_h)·8 + 9·N bytes, whatever the
 // number of Partials (the partials record limit of validation, 35,000
-// cells, with 10 bins, is 2.8 MB). Windows are pending from the first
+// (group, bin) cells, is 280 KB). Windows are pending from the first
 // window not released to the last window any partition has emitted, so
 // the total is that per-window figure times how far the partitions ahead
 // are past the one holding the next window ([Merger.Pending]): bounded by
@@ -148,8 +148,10 @@ type Merger struct {
 	// the total.
 	offs  []int
 	cells int
-	// config is the releaser's counting fingerprint (Partial.Config).
+	// config is the releaser's counting fingerprint (Partial.Config);
+	// also more fingerprints merged as its own (AlsoMerge).
 	config string
+	also   []string
 	// next is, per source partition, the largest Next seen
 	// (math.MinInt64 before any).
 	next []int64
@@ -284,7 +286,7 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if p.Next != p.WindowStart+p.WindowMs {
 		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
 	}
-	foreign := p.Config != m.config
+	foreign := p.Config != m.config && !slices.Contains(m.also, p.Config)
 	if !foreign { // another config's layout: not merged, not checked against ours
 		for _, c := range p.Counts {
 			if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
@@ -410,6 +412,16 @@ func (m *Merger) SetIdle(d *Idle, offset int64) AddResult {
 		m.idleSeen[d.Partition] = m.now()
 	}
 	return Added
+}
+
+// AlsoMerge makes the Merger merge the Partials stamped with fingerprint
+// as if made under its own counting config: the same config's fingerprint
+// as an older version computed it (config.LegacyCountingFingerprint), so
+// that an upgrade rolled one replica at a time leaves no partition out.
+func (m *Merger) AlsoMerge(fingerprint string) {
+	if fingerprint != m.config {
+		m.also = append(m.also, fingerprint)
+	}
 }
 
 // SetIdleClock sets the clock now and two durations of idleness (the
@@ -656,12 +668,20 @@ func (w *Window) has(p int) bool {
 // window (an empty Partial counts).
 func (w *Window) Partitions() int { return w.merged }
 
-// Included returns the window's coverage: how many source partitions'
-// counts are in it (their Partials merged), of how many the input topic
-// has. A Partial of another counting config (Foreign) is not included,
-// and neither is an idle partition (window.watermark event) that sent
-// none: its events of the window, if any come, are late.
-func (w *Window) Included() (included, partitions int) { return w.merged, w.m.n }
+// Included returns the window's coverage: of the input topic's partitions,
+// how many were counted under the releaser's counting config — all but
+// those whose Partial of the window was made under another one (Foreign:
+// a rolling config change), which the window leaves out.
+//
+// It depends only on which config each partition's bounder ran, never on
+// the events: every partition emits a Partial of every window, with events
+// or without, and an idle partition (window.watermark event) that sent
+// none is counted as included — the single-process stage's rule, under
+// which its events that come after the window closed are late like any
+// late event. (Counting idle partitions out would say which partitions
+// had no events for an idle timeout.) So it may be published with the
+// release (release.Coverage).
+func (w *Window) Included() (included, partitions int) { return w.m.n - w.foreign, w.m.n }
 
 // Counts writes the counts of histogram h, group g summed over the source
 // partitions into dst, grown to the histogram's bins; zeros for a cell no

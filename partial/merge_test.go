@@ -606,3 +606,42 @@ func TestMergerGaps(t *testing.T) {
 		})
 	}
 }
+
+// TestMergerCoverage: a window's coverage leaves out the partitions whose
+// Partial was made under another counting config, and only those (an idle
+// partition that sent none is included: whether a partition was idle
+// depends on its events); a fingerprint given to AlsoMerge is merged as
+// the Merger's own.
+func TestMergerCoverage(t *testing.T) {
+	m, err := NewMerger(3, testSize, 0, testLayout, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := part(10, 2, cell(1, 0, 4, 0))
+	legacy.Config = "legacy"
+	m.AlsoMerge("legacy")
+	recs := []*Partial{part(0, 0), foreign(0, 1, cell(1, 0, 9, 9)), part(10, 0), part(10, 1, cell(1, 0, 1, 0)), legacy}
+	if r := m.SetIdle(idle(2, 0, true), 0); r != Added {
+		t.Fatal(r)
+	}
+	var got []string
+	for i, p := range recs {
+		if _, err := m.Add(p, int64(i+1)*100); err != nil {
+			t.Fatal(err)
+		}
+		for w, ok := m.Next(); ok; w, ok = m.Next() {
+			in, n := w.Included()
+			got = append(got, fmt.Sprintf("%d:%d/%d %s", w.Start, in, n, merged(w)))
+			m.Released(w)
+		}
+		if i == 1 { // window 0 is out: partition 2 is active again
+			if r := m.SetIdle(idle(2, 10, false), 250); r != Added {
+				t.Fatal(r)
+			}
+		}
+	}
+	want := []string{"0:2/3 h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[0 0]", "10:3/3 h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[5 0]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("windows\n%q\nwant\n%q", got, want)
+	}
+}

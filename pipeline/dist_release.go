@@ -214,6 +214,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err != nil {
 		return err
 	}
+	m.AlsoMerge(s.cfg.LegacyCountingFingerprint()) // partials of replicas not upgraded yet
 	if !s.arrival {
 		// The grace and the lease of an Idle record are both the idle
 		// timeout; bounders write their Idle records again every half of

@@ -788,7 +788,8 @@ func TestDistReleaserLostStops(t *testing.T) {
 // differ) writes partition 1's partial of window 0 with huge counts. The
 // releaser does not merge it — the noise is calibrated to its own bounds —
 // but takes its Next: window 0 is released with partitions 0 and 2 only,
-// and window 1, all on the releaser's config, exactly.
+// and says so in its coverage (2 of 3 partitions), and window 1, all on
+// the releaser's config, exactly (3 of 3).
 func TestDistReleaserRefusesOtherCountingConfig(t *testing.T) {
 	e := newDistEnv(t, 3)
 	r := e.start(t)
@@ -811,8 +812,18 @@ func TestDistReleaserRefusesOtherCountingConfig(t *testing.T) {
 		e.emit(t, tr, 1, p)
 	}
 	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, 2*time.Second)
+	w0 := release.RFC3339(distBase.UnixMilli())
 	for k, rl := range checkOnce(t, out, 2) {
 		checkExact(t, rl, tr[k])
+		// The coverage says window 0 left partition 1 out (issue 22 item
+		// 2: a dashboard could not tell such a window).
+		want := release.Coverage{Partitions: 3, Included: 3}
+		if rl.WindowStart == w0 {
+			want.Included = 2
+		}
+		if rl.Coverage == nil || *rl.Coverage != want {
+			t.Errorf("%s: coverage %+v, want %+v", k, rl.Coverage, want)
+		}
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
