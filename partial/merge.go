@@ -127,16 +127,22 @@ type Layout struct {
 // conflict. The sums of the count histograms are integers, exact below
 // 2^53, so they do not depend on the order of arrival.
 //
-// Memory. A pending window holds one float64 per (histogram, group, bin)
-// of the layout — allocated at its first Partial with counts — and 9 bytes
-// per source partition: (Σ_h groups_h·bins_h)·8 + 9·N bytes, whatever the
-// number of Partials (the partials record limit of validation, 35,000
-// (group, bin) cells, is 280 KB). Windows are pending from the first
-// window not released to the last window any partition has emitted, so
-// the total is that per-window figure times how far the partitions ahead
-// are past the one holding the next window ([Merger.Pending]): bounded by
-// the lag of the slowest partition, not multiplied by the partition count
-// as when every Partial was kept.
+// Memory. A pending window within the sums limit ([Merger.SetSumsLimit]:
+// DefaultSumsBytes' worth of windows from the next one on, at least 4)
+// holds one float64 per (histogram, group, bin) of the layout — allocated
+// at its first Partial with counts — and 9 bytes per source partition,
+// whatever the number of Partials: (Σ_h groups_h·bins_h)·8 + 9·N bytes
+// (the partials record limit of validation, 35,000 (group, bin) cells, is
+// 280 KB). A window past the limit keeps only the 9·N bytes: a Partial of
+// it is spilled — its presence and digest kept, its counts dropped — and
+// once the window is next and complete, [Merger.Reread] gives the offset
+// to read the topic again from (the commit point never passes a pending
+// window's first record, so they are all still there, as after a
+// restart); the records read again fill in the spilled counts and change
+// nothing else. So the sums stay within DefaultSumsBytes (or 4 windows),
+// and the rest grows by 9·N bytes per window the fastest partition is
+// ahead of the slowest, not by the partials' size: before issue 22 every
+// Partial was kept whole until its window was released.
 //
 // A Merger is not safe for concurrent use (the releaser's one goroutine).
 type Merger struct {
@@ -187,7 +193,17 @@ type Merger struct {
 	pending  map[int64]*Window
 	// end is the offset after the last record fed (-1 before any).
 	end int64
+	// limit is how many windows, from the next one on, hold running
+	// sums (SetSumsLimit); rereading says the caller was asked to read
+	// the topic again from an earlier offset (Reread) and has not yet
+	// fed the record before end again.
+	limit     int
+	rereading bool
 }
+
+// DefaultSumsBytes bounds the running sums the pending windows hold
+// (NewMerger's sums limit): 64 MiB, and at least 4 windows.
+const DefaultSumsBytes = 64 << 20
 
 // NewMerger returns a Merger for n source partitions and windows of sizeMs,
 // handing out windows from resume on (earlier ones are recorded already:
@@ -210,7 +226,8 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 		cells += b * layout.Groups[h]
 	}
 	return &Merger{n: n, sizeMs: sizeMs, layout: layout, offs: offs, cells: cells, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
-		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1,
+		limit: max(4, DefaultSumsBytes/max(8*cells, 1))}, nil
 }
 
 // pass is one observation of the live frontier: it reached end at at.
@@ -280,6 +297,9 @@ func (r AddResult) String() string {
 // not fit its histograms) leaves the Merger unchanged.
 func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if p.Partitions != m.n || p.WindowMs != m.sizeMs || p.Partition < 0 || p.Partition >= m.n {
+		if m.reread(offset) {
+			return Skipped, nil
+		}
 		m.end = max(m.end, offset+1) // skipped for good: the commit point may pass it
 		return Foreign, nil
 	}
@@ -294,6 +314,9 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 					ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
 			}
 		}
+	}
+	if m.reread(offset) {
+		return m.addAgain(p, foreign), nil
 	}
 	m.end = max(m.end, offset+1)
 	if p.Next > m.next[p.Partition] {
@@ -329,7 +352,7 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		return Foreign, nil
 	case st == partForeign:
 		return Conflict, nil
-	case st == partMerged:
+	case st == partMerged || st == partSpilled:
 		var digest uint64
 		for _, c := range p.Counts {
 			digest += cellDigest(c)
@@ -339,12 +362,40 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		}
 		return Conflict, nil
 	}
+	if !m.holdsSums(p.WindowStart) {
+		// Beyond the sums limit: only its presence and digest are kept;
+		// its counts are read again (Reread) once its window is within it.
+		var digest uint64
+		for _, c := range p.Counts {
+			digest += cellDigest(c)
+		}
+		w.state[p.Partition], w.digest[p.Partition] = partSpilled, digest
+		w.merged++
+		if w.spilled == 0 || offset < w.spillFrom {
+			w.spillFrom = offset
+		}
+		w.spilled++
+		return Added, nil
+	}
+	m.sum(w, p)
+	w.state[p.Partition] = partMerged
+	w.merged++
+	return Added, nil
+}
+
+// holdsSums reports whether the window starting at start is within the
+// sums limit.
+func (m *Merger) holdsSums(start int64) bool {
+	return start < m.released+int64(m.limit)*m.sizeMs
+}
+
+// sum adds p's counts to w's sums, and sets its partition's digest, in
+// one pass over the counts (the digest of the first Partial of a
+// (window, partition) is needed only when a second one comes).
+func (m *Merger) sum(w *Window, p *Partial) {
 	if len(p.Counts) > 0 && w.sums == nil {
 		w.sums = make([]float64, m.cells)
 	}
-	// One pass over the counts: summed and digested together (the
-	// digest of the first Partial of a (window, partition) is needed
-	// only when a second one comes).
 	var digest uint64
 	for _, c := range p.Counts {
 		dst := w.sums[m.offs[c.H]+c.G*len(c.Counts):][:len(c.Counts)]
@@ -355,9 +406,64 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		}
 		digest += mix64(h)
 	}
-	w.state[p.Partition], w.digest[p.Partition] = partMerged, digest
-	w.merged++
-	return Added, nil
+	w.digest[p.Partition] = digest
+}
+
+// reread reports whether the record at offset is read again after a
+// Reread (before end): it then changes nothing but a spilled Partial's
+// counts. The re-read ends with the record before end.
+func (m *Merger) reread(offset int64) bool {
+	if !m.rereading || offset >= m.end {
+		return false
+	}
+	if offset == m.end-1 {
+		m.rereading = false
+	}
+	return true
+}
+
+// addAgain is Add for a Partial read again after a Reread: a spilled
+// Partial of a window now within the sums limit has its counts summed
+// (when they are the counts read the first time); any other is Skipped:
+// it was fed before.
+func (m *Merger) addAgain(p *Partial, foreign bool) AddResult {
+	w := m.pending[p.WindowStart]
+	if foreign || w == nil || w.state[p.Partition] != partSpilled || !m.holdsSums(p.WindowStart) {
+		return Skipped
+	}
+	var digest uint64
+	for _, c := range p.Counts {
+		digest += cellDigest(c)
+	}
+	if digest != w.digest[p.Partition] {
+		return Conflict // not the Partial read the first time (the window stays held)
+	}
+	m.sum(w, p)
+	w.state[p.Partition] = partMerged
+	w.spilled--
+	return Skipped
+}
+
+// SetSumsLimit sets how many windows, from the next one to release on,
+// hold running sums (at least 1; NewMerger sets DefaultSumsBytes' worth,
+// and at least 4). A Partial of a window past the limit is kept as its
+// presence and digest only, and its counts are read again later
+// (Reread).
+func (m *Merger) SetSumsLimit(windows int) { m.limit = max(windows, 1) }
+
+// Reread returns the partials-topic offset to read from again, when the
+// next window is complete but holds Partials whose counts were not kept
+// (they came while it was past the sums limit): the caller seeks its
+// reader there and feeds the records again (Add and SetIdle then only
+// fill those counts in, until the record before the furthest one fed).
+// false: nothing to read again, or a re-read is under way.
+func (m *Merger) Reread() (int64, bool) {
+	w := m.pending[m.released]
+	if m.rereading || w == nil || w.spilled == 0 {
+		return 0, false
+	}
+	m.rereading = true
+	return w.spillFrom, true
 }
 
 // cellDigest is a 64-bit digest of one cell (its histogram, group and
@@ -399,6 +505,9 @@ func mix64(x uint64) uint64 {
 // of another window size or partition count: skipped, it changes nothing
 // but the offset read (see Merger, "Foreign records").
 func (m *Merger) SetIdle(d *Idle, offset int64) AddResult {
+	if m.reread(offset) {
+		return Skipped
+	}
 	m.end = max(m.end, offset+1)
 	if d.Partitions != m.n || d.WindowMs != m.sizeMs || d.Partition < 0 || d.Partition >= m.n {
 		return Foreign
@@ -570,6 +679,9 @@ func (m *Merger) Next() (*Window, bool) {
 	if pend == nil {
 		pend = &Window{Start: w, m: m, firstOffset: -1}
 	}
+	if pend.spilled > 0 {
+		return nil, false // its spilled counts first (Reread)
+	}
 	return pend, true
 }
 
@@ -639,6 +751,9 @@ const (
 	partAbsent uint8 = iota
 	partMerged
 	partForeign
+	// partSpilled: merged, but its counts are not in the sums yet (it
+	// came past the sums limit; Reread).
+	partSpilled
 )
 
 // Window is one window's merged Partials. It satisfies release.Counts.
@@ -653,9 +768,12 @@ type Window struct {
 	// cellDigest sum. Both nil in an empty Window (no Partial read).
 	state  []uint8
 	digest []uint64
-	// merged and foreign count the partitions in each state.
-	merged, foreign int
-	firstOffset     int64
+	// merged and foreign count the partitions in each state (merged
+	// includes the spilled ones); spilled those whose counts are not in
+	// sums yet, the first of them read at spillFrom.
+	merged, foreign, spilled int
+	spillFrom                int64
+	firstOffset              int64
 }
 
 // has reports whether partition p's Partial of the window was read

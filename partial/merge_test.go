@@ -645,3 +645,68 @@ func TestMergerCoverage(t *testing.T) {
 		t.Errorf("windows\n%q\nwant\n%q", got, want)
 	}
 }
+
+// TestMergerSumsLimit: with the running sums limited to a few windows, a
+// partition lagging far behind the others makes the windows past the
+// limit keep only presence and digests; each is read again (Reread) once
+// it is next, and every window comes out with the same counts as without
+// a limit, while no more than the limit's windows ever hold sums (issue
+// 22 item 2: pending memory bounded while one partition lags).
+func TestMergerSumsLimit(t *testing.T) {
+	// The log: partitions 0 and 1 emit windows 0..9, then partition 2
+	// catches up; a duplicate and an idle record of no effect on the way.
+	var log []*Partial
+	for w := int64(0); w < 10; w++ {
+		for p := range 2 {
+			log = append(log, part(w*testSize, p, cell(0, p, float64(w+1), 0, float64(p)), cell(1, 0, 1, float64(w))))
+		}
+		if w == 4 {
+			log = append(log, part(w*testSize, 1, cell(0, 1, float64(w+1), 0, 1), cell(1, 0, 1, float64(w)))) // duplicate
+		}
+	}
+	for w := int64(0); w < 10; w++ {
+		log = append(log, part(w*testSize, 2, cell(0, 0, 0, float64(w), 0)))
+	}
+	run := func(limit int) (out []string, maxSums int, rereads int) {
+		m, err := NewMerger(3, testSize, 0, testLayout, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit > 0 {
+			m.SetSumsLimit(limit)
+		}
+		for pos := 0; pos < len(log); {
+			if _, err := m.Add(log[pos], int64(pos)); err != nil {
+				t.Fatal(err)
+			}
+			pos++
+			for w, ok := m.Next(); ok; w, ok = m.Next() {
+				out = append(out, fmt.Sprintf("%d:%s", w.Start, merged(w)))
+				m.Released(w)
+			}
+			if o, ok := m.Reread(); ok {
+				pos = int(o)
+				rereads++
+			}
+			n := 0
+			for _, w := range m.pending {
+				if w.sums != nil {
+					n++
+				}
+			}
+			maxSums = max(maxSums, n)
+		}
+		return out, maxSums, rereads
+	}
+	want, _, _ := run(0)
+	if len(want) != 10 {
+		t.Fatalf("without a limit: %d windows released, want 10", len(want))
+	}
+	got, maxSums, rereads := run(2)
+	if !slices.Equal(got, want) {
+		t.Errorf("with a limit of 2 windows\n%q\nwant\n%q", got, want)
+	}
+	if maxSums > 2 || rereads == 0 {
+		t.Errorf("at most %d windows held sums (limit 2), %d re-reads (want some)", maxSums, rereads)
+	}
+}

@@ -215,6 +215,9 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		return err
 	}
 	m.AlsoMerge(s.cfg.LegacyCountingFingerprint()) // partials of replicas not upgraded yet
+	if mergeSumsLimit > 0 {
+		m.SetSumsLimit(mergeSumsLimit)
+	}
 	if !s.arrival {
 		// The grace and the lease of an Idle record are both the idle
 		// timeout; bounders write their Idle records again every half of
@@ -349,6 +352,14 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		if closedTo != math.MinInt64 {
 			s.pruneRunning(either, &prunedFrom)
 		}
+		if off, ok := m.Reread(); ok {
+			// The next window's partials that came while it was past the
+			// merger's sums limit (a partition lagged far behind) are
+			// read again for their counts (partial.Merger, "Memory").
+			s.log.Info("releaser: reading the partials topic again for the counts of the next window, which came while it was too far ahead to hold them",
+				zap.String("window_start", release.RFC3339(m.ReleasedTo())), zap.Int64("from_offset", off))
+			r.ReadFrom(off)
+		}
 		if gaps := m.Gaps(); len(gaps) > 0 {
 			k := fmt.Sprint(gaps[0].Window)
 			for _, g := range gaps {
@@ -413,6 +424,10 @@ func (s *Stage) logForeign(offset int64, p *partial.Partial, n int) {
 		"finish the rolling config change (every replica on one config)",
 		append(fields, zap.String("partial_config", p.Config), zap.String("releaser_config", s.countingConfig))...)
 }
+
+// mergeSumsLimit, when > 0, is the merger's sums limit in windows (tests
+// only: partial.Merger.SetSumsLimit; its default otherwise).
+var mergeSumsLimit int
 
 // leadErr is err unless ctx ended (a revocation or a stop is no error).
 func (s *Stage) leadErr(ctx context.Context, err error) error {

@@ -431,6 +431,31 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	}
 }
 
+// TestDistReleaserRereadsSpilledCounts: with the merger's running sums
+// limited to one window, a partition lagging three windows behind leaves
+// windows 1..3 with their partials' presence only; each is read again
+// from the partials topic once it is next, and every window comes out
+// exact (issue 22 item 2: pending memory bounded while a partition lags).
+func TestDistReleaserRereadsSpilledCounts(t *testing.T) {
+	mergeSumsLimit = 1
+	t.Cleanup(func() { mergeSumsLimit = 0 })
+	e := newDistEnv(t, 3)
+	e.start(t)
+	tr := truth{}
+	for w := range 4 {
+		for _, p := range []int{0, 1} {
+			e.emit(t, tr, w, p)
+		}
+	}
+	for w := range 4 {
+		e.emit(t, tr, w, 2)
+	}
+	out := e.readOut(t, 4*unitsPerWindow, 30*time.Second, time.Second)
+	for k, rl := range checkOnce(t, out, 4) {
+		checkExact(t, rl, tr[k])
+	}
+}
+
 // TestDistReleaserHoldsLaggingPartition: window 1 is held while
 // partition 2 has not passed it (its partials of window 0 only; the other
 // two have sent window 1 and 2), and released when it catches up; an idle

@@ -164,6 +164,13 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	return out, bad
 }
 
+// ReadFrom makes the next Polls read partition 0 from offset again (the
+// merger's Reread). Call it from the goroutine that polls and commits,
+// while partition 0 is assigned (kgo's SetOffsets under group consuming).
+func (r *Reader) ReadFrom(offset int64) {
+	r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{r.topic: {0: {Epoch: -1, Offset: offset}}})
+}
+
 // Commit commits offset (the next record to read) of partition 0 for the
 // group, synchronously. ctx bounds it: a revocation cancels it (the next
 // owner then re-reads from the last commit and skips what is recorded).
