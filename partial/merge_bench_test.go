@@ -1,9 +1,6 @@
 package partial
 
-import (
-	"fmt"
-	"testing"
-)
+import "testing"
 
 // BenchmarkMerge100x10000 merges one window per op: 100 source partitions'
 // Partials of 10,000 (histogram, group) cells each (one histogram of
@@ -58,6 +55,6 @@ func BenchmarkMerge100x10000(b *testing.B) {
 	}
 	b.StopTimer()
 	if sum == 0 {
-		b.Fatal(fmt.Sprint("no counts merged"))
+		b.Fatal("no counts merged")
 	}
 }
