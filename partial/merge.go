@@ -27,7 +27,8 @@ type Layout struct {
 //
 // Completeness is presence-based. Window w (start w, size WindowMs) is
 // complete when every source partition p in [0, N) either has its Partial
-// of w here (merged, or foreign: see [Foreign]), or is idle and has not
+// of w here (merged, or under another counting fingerprint: see "Foreign
+// records"), or is idle and has not
 // passed w (below); and when the partitions not idle have passed w
 // (Next_p >= w+size: they will send nothing more for it). The bounder of p
 // emits its windows one after the other from its first window on, each in
@@ -244,7 +245,9 @@ const (
 	Added AddResult = iota
 	// Skipped: its window is released already — before the resume window
 	// (before this Merger was made), or with a Partial of the same
-	// (window, partition); only its Next was taken.
+	// (window, partition); only its Next was taken. Also every record
+	// read again after a Reread (fed before: counted once, when first
+	// read).
 	Skipped
 	// Duplicate: a Partial of the same (window, partition) was added
 	// before, with the same counts; this one is ignored.
