@@ -265,14 +265,15 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 					continue
 				}
 				was := slices.Contains(m.Idle(), d.Partition)
-				if m.SetIdle(d, rec.Offset) == partial.Foreign {
+				res := m.SetIdle(d, rec.Offset)
+				if res == partial.Foreign {
 					s.stats.Partials[partial.Foreign].Add(1)
 					s.log.Error("releaser: an idle record made for another window size or input partition count was skipped (a replica on another config): it says nothing about this config's windows",
 						zap.Int64("offset", rec.Offset), zap.Int("partition", d.Partition), zap.Int("record_partitions", d.Partitions), zap.Int("input_partitions", n),
 						zap.Int64("record_window_ms", d.WindowMs), zap.Int64("window_ms", s.sizeMs))
 					continue
 				}
-				if was != d.Idle {
+				if res == partial.Added && was != d.Idle { // not when read again (Skipped)
 					s.log.Info("releaser: source partition idle state changed (window.watermark event): an idle partition does not hold windows",
 						zap.Int("partition", d.Partition), zap.Bool("idle", d.Idle), zap.String("next_window", release.RFC3339(d.Next)))
 				}
