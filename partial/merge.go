@@ -386,6 +386,14 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	return Added, nil
 }
 
+// Skip feeds a record read at offset that the caller skipped (it does
+// not decode): it counts for nothing, and the commit point may pass it.
+func (m *Merger) Skip(offset int64) {
+	if !m.reread(offset) {
+		m.end = max(m.end, offset+1)
+	}
+}
+
 // holdsSums reports whether the window starting at start is within the
 // sums limit.
 func (m *Merger) holdsSums(start int64) bool {

@@ -257,6 +257,14 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			return err
 		}
 		for _, rec := range recs {
+			if rec.Err != nil {
+				m.Skip(rec.Offset)
+				s.stats.Partials[partial.Foreign].Add(1)
+				s.log.Error("releaser: a record of the partials topic that does not decode was skipped (written by something else, or by another version of the stage); "+
+					"it counts for nothing: its partition's window waits for a partial this version reads",
+					zap.Int64("offset", rec.Offset), zap.Error(rec.Err))
+				continue
+			}
 			if d := rec.Idle; d != nil {
 				if s.arrival {
 					// Only event-mode bounders write Idle records: these

@@ -402,8 +402,8 @@ func TestDistReleaserExact(t *testing.T) {
 }
 
 // TestDistReleaserSkipsPoisonPartials: partials made for another input
-// partition count or window size (a replica on another config) are skipped
-// and counted as foreign; the releaser goes on, and the window comes out
+// partition count or window size (a replica on another config), and
+// records this version cannot decode, are skipped and counted as foreign; the releaser goes on, and the window comes out
 // exact from the partitions' own partials (issue 22 item 2: such a record
 // stopped every releaser that read it, for the partials topic's retention).
 func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
@@ -416,6 +416,19 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	size.WindowMs *= 2
 	size.Next = size.WindowStart + size.WindowMs
 	e.write(t, "test-bound/9", true, count, size)
+	// Records this version cannot decode: a later wire version's partial,
+	// and garbage.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()), kgo.DefaultProduceTopic(e.cfg.Kafka.PartialsTopic()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	v2 := strings.Replace(string(e.partialOf(0, 0, nil).Encode()), `"v":1`, `"v":2`, 1)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("w/0/p/0"), Value: []byte(v2)}, &kgo.Record{Key: []byte("w/0/p/1"), Value: []byte("{not json")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
 	for p := range e.n {
 		e.emit(t, tr, 0, p)
 	}
@@ -423,8 +436,8 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	for k, rl := range checkOnce(t, out, 1) {
 		checkExact(t, rl, tr[k])
 	}
-	if n := r.s.stats.Partials[partial.Foreign].Load(); n != 2 {
-		t.Errorf("%d partials counted foreign, want 2", n)
+	if n := r.s.stats.Partials[partial.Foreign].Load(); n != 4 {
+		t.Errorf("%d partials counted foreign, want 4", n)
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
