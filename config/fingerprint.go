@@ -7,17 +7,52 @@ import (
 )
 
 // CountingFingerprint identifies what a bounded count means: every setting
-// that decides which events count, how each user's contribution is bounded
-// and into which (histogram, group, bin) it goes — events.*, window.*,
-// histograms, contribution.*, the input topic and
-// kafka.distributed.partitioner. Two configs with the same fingerprint
-// produce the same bounded counts from the same events.
+// that decides how a counted event is bounded and into which (histogram,
+// group, bin, window) it goes — the noise's sensitivities and the meaning
+// of a release — and the rule that decides whether an event is on time:
+// events.* (but max_message_bytes), window.* (but start,
+// idle_partition_timeout and clock_skew_margin), histograms,
+// contribution.*, the input topic and kafka.distributed.partitioner. Two
+// configs with the same fingerprint produce the same bounded counts from
+// the same events.
 //
 // The distributed mode stamps it on every partial: the releaser merges
 // only partials made under its own counting config, since its noise is
 // calibrated to its own bounds (a bounder still running an older config
-// during a rolling change could have looser ones).
+// during a rolling change could have looser ones). So it leaves out the
+// knobs that change no count, and whose rolling change would otherwise
+// leave partitions out of windows for nothing (issue 22 item 2):
+//
+//   - window.start: read once, for the deployment's first window; the
+//     release log's first window wins afterwards.
+//   - window.clock_skew_margin: when a window closes, not which events
+//     count (record time < end + lateness either way).
+//   - window.idle_partition_timeout (watermark event): when a quiet
+//     partition stops holding windows, i.e. when windows are released;
+//     an event that comes after its window was released without its
+//     partition is late, as under any timeout.
+//   - events.max_message_bytes: which oversized messages are refused as
+//     malformed input (dropped, counted, dead-lettered), not how an
+//     accepted event counts or is bounded.
+//
+// Adding a field to one of these sections puts it in the fingerprint (the
+// safe default); leave a new knob out here only with such an argument.
 func (c *Config) CountingFingerprint() string {
+	ev, win := c.Events, c.Window
+	ev.MaxMessageBytes = 0
+	win.Start, win.ClockSkewMargin, win.IdlePartitionTimeout = "", 0, 0
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution)
+}
+
+// LegacyCountingFingerprint is CountingFingerprint as versions before
+// issue 22 computed it (every events.* and window.* setting). A releaser
+// also merges the partials stamped with it, so that upgrading replicas one
+// at a time leaves no partition out of a window.
+func (c *Config) LegacyCountingFingerprint() string {
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, c.Events, c.Window, c.Histograms, c.Contribution)
+}
+
+func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogram, con Contribution) string {
 	v := struct {
 		Input        string
 		Partitioner  string
@@ -25,7 +60,7 @@ func (c *Config) CountingFingerprint() string {
 		Window       Window
 		Histograms   []Histogram
 		Contribution Contribution
-	}{c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, c.Events, c.Window, c.Histograms, c.Contribution}
+	}{input, partitioner, ev, win, hs, con}
 	b, err := json.Marshal(&v)
 	if err != nil {
 		panic("config: counting fingerprint: " + err.Error()) // plain data: cannot fail

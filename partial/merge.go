@@ -10,9 +10,9 @@ import (
 )
 
 // ErrPartitions: a Partial was made against an input partition count other
-// than the releaser's. Version 1 refuses a change of the input topic's
-// partition count while running: a user whose partition changes would be
-// bounded twice, once by each owner.
+// than the releaser's. The Merger no longer returns it (such a Partial is
+// Foreign: skipped, never fatal); kept for callers that refuse a partition
+// count change themselves.
 var ErrPartitions = errors.New("partial: input partition count changed")
 
 // Layout is the shape of the counts a Merger accepts: per config histogram
@@ -27,7 +27,8 @@ type Layout struct {
 //
 // Completeness is presence-based. Window w (start w, size WindowMs) is
 // complete when every source partition p in [0, N) either has its Partial
-// of w here (merged, or foreign: see [Foreign]), or is idle and has not
+// of w here (merged, or under another counting fingerprint: see "Foreign
+// records"), or is idle and has not
 // passed w (below); and when the partitions not idle have passed w
 // (Next_p >= w+size: they will send nothing more for it). The bounder of p
 // emits its windows one after the other from its first window on, each in
@@ -93,13 +94,71 @@ type Layout struct {
 // partitions are idle (a partition active again needs no record: not idle
 // is where a Merger starts).
 //
+// Foreign records. A record is merged only when it was made under the
+// releaser's counting config, window size and input partition count; any
+// other is skipped, never an error (issue 22 item 2: one such record on the
+// partials topic used to stop every releaser that read it, for the topic's
+// whole retention). Two kinds, both reported as [Foreign]:
+//
+//   - another counting fingerprint (Partial.Config), same window size and
+//     partition count: a bounder still on the other side of a rolling
+//     change of events, window rules, histograms or contribution. Its
+//     window is this config's window, and the partition emitted it, so it
+//     counts as the partition's Partial of the window (present, not
+//     merged): the window is released without that partition's counts,
+//     and its coverage ([Window.Included]) says so.
+//   - another window size (WindowMs) or partition count (Partitions): it is
+//     not a Partial of any window of this config — its start and Next lie
+//     on another grid, or its partition's users are another partition's —
+//     so it counts for nothing: not present, its Next not taken. The
+//     partition's own Partial under this config must still come; until it
+//     does, the window waits for the partition (or, once the partition has
+//     passed it under this config, is held as a gap). A bounder refuses to
+//     start on a partition whose progress was written under another window
+//     size (pipeline), so such a Partial comes only from a replica whose
+//     partition had no progress yet.
+//
+// An Idle record of another window size or partition count is skipped the
+// same way.
+//
+// Merging is incremental: a Partial's counts are added to its window's
+// running sums when it arrives (linear in the Partial's cells), and the
+// window keeps per source partition only whether its Partial was merged
+// or foreign and a 64-bit digest of its counts, to tell a duplicate from a
+// conflict. The sums of the count histograms are integers, exact below
+// 2^53, so they do not depend on the order of arrival.
+//
+// Memory. A pending window within the sums limit ([Merger.SetSumsLimit]:
+// DefaultSumsBytes' worth of windows from the next one on, at least 4)
+// holds one float64 per (histogram, group, bin) of the layout — allocated
+// at its first Partial with counts — and 9 bytes per source partition,
+// whatever the number of Partials: (Σ_h groups_h·bins_h)·8 + 9·N bytes
+// (the partials record limit of validation, 35,000 (group, bin) cells, is
+// 280 KB). A window past the limit keeps only the 9·N bytes: a Partial of
+// it is spilled — its presence and digest kept, its counts dropped — and
+// once the window is next and complete, [Merger.Reread] gives the offset
+// to read the topic again from (the commit point never passes a pending
+// window's first record, so they are all still there, as after a
+// restart); the records read again fill in the spilled counts and change
+// nothing else. So the sums stay within DefaultSumsBytes (or 4 windows),
+// and the rest grows by 9·N bytes per window the fastest partition is
+// ahead of the slowest, not by the partials' size: before issue 22 every
+// Partial was kept whole until its window was released.
+//
 // A Merger is not safe for concurrent use (the releaser's one goroutine).
 type Merger struct {
 	n      int
 	sizeMs int64
 	layout Layout
-	// config is the releaser's counting fingerprint (Partial.Config).
+	// offs is, per histogram, the index of its (group 0, bin 0) in a
+	// window's sums (group g's bins follow at offs[h]+g·bins[h]); cells
+	// the total.
+	offs  []int
+	cells int
+	// config is the releaser's counting fingerprint (Partial.Config);
+	// also more fingerprints merged as its own (AlsoMerge).
 	config string
+	also   []string
 	// next is, per source partition, the largest Next seen
 	// (math.MinInt64 before any).
 	next []int64
@@ -135,7 +194,17 @@ type Merger struct {
 	pending  map[int64]*Window
 	// end is the offset after the last record fed (-1 before any).
 	end int64
+	// limit is how many windows, from the next one on, hold running
+	// sums (SetSumsLimit); rereading says the caller was asked to read
+	// the topic again from an earlier offset (Reread) and has not yet
+	// fed the record before end again.
+	limit     int
+	rereading bool
 }
+
+// DefaultSumsBytes bounds the running sums the pending windows hold
+// (NewMerger's sums limit): 64 MiB, and at least 4 windows.
+const DefaultSumsBytes = 64 << 20
 
 // NewMerger returns a Merger for n source partitions and windows of sizeMs,
 // handing out windows from resume on (earlier ones are recorded already:
@@ -149,8 +218,17 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	for i := range next {
 		next[i], included[i] = math.MinInt64, math.MinInt64
 	}
-	return &Merger{n: n, sizeMs: sizeMs, layout: layout, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
-		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1}, nil
+	offs, cells := make([]int, len(layout.Bins)), 0
+	for h, b := range layout.Bins {
+		if b < 0 || layout.Groups[h] < 0 {
+			return nil, fmt.Errorf("partial: merger: histogram %d with %d bins, %d groups", h, b, layout.Groups[h])
+		}
+		offs[h] = cells
+		cells += b * layout.Groups[h]
+	}
+	return &Merger{n: n, sizeMs: sizeMs, layout: layout, offs: offs, cells: cells, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
+		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1,
+		limit: max(4, DefaultSumsBytes/max(8*cells, 1))}, nil
 }
 
 // pass is one observation of the live frontier: it reached end at at.
@@ -167,18 +245,20 @@ const (
 	Added AddResult = iota
 	// Skipped: its window is released already — before the resume window
 	// (before this Merger was made), or with a Partial of the same
-	// (window, partition); only its Next was taken.
+	// (window, partition); only its Next was taken. Also every record
+	// read again after a Reread (fed before: counted once, when first
+	// read).
 	Skipped
 	// Duplicate: a Partial of the same (window, partition) was added
 	// before, with the same counts; this one is ignored.
 	Duplicate
-	// Foreign: the Partial was made under another counting config
-	// (Partial.Config differs from the Merger's: a bounder running an
-	// older or newer config during a rolling change). Its counts are not
-	// merged — they were bounded under bounds the releaser's noise is not
-	// calibrated to — but it counts as the partition's Partial of its
-	// window (its window is not held as a gap), so the window is released
-	// without that partition's counts. The caller logs it loudly.
+	// Foreign: the record was made under another config (see Merger,
+	// "Foreign records"); its counts are not merged — they were bounded
+	// under bounds the releaser's noise is not calibrated to. Under
+	// another counting fingerprint alone it counts as the partition's
+	// Partial of its window (released without that partition's counts:
+	// Window.Included); under another window size or partition count it
+	// counts for nothing. Never an error. The caller logs it loudly.
 	Foreign
 	// Late: its window was released by this Merger without it (the
 	// partition was idle then, window.watermark: event): its counts are
@@ -214,32 +294,34 @@ func (r AddResult) String() string {
 }
 
 // Add feeds the Partial read at offset (offsets increase from call to
-// call). An error (ErrPartitions, ErrFormat) leaves the Merger unchanged.
+// call). A Partial of another window size or partition count is Foreign
+// and changes nothing but the offset read (see Merger, "Foreign records").
+// An error (ErrFormat: a Partial of this counting config whose cells do
+// not fit its histograms) leaves the Merger unchanged.
 func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
-	if p.Partitions != m.n {
-		return 0, fmt.Errorf("%w: a partial of partition %d (window %d) was made for %d input partitions, the releaser runs with %d; "+
-			"version 1 refuses partition count changes while running: restore the count or start a new deployment (group_id)",
-			ErrPartitions, p.Partition, p.WindowStart, p.Partitions, m.n)
+	if p.Partitions != m.n || p.WindowMs != m.sizeMs || p.Partition < 0 || p.Partition >= m.n {
+		if m.reread(offset) {
+			return Skipped, nil
+		}
+		m.end = max(m.end, offset+1) // skipped for good: the commit point may pass it
+		return Foreign, nil
 	}
-	if p.WindowMs != m.sizeMs {
-		return 0, fmt.Errorf("%w: partial of window %d has %d ms windows, the releaser %d ms", ErrFormat, p.WindowStart, p.WindowMs, m.sizeMs)
-	}
-	if p.Partition < 0 || p.Partition >= m.n || p.Next != p.WindowStart+p.WindowMs {
+	if p.Next != p.WindowStart+p.WindowMs {
 		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
 	}
-	foreign := p.Config != m.config
-	for _, c := range p.Counts {
-		if foreign {
-			break // another config's layout: not merged, not checked against ours
-		}
-		if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
-			return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
-				ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+	foreign := p.Config != m.config && !slices.Contains(m.also, p.Config)
+	if !foreign { // another config's layout: not merged, not checked against ours
+		for _, c := range p.Counts {
+			if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
+				return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
+					ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+			}
 		}
 	}
-	if offset+1 > m.end {
-		m.end = offset + 1
+	if m.reread(offset) {
+		return m.addAgain(p, foreign), nil
 	}
+	m.end = max(m.end, offset+1)
 	if p.Next > m.next[p.Partition] {
 		m.next[p.Partition] = p.Next
 	}
@@ -258,49 +340,188 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	}
 	w := m.pending[p.WindowStart]
 	if w == nil {
-		w = &Window{Start: p.WindowStart, layout: &m.layout, parts: map[int][]Cell{}, firstOffset: offset}
+		w = &Window{Start: p.WindowStart, m: m, state: make([]uint8, m.n), digest: make([]uint64, m.n), firstOffset: offset}
 		m.pending[p.WindowStart] = w
 	}
-	if foreign {
+	switch st := w.state[p.Partition]; {
+	case foreign:
 		// Present, not merged; kept until its window is released (the
 		// commit point stays before it, so a restarted releaser sees it
 		// again rather than a gap).
-		if !w.has(p.Partition) {
-			if w.foreign == nil {
-				w.foreign = map[int]bool{}
-			}
-			w.foreign[p.Partition] = true
+		if st == partAbsent {
+			w.state[p.Partition] = partForeign
+			w.foreign++
 		}
 		return Foreign, nil
-	}
-	if w.foreign[p.Partition] {
+	case st == partForeign:
 		return Conflict, nil
-	}
-	cells := sortedCells(p.Counts)
-	if old, ok := w.parts[p.Partition]; ok {
-		if cellsEqual(old, cells) {
+	case st == partMerged || st == partSpilled:
+		var digest uint64
+		for _, c := range p.Counts {
+			digest += cellDigest(c)
+		}
+		if w.digest[p.Partition] == digest {
 			return Duplicate, nil
 		}
 		return Conflict, nil
 	}
-	w.parts[p.Partition] = cells
+	if !m.holdsSums(p.WindowStart) {
+		// Beyond the sums limit: only its presence and digest are kept;
+		// its counts are read again (Reread) once its window is within it.
+		var digest uint64
+		for _, c := range p.Counts {
+			digest += cellDigest(c)
+		}
+		w.state[p.Partition], w.digest[p.Partition] = partSpilled, digest
+		w.merged++
+		if w.spilled == 0 || offset < w.spillFrom {
+			w.spillFrom = offset
+		}
+		w.spilled++
+		return Added, nil
+	}
+	m.sum(w, p)
+	w.state[p.Partition] = partMerged
+	w.merged++
 	return Added, nil
 }
 
+// Skip feeds a record read at offset that the caller skipped (it does
+// not decode): it counts for nothing, and the commit point may pass it.
+func (m *Merger) Skip(offset int64) {
+	if !m.reread(offset) {
+		m.end = max(m.end, offset+1)
+	}
+}
+
+// holdsSums reports whether the window starting at start is within the
+// sums limit.
+func (m *Merger) holdsSums(start int64) bool {
+	return start < m.released+int64(m.limit)*m.sizeMs
+}
+
+// sum adds p's counts to w's sums, and sets its partition's digest, in
+// one pass over the counts (the digest of the first Partial of a
+// (window, partition) is needed only when a second one comes).
+func (m *Merger) sum(w *Window, p *Partial) {
+	if len(p.Counts) > 0 && w.sums == nil {
+		w.sums = make([]float64, m.cells)
+	}
+	var digest uint64
+	for _, c := range p.Counts {
+		dst := w.sums[m.offs[c.H]+c.G*len(c.Counts):][:len(c.Counts)]
+		h := cellSeed(c)
+		for i, v := range c.Counts {
+			dst[i] += v
+			h = cellStep(h, v)
+		}
+		digest += mix64(h)
+	}
+	w.digest[p.Partition] = digest
+}
+
+// reread reports whether the record at offset is read again after a
+// Reread (before end): it then changes nothing but a spilled Partial's
+// counts. The re-read ends with the record before end.
+func (m *Merger) reread(offset int64) bool {
+	if !m.rereading || offset >= m.end {
+		return false
+	}
+	if offset == m.end-1 {
+		m.rereading = false
+	}
+	return true
+}
+
+// addAgain is Add for a Partial read again after a Reread: a spilled
+// Partial of a window now within the sums limit has its counts summed
+// (when they are the counts read the first time); any other is Skipped:
+// it was fed before.
+func (m *Merger) addAgain(p *Partial, foreign bool) AddResult {
+	w := m.pending[p.WindowStart]
+	if foreign || w == nil || w.state[p.Partition] != partSpilled || !m.holdsSums(p.WindowStart) {
+		return Skipped
+	}
+	var digest uint64
+	for _, c := range p.Counts {
+		digest += cellDigest(c)
+	}
+	if digest != w.digest[p.Partition] {
+		return Conflict // not the Partial read the first time (the window stays held)
+	}
+	m.sum(w, p)
+	w.state[p.Partition] = partMerged
+	w.spilled--
+	return Skipped
+}
+
+// SetSumsLimit sets how many windows, from the next one to release on,
+// hold running sums (at least 1; NewMerger sets DefaultSumsBytes' worth,
+// and at least 4). A Partial of a window past the limit is kept as its
+// presence and digest only, and its counts are read again later
+// (Reread).
+func (m *Merger) SetSumsLimit(windows int) { m.limit = max(windows, 1) }
+
+// Reread returns the partials-topic offset to read from again, when the
+// next window is complete but holds Partials whose counts were not kept
+// (they came while it was past the sums limit): the caller seeks its
+// reader there and feeds the records again (Add and SetIdle then only
+// fill those counts in, until the record before the furthest one fed).
+// false: nothing to read again, or a re-read is under way.
+func (m *Merger) Reread() (int64, bool) {
+	w := m.pending[m.released]
+	if m.rereading || w == nil || w.spilled == 0 {
+		return 0, false
+	}
+	m.rereading = true
+	return w.spillFrom, true
+}
+
+// cellDigest is a 64-bit digest of one cell (its histogram, group and
+// counts, in bin order): FNV-1a over 64-bit words (one multiply per
+// count), then one splitmix64 finalizer per cell. A Partial's digest is
+// the sum of its cells' (mod 2^64): the same whatever the order of its
+// cells, as the old comparison of the sorted cells was. It only tells a
+// Duplicate from a Conflict (the first Partial is kept either way); two
+// Partials of one (window, partition) with different counts but the same
+// digest — not a thing the bounders' transactions let happen at all —
+// would be reported as a duplicate.
+func cellDigest(c Cell) uint64 {
+	h := cellSeed(c)
+	for _, v := range c.Counts {
+		h = cellStep(h, v)
+	}
+	return mix64(h)
+}
+
+// cellSeed and cellStep are cellDigest's start and step (Add inlines the
+// loop to sum and digest in one pass).
+func cellSeed(c Cell) uint64 { return uint64(c.H)<<32 ^ uint64(uint32(c.G)) ^ 0xcbf29ce484222325 }
+
+func cellStep(h uint64, v float64) uint64 { return (h ^ math.Float64bits(v)) * 0x100000001b3 }
+
+// mix64 is splitmix64's finalizer: a bijection of uint64 with full
+// avalanche.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
 // SetIdle feeds the Idle record read at offset (offsets increase from
-// call to call, shared with Add). An error (ErrPartitions, ErrFormat)
-// leaves the Merger unchanged.
-func (m *Merger) SetIdle(d *Idle, offset int64) error {
-	if d.Partitions != m.n {
-		return fmt.Errorf("%w: an idle record of partition %d was made for %d input partitions, the releaser runs with %d; "+
-			"version 1 refuses partition count changes while running: restore the count or start a new deployment (group_id)",
-			ErrPartitions, d.Partition, d.Partitions, m.n)
+// call to call, shared with Add) and returns Added, or Foreign for a record
+// of another window size or partition count: skipped, it changes nothing
+// but the offset read (see Merger, "Foreign records").
+func (m *Merger) SetIdle(d *Idle, offset int64) AddResult {
+	if m.reread(offset) {
+		return Skipped
 	}
-	if d.WindowMs != m.sizeMs || d.Partition < 0 || d.Partition >= m.n {
-		return fmt.Errorf("%w: idle record of partition %d of %d with %d ms windows, the releaser %d ms", ErrFormat, d.Partition, d.Partitions, d.WindowMs, m.sizeMs)
-	}
-	if offset+1 > m.end {
-		m.end = offset + 1
+	m.end = max(m.end, offset+1)
+	if d.Partitions != m.n || d.WindowMs != m.sizeMs || d.Partition < 0 || d.Partition >= m.n {
+		return Foreign
 	}
 	if d.Next > m.next[d.Partition] {
 		m.next[d.Partition] = d.Next
@@ -310,7 +531,17 @@ func (m *Merger) SetIdle(d *Idle, offset int64) error {
 	if m.now != nil {
 		m.idleSeen[d.Partition] = m.now()
 	}
-	return nil
+	return Added
+}
+
+// AlsoMerge makes the Merger merge the Partials stamped with fingerprint
+// as if made under its own counting config: the same config's fingerprint
+// as an older version computed it (config.LegacyCountingFingerprint), so
+// that an upgrade rolled one replica at a time leaves no partition out.
+func (m *Merger) AlsoMerge(fingerprint string) {
+	if fingerprint != m.config {
+		m.also = append(m.also, fingerprint)
+	}
 }
 
 // SetIdleClock sets the clock now and two durations of idleness (the
@@ -457,7 +688,10 @@ func (m *Merger) Next() (*Window, bool) {
 		}
 	}
 	if pend == nil {
-		pend = &Window{Start: w, layout: &m.layout, firstOffset: -1}
+		pend = &Window{Start: w, m: m, firstOffset: -1}
+	}
+	if pend.spilled > 0 {
+		return nil, false // its spilled counts first (Reread)
 	}
 	return pend, true
 }
@@ -468,8 +702,10 @@ func (m *Merger) Released(w *Window) {
 	if w.Start != m.released {
 		panic(fmt.Sprintf("partial: released window %d, next is %d", w.Start, m.released))
 	}
-	for p := range w.parts {
-		m.included[p] = w.Start
+	for p, st := range w.state {
+		if st == partMerged {
+			m.included[p] = w.Start
+		}
 	}
 	delete(m.pending, w.Start)
 	m.released = w.Start + m.sizeMs
@@ -516,73 +752,80 @@ func (m *Merger) CommitPoint() int64 {
 	return c
 }
 
+// Pending is how many windows hold Partials not released yet (each costs
+// the memory given in Merger, "Memory").
+func (m *Merger) Pending() int { return len(m.pending) }
+
+// A source partition's Partial of a window: not read, merged, or foreign
+// (present, not merged).
+const (
+	partAbsent uint8 = iota
+	partMerged
+	partForeign
+	// partSpilled: merged, but its counts are not in the sums yet (it
+	// came past the sums limit; Reread).
+	partSpilled
+)
+
 // Window is one window's merged Partials. It satisfies release.Counts.
 type Window struct {
-	Start  int64
-	layout *Layout
-	// parts holds each source partition's cells, sorted by (H, G);
-	// foreign the partitions whose Partial of the window was Foreign
-	// (present, not merged).
-	parts       map[int][]Cell
-	foreign     map[int]bool
-	firstOffset int64
+	Start int64
+	m     *Merger
+	// sums holds the merged counts, laid out by Merger.offs (nil while no
+	// Partial with counts was merged: all zeros).
+	sums []float64
+	// state is, per source partition, whether its Partial of the window
+	// was read (partAbsent, partMerged, partForeign); digest the merged one's
+	// cellDigest sum. Both nil in an empty Window (no Partial read).
+	state  []uint8
+	digest []uint64
+	// merged and foreign count the partitions in each state (merged
+	// includes the spilled ones); spilled those whose counts are not in
+	// sums yet, the first of them read at spillFrom.
+	merged, foreign, spilled int
+	spillFrom                int64
+	firstOffset              int64
 }
 
 // has reports whether partition p's Partial of the window was read
 // (merged or foreign); false on a nil Window.
 func (w *Window) has(p int) bool {
-	if w == nil {
-		return false
-	}
-	_, ok := w.parts[p]
-	return ok || w.foreign[p]
+	return w != nil && w.state != nil && w.state[p] != partAbsent
 }
 
-// Partitions is how many source partitions sent a Partial of the window
-// (every partition that had it in its range; an empty Partial counts).
-func (w *Window) Partitions() int { return len(w.parts) }
+// Partitions is how many source partitions' Partials were merged into the
+// window (an empty Partial counts).
+func (w *Window) Partitions() int { return w.merged }
+
+// Included returns the window's coverage: of the input topic's partitions,
+// how many were counted under the releaser's counting config — all but
+// those whose Partial of the window was made under another one (Foreign:
+// a rolling config change), which the window leaves out.
+//
+// It depends only on which config each partition's bounder ran, never on
+// the events: every partition emits a Partial of every window, with events
+// or without, and an idle partition (window.watermark event) that sent
+// none is counted as included — the single-process stage's rule, under
+// which its events that come after the window closed are late like any
+// late event. (Counting idle partitions out would say which partitions
+// had no events for an idle timeout.) So it may be published with the
+// release (release.Coverage).
+func (w *Window) Included() (included, partitions int) { return w.m.n - w.foreign, w.m.n }
 
 // Counts writes the counts of histogram h, group g summed over the source
-// partitions (in partition order: the same sum whatever the arrival order)
-// into dst, grown to the histogram's bins; zeros for a cell no partition
-// had.
+// partitions into dst, grown to the histogram's bins; zeros for a cell no
+// partition had.
 func (w *Window) Counts(h, g int, dst []float64) []float64 {
+	l := &w.m.layout
 	n := 0
-	if h >= 0 && h < len(w.layout.Bins) {
-		n = w.layout.Bins[h]
+	if h >= 0 && h < len(l.Bins) {
+		n = l.Bins[h]
 	}
 	dst = slices.Grow(dst[:0], n)[:n]
-	clear(dst)
-	ps := make([]int, 0, len(w.parts))
-	for p := range w.parts {
-		ps = append(ps, p)
+	if w.sums == nil || n == 0 || g < 0 || g >= l.Groups[h] {
+		clear(dst)
+		return dst
 	}
-	slices.Sort(ps)
-	for _, p := range ps {
-		for _, c := range w.parts[p] {
-			if c.H == h && c.G == g {
-				for i, v := range c.Counts {
-					dst[i] += v
-				}
-			}
-		}
-	}
+	copy(dst, w.sums[w.m.offs[h]+g*n:])
 	return dst
-}
-
-func sortedCells(cs []Cell) []Cell {
-	out := slices.Clone(cs)
-	slices.SortStableFunc(out, func(a, b Cell) int {
-		if a.H != b.H {
-			return a.H - b.H
-		}
-		return a.G - b.G
-	})
-	return out
-}
-
-func cellsEqual(a, b []Cell) bool {
-	return slices.EqualFunc(a, b, func(x, y Cell) bool {
-		return x.H == y.H && x.G == y.G && slices.Equal(x.Counts, y.Counts)
-	})
 }

@@ -20,6 +20,20 @@ func part(w int64, p int, cells ...Cell) *Partial {
 	return &Partial{V: Version, WindowStart: w, WindowMs: testSize, Partition: p, Partitions: 3, Next: w + testSize, Counts: cells}
 }
 
+// sized is part made with windows of size ms.
+func sized(w int64, p int, size int64, cells ...Cell) *Partial {
+	q := part(w, p, cells...)
+	q.WindowMs, q.Next = size, w+size
+	return q
+}
+
+// counted is part made for n input partitions.
+func counted(w int64, p, n int, cells ...Cell) *Partial {
+	q := part(w, p, cells...)
+	q.Partitions = n
+	return q
+}
+
 // foreign is part made under another counting config.
 func foreign(w int64, p int, cells ...Cell) *Partial {
 	q := part(w, p, cells...)
@@ -57,8 +71,8 @@ func merged(w *Window) string {
 func TestMerger(t *testing.T) {
 	type step struct {
 		p    *Partial
-		want AddResult
-		idle *Idle // instead of p: an Idle record
+		want AddResult // of Add, or of SetIdle (Added by default)
+		idle *Idle     // instead of p: an Idle record
 	}
 	zero := "h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[0 0]"
 	cases := []struct {
@@ -239,6 +253,43 @@ func TestMerger(t *testing.T) {
 			commit: 1, lagging: []int{2}, // window 0 waits for partition 2
 
 		},
+		// Issue 22 item 2 (poison partial): a record of another window
+		// size or partition count used to stop the releaser (an error);
+		// it is skipped as Foreign and counts for nothing.
+		{
+			name: "a partial of another window size is foreign, not present, its Next not taken; the partition's own partial completes the window",
+			steps: []step{
+				{p: part(0, 0, cell(0, 0, 1, 0, 0)), want: Added}, {p: part(0, 1), want: Added},
+				{p: sized(0, 2, 20, cell(0, 0, 9, 9, 9)), want: Foreign},
+				// not a gap of window 0 or 10 (Next 20 on another grid): nothing released yet
+				{p: part(10, 0), want: Added}, {p: part(10, 1), want: Added},
+				{p: part(0, 2, cell(0, 0, 0, 2, 0)), want: Added},
+			},
+			released: []string{"0:h0g0=[1 2 0] h0g1=[0 0 0] h1g0=[0 0]"},
+			commit:   3, lagging: []int{2},
+		},
+		{
+			name: "a partial of another partition count is foreign and counts for nothing; the commit point passes it",
+			steps: []step{
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added},
+				{p: counted(0, 2, 4, cell(0, 0, 9, 9, 9)), want: Foreign},
+				{p: counted(0, 3, 4), want: Foreign}, // a partition this config does not have
+				{p: part(0, 2, cell(1, 0, 1, 1)), want: Added},
+				{p: part(10, 0), want: Added}, {p: part(10, 1), want: Added}, {p: part(10, 2), want: Added},
+				{p: counted(10, 0, 4, cell(0, 0, 9, 9, 9)), want: Foreign},
+			},
+			released: []string{"0:h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[1 1]", "10:" + zero},
+			commit:   9, lagging: []int{0, 1, 2},
+		},
+		{
+			name: "idle records of another window size or partition count are foreign: the partition still holds the window",
+			steps: []step{
+				{idle: &Idle{V: Version, Partition: 2, Partitions: 3, WindowMs: 20, Next: 0, Idle: true}, want: Foreign},
+				{idle: &Idle{V: Version, Partition: 2, Partitions: 4, WindowMs: testSize, Next: 0, Idle: true}, want: Foreign},
+				{p: part(0, 0), want: Added}, {p: part(0, 1), want: Added},
+			},
+			commit: 2, lagging: []int{2},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -249,8 +300,8 @@ func TestMerger(t *testing.T) {
 			var released []string
 			for i, s := range c.steps {
 				if s.idle != nil {
-					if err := m.SetIdle(s.idle, int64(i)); err != nil {
-						t.Fatalf("step %d: %v", i, err)
+					if got := m.SetIdle(s.idle, int64(i)); got != s.want {
+						t.Errorf("step %d (idle record of partition %d): %v, want %v", i, s.idle.Partition, got, s.want)
 					}
 				} else if got, err := m.Add(s.p, int64(i)); err != nil {
 					t.Fatalf("step %d: %v", i, err)
@@ -279,20 +330,17 @@ func TestMerger(t *testing.T) {
 	}
 }
 
-// TestMergerRefuses: a Partial made for another partition count stops the
-// releaser (ErrPartitions); one that does not fit the config is malformed;
-// neither changes the Merger.
+// TestMergerRefuses: a Partial of the releaser's counting config whose
+// cells do not fit the config is malformed, and changes nothing.
 func TestMergerRefuses(t *testing.T) {
 	cases := []struct {
 		name string
 		p    *Partial
-		want error
 	}{
-		{"partition count", &Partial{WindowStart: 0, WindowMs: testSize, Partition: 0, Partitions: 4, Next: testSize}, ErrPartitions},
-		{"window size", &Partial{WindowStart: 0, WindowMs: 20, Partition: 0, Partitions: 3, Next: 20}, ErrFormat},
-		{"histogram", part(0, 0, cell(2, 0, 1)), ErrFormat},
-		{"group", part(0, 0, cell(1, 1, 1, 1)), ErrFormat},
-		{"bins", part(0, 0, cell(0, 0, 1, 1)), ErrFormat},
+		{"histogram", part(0, 0, cell(2, 0, 1))},
+		{"group", part(0, 0, cell(1, 1, 1, 1))},
+		{"bins", part(0, 0, cell(0, 0, 1, 1))},
+		{"next", &Partial{WindowStart: 0, WindowMs: testSize, Partition: 0, Partitions: 3, Next: 2 * testSize}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -300,33 +348,11 @@ func TestMergerRefuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.Add(c.p, 0); !errors.Is(err, c.want) {
-				t.Fatalf("Add: %v, want %v", err, c.want)
+			if _, err := m.Add(c.p, 0); !errors.Is(err, ErrFormat) {
+				t.Fatalf("Add: %v, want %v", err, ErrFormat)
 			}
-			if got := m.CommitPoint(); got != -1 {
-				t.Errorf("commit point %d after a refused partial, want -1", got)
-			}
-		})
-	}
-	for _, c := range []struct {
-		name string
-		d    *Idle
-		want error
-	}{
-		{"idle: partition count", &Idle{Partition: 0, Partitions: 4, WindowMs: testSize, Idle: true}, ErrPartitions},
-		{"idle: window size", &Idle{Partition: 0, Partitions: 3, WindowMs: 20, Idle: true}, ErrFormat},
-		{"idle: partition", &Idle{Partition: 3, Partitions: 3, WindowMs: testSize, Idle: true}, ErrFormat},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			m, err := NewMerger(3, testSize, 0, testLayout, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.SetIdle(c.d, 0); !errors.Is(err, c.want) {
-				t.Fatalf("SetIdle: %v, want %v", err, c.want)
-			}
-			if got := m.CommitPoint(); got != -1 || m.Idle() != nil {
-				t.Errorf("commit point %d, idle %v after a refused idle record, want -1, none", got, m.Idle())
+			if got := m.CommitPoint(); got != -1 || m.Pending() != 0 {
+				t.Errorf("commit point %d, %d pending after a refused partial, want -1, 0", got, m.Pending())
 			}
 		})
 	}
@@ -348,8 +374,8 @@ func TestMergerIdleGrace(t *testing.T) {
 	feed := func(p *Partial, d *Idle) {
 		t.Helper()
 		if d != nil {
-			if err := m.SetIdle(d, off); err != nil {
-				t.Fatal(err)
+			if r := m.SetIdle(d, off); r != Added {
+				t.Fatal(r)
 			}
 		} else if _, err := m.Add(p, off); err != nil {
 			t.Fatal(err)
@@ -397,8 +423,8 @@ func TestMergerIdleBacklog(t *testing.T) {
 	}
 	m.SetIdleClock(grace, 0, func() time.Time { return now })
 	for i, d := range []*Idle{idle(1, 0, true), idle(2, 0, true)} {
-		if err := m.SetIdle(d, int64(i)); err != nil {
-			t.Fatal(err)
+		if r := m.SetIdle(d, int64(i)); r != Added {
+			t.Fatal(r)
 		}
 	}
 	for w := int64(0); w < 100; w++ {
@@ -437,8 +463,8 @@ func TestMergerIdleLease(t *testing.T) {
 	off := int64(0)
 	setIdle := func(p int) {
 		t.Helper()
-		if err := m.SetIdle(idle(p, 0, true), off); err != nil {
-			t.Fatal(err)
+		if r := m.SetIdle(idle(p, 0, true), off); r != Added {
+			t.Fatal(r)
 		}
 		off++
 	}
@@ -551,8 +577,8 @@ func TestMergerGaps(t *testing.T) {
 			var got []int64
 			for i, r := range tc.recs {
 				if r.idle != nil {
-					if err := m.SetIdle(r.idle, int64(i)); err != nil {
-						t.Fatal(err)
+					if got := m.SetIdle(r.idle, int64(i)); got != Added {
+						t.Fatal(got)
 					}
 				} else if _, err := m.Add(r.p, int64(i)); err != nil {
 					t.Fatal(err)
@@ -578,5 +604,109 @@ func TestMergerGaps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMergerCoverage: a window's coverage leaves out the partitions whose
+// Partial was made under another counting config, and only those (an idle
+// partition that sent none is included: whether a partition was idle
+// depends on its events); a fingerprint given to AlsoMerge is merged as
+// the Merger's own.
+func TestMergerCoverage(t *testing.T) {
+	m, err := NewMerger(3, testSize, 0, testLayout, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := part(10, 2, cell(1, 0, 4, 0))
+	legacy.Config = "legacy"
+	m.AlsoMerge("legacy")
+	recs := []*Partial{part(0, 0), foreign(0, 1, cell(1, 0, 9, 9)), part(10, 0), part(10, 1, cell(1, 0, 1, 0)), legacy}
+	if r := m.SetIdle(idle(2, 0, true), 0); r != Added {
+		t.Fatal(r)
+	}
+	var got []string
+	for i, p := range recs {
+		if _, err := m.Add(p, int64(i+1)*100); err != nil {
+			t.Fatal(err)
+		}
+		for w, ok := m.Next(); ok; w, ok = m.Next() {
+			in, n := w.Included()
+			got = append(got, fmt.Sprintf("%d:%d/%d %s", w.Start, in, n, merged(w)))
+			m.Released(w)
+		}
+		if i == 1 { // window 0 is out: partition 2 is active again
+			if r := m.SetIdle(idle(2, 10, false), 250); r != Added {
+				t.Fatal(r)
+			}
+		}
+	}
+	want := []string{"0:2/3 h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[0 0]", "10:3/3 h0g0=[0 0 0] h0g1=[0 0 0] h1g0=[5 0]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("windows\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestMergerSumsLimit: with the running sums limited to a few windows, a
+// partition lagging far behind the others makes the windows past the
+// limit keep only presence and digests; each is read again (Reread) once
+// it is next, and every window comes out with the same counts as without
+// a limit, while no more than the limit's windows ever hold sums (issue
+// 22 item 2: pending memory bounded while one partition lags).
+func TestMergerSumsLimit(t *testing.T) {
+	// The log: partitions 0 and 1 emit windows 0..9, then partition 2
+	// catches up; a duplicate and an idle record of no effect on the way.
+	var log []*Partial
+	for w := int64(0); w < 10; w++ {
+		for p := range 2 {
+			log = append(log, part(w*testSize, p, cell(0, p, float64(w+1), 0, float64(p)), cell(1, 0, 1, float64(w))))
+		}
+		if w == 4 {
+			log = append(log, part(w*testSize, 1, cell(0, 1, float64(w+1), 0, 1), cell(1, 0, 1, float64(w)))) // duplicate
+		}
+	}
+	for w := int64(0); w < 10; w++ {
+		log = append(log, part(w*testSize, 2, cell(0, 0, 0, float64(w), 0)))
+	}
+	run := func(limit int) (out []string, maxSums int, rereads int) {
+		m, err := NewMerger(3, testSize, 0, testLayout, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit > 0 {
+			m.SetSumsLimit(limit)
+		}
+		for pos := 0; pos < len(log); {
+			if _, err := m.Add(log[pos], int64(pos)); err != nil {
+				t.Fatal(err)
+			}
+			pos++
+			for w, ok := m.Next(); ok; w, ok = m.Next() {
+				out = append(out, fmt.Sprintf("%d:%s", w.Start, merged(w)))
+				m.Released(w)
+			}
+			if o, ok := m.Reread(); ok {
+				pos = int(o)
+				rereads++
+			}
+			n := 0
+			for _, w := range m.pending {
+				if w.sums != nil {
+					n++
+				}
+			}
+			maxSums = max(maxSums, n)
+		}
+		return out, maxSums, rereads
+	}
+	want, _, _ := run(0)
+	if len(want) != 10 {
+		t.Fatalf("without a limit: %d windows released, want 10", len(want))
+	}
+	got, maxSums, rereads := run(2)
+	if !slices.Equal(got, want) {
+		t.Errorf("with a limit of 2 windows\n%q\nwant\n%q", got, want)
+	}
+	if maxSums > 2 || rereads == 0 {
+		t.Errorf("at most %d windows held sums (limit 2), %d re-reads (want some)", maxSums, rereads)
 	}
 }

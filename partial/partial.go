@@ -269,6 +269,10 @@ type Progress struct {
 	// Partitions is the input topic's partition count it checked users
 	// against.
 	Partitions int `json:"partitions"`
+	// WindowMs is the window.size it counted under: a bounder of another
+	// size refuses to resume the partition (0 in the Progress of older
+	// bounders: unknown).
+	WindowMs int64 `json:"window_ms,omitempty"`
 	// Offset is the input offset to read from: every record before it
 	// belongs to an emitted window or was dropped.
 	Offset int64 `json:"offset"`

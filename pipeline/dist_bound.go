@@ -299,6 +299,32 @@ func (b *bounder) supervise(ctx context.Context, p int) {
 	}
 }
 
+// checkProgressWindow refuses to resume a partition whose progress was
+// written under another window.size (ErrConfigChanged, as the
+// single-process mode refuses a ledger of another window size): its Next
+// and the partials it would emit lie on another grid than the release
+// log's windows, and every releaser would have to skip them (partial.Merger,
+// "Foreign records") while the partition held every window. A progress
+// of an older bounder carries no window size (0); its Next and first window
+// are then checked to lie on this size's grid, which catches every change
+// that moves them off it.
+func checkProgressWindow(pr *partial.Progress, sizeMs int64) error {
+	got := pr.WindowMs
+	if got == 0 && pr.Next%sizeMs == 0 && pr.First%sizeMs == 0 {
+		return nil
+	}
+	if got == sizeMs {
+		return nil
+	}
+	was := "another window.size (its next window " + release.RFC3339(pr.Next) + " is not on this size's grid)"
+	if got != 0 {
+		was = "window.size " + time.Duration(got*int64(time.Millisecond)).String()
+	}
+	return fmt.Errorf("%w: input partition %d was bounded with %s, the config says %s; windows of two sizes do not line up with the release log's — "+
+		"revert window.size, or start a new deployment (a new state.ledger_topic and internal_topic_prefix, and a new output topic)",
+		ErrConfigChanged, pr.Partition, was, time.Duration(sizeMs*int64(time.Millisecond)))
+}
+
 // runWorker bounds input partition p until ctx ends (nil) or it fails.
 func (b *bounder) runWorker(ctx context.Context, p int) error {
 	s := b.s
@@ -334,6 +360,9 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		if pr.Partitions != n {
 			return s.partitionsChanged(p, pr.Partitions, n) // dist_partitions.go
 		}
+		if err := checkProgressWindow(pr, s.sizeMs); err != nil {
+			return err
+		}
 		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
 		// A progress of an older bounder has no first window (0): its
 		// partials then carry none, and a previous window.
@@ -365,7 +394,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		// Recorded before anything is counted: an owner that takes the
 		// partition over before the first window is emitted resumes with
 		// this first window and key, not its own clock's (Writer.Start).
-		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, Offset: st.offset, Next: st.next, First: st.first, UserKey: st.key.Bytes()}); err != nil {
+		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, WindowMs: s.sizeMs, Offset: st.offset, Next: st.next, First: st.first, UserKey: st.key.Bytes()}); err != nil {
 			return err
 		}
 	}
@@ -622,7 +651,7 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	if offset < st.offset {
 		offset = st.offset
 	}
-	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, Offset: offset, Next: end, First: st.first, UserKey: st.key.Bytes()}
+	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, WindowMs: s.sizeMs, Offset: offset, Next: end, First: st.first, UserKey: st.key.Bytes()}
 	if err := w.Emit(ctx, e); err != nil {
 		return err
 	}

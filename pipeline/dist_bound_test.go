@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -378,5 +379,33 @@ func TestDistBounderTakeover(t *testing.T) {
 	checkPartials(t, h, cfg, admitted, through)
 	if err := b.failed(); err != nil {
 		t.Errorf("bounder failed: %v", err)
+	}
+}
+
+// TestDistBounderRefusesOtherWindowSize: a bounder whose window.size
+// differs from the one its partition's progress was written under refuses
+// to start (ErrConfigChanged, as the single-process mode refuses a ledger
+// of another window size) instead of emitting partials of another size,
+// which every releaser would have to skip (issue 22 item 2).
+func TestDistBounderRefusesOtherWindowSize(t *testing.T) {
+	h := e2e.New(t)
+	cfg := distConfig(t, h)
+	a := startBounder(t, cfg, h)
+	waitStarted(t, h, cfg)
+	a.stop()
+	if err := a.failed(); err != nil {
+		t.Fatalf("first bounder failed: %v", err)
+	}
+	other := *cfg
+	other.Window.Size = config.Duration(2 * cfg.Window.Size.D())
+	b := startBounder(t, &other, h)
+	e2e.WaitFor(t, "the bounder with another window size refusing", 20*time.Second, func() bool { return b.failed() != nil })
+	if err := b.failed(); !errors.Is(err, pipeline.ErrConfigChanged) || !strings.Contains(err.Error(), "window.size") {
+		t.Fatalf("bounder: %v, want ErrConfigChanged naming window.size", err)
+	}
+	for _, p := range readPartials(t, h, cfg) {
+		if p.WindowMs != cfg.Window.Size.D().Milliseconds() {
+			t.Fatalf("a partial of %d ms windows was emitted", p.WindowMs)
+		}
 	}
 }

@@ -215,6 +215,10 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		return err
 	}
 	avgs := s.newPendingAverages() // average histograms' kept users (dist_features.go)
+	m.AlsoMerge(s.cfg.LegacyCountingFingerprint()) // partials of replicas not upgraded yet
+	if mergeSumsLimit > 0 {
+		m.SetSumsLimit(mergeSumsLimit)
+	}
 	if !s.arrival {
 		// The grace and the lease of an Idle record are both the idle
 		// timeout; bounders write their Idle records again every half of
@@ -260,6 +264,14 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			return err
 		}
 		for _, rec := range recs {
+			if rec.Err != nil {
+				m.Skip(rec.Offset)
+				s.stats.Partials[partial.Foreign].Add(1)
+				s.log.Error("releaser: a record of the partials topic that does not decode was skipped (written by something else, or by another version of the stage); "+
+					"it counts for nothing: its partition's window waits for a partial this version reads",
+					zap.Int64("offset", rec.Offset), zap.Error(rec.Err))
+				continue
+			}
 			if d := rec.Idle; d != nil {
 				if s.arrival {
 					// Only event-mode bounders write Idle records: these
@@ -268,10 +280,15 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 					continue
 				}
 				was := slices.Contains(m.Idle(), d.Partition)
-				if err := m.SetIdle(d, rec.Offset); err != nil {
-					return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+				res := m.SetIdle(d, rec.Offset)
+				if res == partial.Foreign {
+					s.stats.Partials[partial.Foreign].Add(1)
+					s.log.Error("releaser: an idle record made for another window size or input partition count was skipped (a replica on another config): it says nothing about this config's windows",
+						zap.Int64("offset", rec.Offset), zap.Int("partition", d.Partition), zap.Int("record_partitions", d.Partitions), zap.Int("input_partitions", n),
+						zap.Int64("record_window_ms", d.WindowMs), zap.Int64("window_ms", s.sizeMs))
+					continue
 				}
-				if was != d.Idle {
+				if res == partial.Added && was != d.Idle { // not when read again (Skipped)
 					s.log.Info("releaser: source partition idle state changed (window.watermark event): an idle partition does not hold windows",
 						zap.Int("partition", d.Partition), zap.Bool("idle", d.Idle), zap.String("next_window", release.RFC3339(d.Next)))
 				}
@@ -300,10 +317,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				s.log.Warn("a second, identical partial of a (window, source partition) ignored", zap.Int64("offset", rec.Offset),
 					zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)), zap.Int("partition", rec.Partial.Partition))
 			case partial.Foreign:
-				s.log.Error("a partial made under another counting config (events, window, histograms, contribution) was not merged: its window is released without that source partition's counts; "+
-					"finish the rolling config change (every replica on one config)",
-					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
-					zap.Int("partition", rec.Partial.Partition), zap.String("partial_config", rec.Partial.Config), zap.String("releaser_config", s.countingConfig))
+				s.logForeign(rec.Offset, rec.Partial, n)
 			case partial.Conflict:
 				s.log.Error("a second partial of a (window, source partition) with different counts ignored: two bounders wrote one partition",
 					zap.Int64("offset", rec.Offset), zap.String("window_start", release.RFC3339(rec.Partial.WindowStart)),
@@ -361,6 +375,14 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		if closedTo != math.MinInt64 {
 			s.pruneRunning(either, &prunedFrom)
 		}
+		if off, ok := m.Reread(); ok {
+			// The next window's partials that came while it was past the
+			// merger's sums limit (a partition lagged far behind) are
+			// read again for their counts (partial.Merger, "Memory").
+			s.log.Info("releaser: reading the partials topic again for the counts of the next window, which came while it was too far ahead to hold them",
+				zap.String("window_start", release.RFC3339(m.ReleasedTo())), zap.Int64("from_offset", off))
+			r.ReadFrom(off)
+		}
 		if gaps := m.Gaps(); len(gaps) > 0 {
 			k := fmt.Sprint(gaps[0].Window)
 			for _, g := range gaps {
@@ -410,6 +432,25 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		}
 	}
 }
+
+// logForeign logs a partial the merger skipped as foreign (partial.Merger,
+// "Foreign records"); it is counted in dpstage_partials_total{result="foreign"}.
+func (s *Stage) logForeign(offset int64, p *partial.Partial, n int) {
+	fields := []zap.Field{zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition)}
+	if p.WindowMs != s.sizeMs || p.Partitions != n {
+		s.log.Error("releaser: a partial made for another window size or input partition count was skipped: it is no partial of this config's windows, and the partition's own partial of the window is still awaited"+
+			" (a replica runs another window.size, or counted another partition count; a bounder refuses to resume a partition under another window size)",
+			append(fields, zap.Int64("partial_window_ms", p.WindowMs), zap.Int64("window_ms", s.sizeMs), zap.Int("partial_partitions", p.Partitions), zap.Int("input_partitions", n))...)
+		return
+	}
+	s.log.Error("releaser: a partial made under another counting config (events, window rules, histograms, contribution, input topic, partitioner) was not merged: its window is released without that source partition's counts (the release's metadata says which share of the partitions it covers); "+
+		"finish the rolling config change (every replica on one config)",
+		append(fields, zap.String("partial_config", p.Config), zap.String("releaser_config", s.countingConfig))...)
+}
+
+// mergeSumsLimit, when > 0, is the merger's sums limit in windows (tests
+// only: partial.Merger.SetSumsLimit; its default otherwise).
+var mergeSumsLimit int
 
 // leadErr is err unless ctx ended (a revocation or a stop is no error).
 func (s *Stage) leadErr(ctx context.Context, err error) error {

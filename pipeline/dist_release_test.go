@@ -401,27 +401,71 @@ func TestDistReleaserExact(t *testing.T) {
 	}
 }
 
-// TestDistReleaserPartitionCountChanged: a partial made for another input
-// partition count than the releaser's stops the releaser with
-// partial.ErrPartitions, before anything of its window is released.
-func TestDistReleaserPartitionCountChanged(t *testing.T) {
+// TestDistReleaserSkipsPoisonPartials: partials made for another input
+// partition count or window size (a replica on another config), and
+// records this version cannot decode, are skipped and counted as foreign; the releaser goes on, and the window comes out
+// exact from the partitions' own partials (issue 22 item 2: such a record
+// stopped every releaser that read it, for the partials topic's retention).
+func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	e := newDistEnv(t, 2)
 	r := e.start(t)
-	r.s.fail = func(error) {}
-	p := e.partialOf(0, 0, nil)
-	p.Partitions = 3
-	e.write(t, "test-bound/0", true, p, e.partialOf(0, 1, nil))
-	select {
-	case err := <-r.done:
-		r.done <- err
-		if !errors.Is(err, partial.ErrPartitions) {
-			t.Fatalf("the releaser returned %v, want ErrPartitions", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the releaser did not stop")
+	tr := truth{}
+	count := e.partialOf(0, 0, cells{0: {0: {500, 0, 0, 0, 0}}})
+	count.Partitions = 3
+	size := e.partialOf(0, 1, cells{0: {0: {700, 0, 0, 0, 0}}})
+	size.WindowMs *= 2
+	size.Next = size.WindowStart + size.WindowMs
+	e.write(t, "test-bound/9", true, count, size)
+	// Records this version cannot decode: a later wire version's partial,
+	// and garbage.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()), kgo.DefaultProduceTopic(e.cfg.Kafka.PartialsTopic()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := r.s.stats.Releases.Load(); n != 0 {
-		t.Errorf("%d releases published", n)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	v2 := strings.Replace(string(e.partialOf(0, 0, nil).Encode()), `"v":1`, `"v":2`, 1)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("w/0/p/0"), Value: []byte(v2)}, &kgo.Record{Key: []byte("w/0/p/1"), Value: []byte("{not json")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for p := range e.n {
+		e.emit(t, tr, 0, p)
+	}
+	out := e.readOut(t, unitsPerWindow, 30*time.Second, time.Second)
+	for k, rl := range checkOnce(t, out, 1) {
+		checkExact(t, rl, tr[k])
+	}
+	if n := r.s.stats.Partials[partial.Foreign].Load(); n != 4 {
+		t.Errorf("%d partials counted foreign, want 4", n)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDistReleaserRereadsSpilledCounts: with the merger's running sums
+// limited to one window, a partition lagging three windows behind leaves
+// windows 1..3 with their partials' presence only; each is read again
+// from the partials topic once it is next, and every window comes out
+// exact (issue 22 item 2: pending memory bounded while a partition lags).
+func TestDistReleaserRereadsSpilledCounts(t *testing.T) {
+	mergeSumsLimit = 1
+	t.Cleanup(func() { mergeSumsLimit = 0 })
+	e := newDistEnv(t, 3)
+	e.start(t)
+	tr := truth{}
+	for w := range 4 {
+		for _, p := range []int{0, 1} {
+			e.emit(t, tr, w, p)
+		}
+	}
+	for w := range 4 {
+		e.emit(t, tr, w, 2)
+	}
+	out := e.readOut(t, 4*unitsPerWindow, 30*time.Second, time.Second)
+	for k, rl := range checkOnce(t, out, 4) {
+		checkExact(t, rl, tr[k])
 	}
 }
 
@@ -782,7 +826,8 @@ func TestDistReleaserLostStops(t *testing.T) {
 // differ) writes partition 1's partial of window 0 with huge counts. The
 // releaser does not merge it — the noise is calibrated to its own bounds —
 // but takes its Next: window 0 is released with partitions 0 and 2 only,
-// and window 1, all on the releaser's config, exactly.
+// and says so in its coverage (2 of 3 partitions), and window 1, all on
+// the releaser's config, exactly (3 of 3).
 func TestDistReleaserRefusesOtherCountingConfig(t *testing.T) {
 	e := newDistEnv(t, 3)
 	r := e.start(t)
@@ -805,8 +850,18 @@ func TestDistReleaserRefusesOtherCountingConfig(t *testing.T) {
 		e.emit(t, tr, 1, p)
 	}
 	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, 2*time.Second)
+	w0 := release.RFC3339(distBase.UnixMilli())
 	for k, rl := range checkOnce(t, out, 2) {
 		checkExact(t, rl, tr[k])
+		// The coverage says window 0 left partition 1 out (issue 22 item
+		// 2: a dashboard could not tell such a window).
+		want := release.Coverage{Partitions: 3, Included: 3}
+		if rl.WindowStart == w0 {
+			want.Included = 2
+		}
+		if rl.Coverage == nil || *rl.Coverage != want {
+			t.Errorf("%s: coverage %+v, want %+v", k, rl.Coverage, want)
+		}
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)

@@ -44,6 +44,47 @@ type Release struct {
 	Calibration    string    `json:"calibration,omitempty"`
 	Params         Params    `json:"params"`
 	Privacy        Privacy   `json:"privacy"`
+	// Coverage (distributed mode; omitted otherwise) says how many of the
+	// input topic's partitions the window's counts include.
+	Coverage *Coverage `json:"coverage,omitempty"`
+}
+
+// Coverage is the share of the input partitions a distributed release's
+// counts include. Fewer than all means a rolling config change: some
+// partitions' bounders were still on another counting config, whose
+// partials the releaser does not merge (partial.Merger, "Foreign
+// records"), so the release describes the included partitions' users
+// only — a dashboard can mark or drop such a window.
+//
+// It is public, not private data: it is a property of the deployment (the
+// input topic's partition count, and which counting config each
+// partition's bounder ran), never of the events — every partition emits a
+// partial of every window whether it had events or not, and a partition
+// that is idle (window.watermark event) counts as included
+// (partial.Window.Included). So it says nothing about any user or count,
+// and leaves through the output topic like the rest of the public config.
+type Coverage struct {
+	// Partitions is the input topic's partition count.
+	Partitions int `json:"partitions"`
+	// Included is how many of them were counted under the releaser's
+	// counting config (their counts are in the release).
+	Included int `json:"included"`
+}
+
+// Covered is implemented by the counts of a distributed window
+// (*partial.Window): the release then carries its Coverage.
+type Covered interface {
+	Included() (included, partitions int)
+}
+
+// coverage is x's Coverage when it is Covered, else nil.
+func coverage(x any) *Coverage {
+	c, ok := x.(Covered)
+	if !ok {
+		return nil
+	}
+	in, n := c.Included()
+	return &Coverage{Partitions: n, Included: in}
 }
 
 // Params are the public noise parameters of the mechanism that made the

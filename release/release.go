@@ -441,6 +441,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 			PosteriorAlpha: alpha,
 			Mechanism:      r.cfg.Privacy.Mechanism,
 			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
+			Coverage:       coverage(counts),
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       releaseRDP(cp, order),
@@ -544,6 +545,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 		Probabilities: out,
 		Mechanism:     MechanismSimplexAverage,
 		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
+		Coverage:      coverage(aw),
 		Privacy: Privacy{
 			ChargeID:       chargeID,
 			ChargeWindows:  r.plan.Bound.AverageReleases,

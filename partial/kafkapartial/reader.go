@@ -98,18 +98,23 @@ func has0(ps []int32) bool {
 }
 
 // Record is one decoded partials-topic record with its offset: a Partial,
-// or (Partial nil) an Idle record.
+// or (Partial nil) an Idle record, or (both nil) a record that does not
+// decode, with Err (partial.ErrFormat).
 type Record struct {
 	Offset  int64
 	Partial *partial.Partial
 	Idle    *partial.Idle
+	Err     error
 }
 
 // Poll waits for committed partials (or ctx) and decodes them, in log
-// order. A record that does not decode is an error (partial.ErrFormat):
-// the topic was written by something else, and the releaser stops rather
-// than guess. Poll returns ctx's error when ctx ends before any record
-// comes.
+// order. A record that does not decode (written by something else, or by
+// another version) is returned with Err (partial.ErrFormat), for the
+// caller to skip, log and count: stopping on it would stop every releaser
+// that reads it, for the topic's retention (issue 22 item 2), and
+// completeness is presence-based, so a skipped record holds its window
+// rather than leave its counts out. Poll returns ctx's error when ctx
+// ends before any record comes.
 func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 	fs := r.cl.PollFetches(ctx)
 	if fs.IsClientClosed() {
@@ -140,15 +145,14 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 		}
 	}
 	var out []Record
-	var bad error
 	fs.EachRecord(func(rec *kgo.Record) {
-		if bad != nil || rec.Topic != r.topic || rec.Partition != 0 {
+		if rec.Topic != r.topic || rec.Partition != 0 {
 			return
 		}
 		if partial.IsIdleKey(rec.Key) {
 			d, err := partial.DecodeIdle(rec.Value)
 			if err != nil {
-				bad = fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)
+				out = append(out, Record{Offset: rec.Offset, Err: fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)})
 				return
 			}
 			out = append(out, Record{Offset: rec.Offset, Idle: d})
@@ -156,12 +160,19 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 		}
 		p, err := partial.DecodePartial(rec.Value)
 		if err != nil {
-			bad = fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)
+			out = append(out, Record{Offset: rec.Offset, Err: fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)})
 			return
 		}
 		out = append(out, Record{Offset: rec.Offset, Partial: p})
 	})
-	return out, bad
+	return out, nil
+}
+
+// ReadFrom makes the next Polls read partition 0 from offset again (the
+// merger's Reread). Call it from the goroutine that polls and commits,
+// while partition 0 is assigned (kgo's SetOffsets under group consuming).
+func (r *Reader) ReadFrom(offset int64) {
+	r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{r.topic: {0: {Epoch: -1, Offset: offset}}})
 }
 
 // Commit commits offset (the next record to read) of partition 0 for the
