@@ -214,7 +214,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err != nil {
 		return err
 	}
-	avgs := s.newPendingAverages() // average histograms' kept users (dist_features.go)
+	avgs := s.newPendingAverages()                 // average histograms' kept users (dist_features.go)
 	m.AlsoMerge(s.cfg.LegacyCountingFingerprint()) // partials of replicas not upgraded yet
 	if mergeSumsLimit > 0 {
 		m.SetSumsLimit(mergeSumsLimit)
