@@ -2,13 +2,12 @@ package kafkapartial
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dpstage/stage/internal/lib/kafkaoffset"
 )
 
 // StableOffsets returns partition p of topic's last stable offset (LSO:
@@ -52,26 +51,7 @@ func OffsetForTime(ctx context.Context, cl *kgo.Client, topic string, p int32, m
 // read_uncommitted, 1 read_committed). The offset is -1 when no record
 // matches a timestamp.
 func listOffset(ctx context.Context, cl *kgo.Client, topic string, p int32, ts int64, isolation int8) (int64, error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.IsolationLevel = isolation
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition, rp.Timestamp = p, ts
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return 0, err
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, errors.New("list offsets: unexpected answer")
-	}
-	r := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-		return 0, fmt.Errorf("list offsets: %w", err)
-	}
-	return r.Offset, nil
+	return kafkaoffset.List(ctx, cl, topic, p, ts, isolation)
 }
 
 // LSOWatch follows a partition's last stable offset: how long it has

@@ -2,13 +2,12 @@ package kafkapartial
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dpstage/stage/internal/lib/kafkaoffset"
 
 	"github.com/dpstage/stage/partial"
 )
@@ -137,33 +136,5 @@ func (w *Writer) Restore(ctx context.Context) (*Restored, error) {
 // Offsets returns the log start offset and the last stable offset of
 // topic/p.
 func Offsets(ctx context.Context, cl *kgo.Client, topic string, p int32) (start, lso int64, err error) {
-	get := func(ts int64) (int64, error) {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.IsolationLevel = 1 // read_committed: the latest offset is the LSO
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = p, ts
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return 0, err
-		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return 0, errors.New("list offsets: unexpected answer")
-		}
-		rp2 := resp.Topics[0].Partitions[0]
-		if err := kerr.ErrorForCode(rp2.ErrorCode); err != nil {
-			return 0, fmt.Errorf("list offsets: %w", err)
-		}
-		return rp2.Offset, nil
-	}
-	if start, err = get(-2); err != nil {
-		return 0, 0, err
-	}
-	if lso, err = get(-1); err != nil {
-		return 0, 0, err
-	}
-	return start, lso, nil
+	return kafkaoffset.Committed(ctx, cl, topic, p)
 }
