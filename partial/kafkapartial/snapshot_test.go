@@ -166,6 +166,9 @@ func TestCheckpointRestoreExact(t *testing.T) {
 			if got := rs.Counts(win - win%testPeriod); !maps.Equal(got, want) {
 				t.Fatalf("window %d: restored %d users after an aborted transaction, the owner had %d", win/minute, len(got), len(want))
 			}
+			if rs.Progress == nil || rs.Progress.Next != win {
+				t.Fatalf("window %d: restored progress %+v after an aborted transaction, want next %d", win/minute, rs.Progress, win)
+			}
 			o, _ = takeOver(t, c, 0, k, win, true)
 		}
 		due := o.w.SnapshotDue(win-win%testPeriod, 1)

@@ -33,7 +33,10 @@ import (
 //     ever committed. Each Emit commits a window's Partial, admissions and
 //     Progress together, so the restored Progress is that of the last
 //     window whose Partial is visible to the releaser, and the admissions
-//     restored are exactly those of the windows emitted.
+//     restored are exactly those of the windows emitted. A checkpoint of
+//     the admissions (snapshot.go) is committed in a window's transaction
+//     with that window's Progress, which points at it, so the checkpoint
+//     and the admissions records after it are the same state.
 //  3. While this owner commits, no other does (step 1 with this owner as
 //     the zombie); its commit then fails with ErrFenced.
 //
