@@ -100,7 +100,7 @@ func foldAll(t *testing.T, w *Writer) *Restored {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Records = f.records
+	r.Records, r.Bytes = f.records, f.bytes
 	return r
 }
 
@@ -209,40 +209,50 @@ func TestCheckpointRestoreExact(t *testing.T) {
 }
 
 // TestCheckpointRestoreCost measures a takeover's restore of one
-// partition after 20 windows of the same 10⁴ users (max_windows_per_user
-// 20: every window admits them all), without checkpoints (partition 0, as
-// before) and with them (partition 1), from one run.
+// partition after 20 windows of 10⁴ users each, without checkpoints (as
+// before) and with them, from one run: the same users in every window
+// (max_windows_per_user 20: every window admits them all; the state is
+// 10⁴ users), and, the worst case for checkpoints, new users in every
+// window (the state is 2·10⁵ users). It also reports the bytes written
+// to the progress partition.
 func TestCheckpointRestoreCost(t *testing.T) {
-	c := newCluster(t, 2)
 	const users, windows = 10000, 20
-	us := make([]uint64, users)
 	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range us {
-		us[i] = rng.Uint64() | 1
-	}
-	type result struct {
-		recs  int
-		bytes int64
-		took  time.Duration
-	}
-	var res [2]result
-	for p, ckpt := range []bool{false, true} {
-		o, _ := takeOverPeriod(t, c, p, windows, 0, ckpt, time.Hour.Milliseconds())
-		for win := range int64(windows) {
-			o.emit(t, p, win*minute, us)
+	for _, distinct := range []bool{false, true} {
+		c := newCluster(t, 2)
+		us := make([]uint64, users*windows)
+		for i := range us {
+			us[i] = rng.Uint64() | 1
 		}
-		want := o.adm.Counts(0)
-		at := time.Now()
-		_, rs := takeOverPeriod(t, c, p, windows, windows*minute, ckpt, time.Hour.Milliseconds())
-		res[p] = result{rs.Records, rs.Bytes, time.Since(at)}
-		if got := rs.Counts(0); len(want) != users || !maps.Equal(got, want) {
-			t.Fatalf("checkpoints %v: restored %d users, want %d", ckpt, len(got), len(want))
+		type result struct {
+			recs         int
+			bytes, wrote int64
+			took         time.Duration
 		}
-	}
-	t.Logf("takeover restore after %d windows × %d users: without checkpoints %d records, %d bytes, %v; with checkpoints %d records, %d bytes, %v",
-		windows, users, res[0].recs, res[0].bytes, res[0].took, res[1].recs, res[1].bytes, res[1].took)
-	if res[1].bytes*5 > res[0].bytes {
-		t.Errorf("with checkpoints the restore read %d bytes, without %d: want at most a fifth", res[1].bytes, res[0].bytes)
+		var res [2]result
+		for p, ckpt := range []bool{false, true} {
+			o, _ := takeOverPeriod(t, c, p, windows, 0, ckpt, time.Hour.Milliseconds())
+			for win := range int64(windows) {
+				batch := us[:users]
+				if distinct {
+					batch = us[win*users : (win+1)*users]
+				}
+				o.emit(t, p, win*minute, batch)
+			}
+			want := o.adm.Counts(0)
+			wrote := foldAll(t, o.w).Bytes
+			at := time.Now()
+			_, rs := takeOverPeriod(t, c, p, windows, windows*minute, ckpt, time.Hour.Milliseconds())
+			res[p] = result{rs.Records, rs.Bytes, wrote, time.Since(at)}
+			if got := rs.Counts(0); len(got) == 0 || !maps.Equal(got, want) {
+				t.Fatalf("checkpoints %v: restored %d users, want %d", ckpt, len(got), len(want))
+			}
+		}
+		t.Logf("takeover restore after %d windows × %d users (new users every window: %v): without checkpoints %d records, %d bytes read (%d written), %v; with checkpoints %d records, %d bytes read (%d written), %v",
+			windows, users, distinct, res[0].recs, res[0].bytes, res[0].wrote, res[0].took, res[1].recs, res[1].bytes, res[1].wrote, res[1].took)
+		if limit := map[bool]int64{false: 5, true: 1}[distinct]; res[1].bytes*limit > res[0].bytes {
+			t.Errorf("with checkpoints the restore read %d bytes, without %d: want at most 1/%d", res[1].bytes, res[0].bytes, limit)
+		}
 	}
 }
 
