@@ -97,67 +97,43 @@ func readProgress(t *testing.T, h *e2e.Harness, cfg *config.Config) map[int32]*p
 	return out
 }
 
-// TestDistTakeoverFromCheckpoint (issue 22, takeover restore cost): one
-// of two bounders is stopped mid-stream and the other takes its
-// partitions over (fence, restore from the progress topic): still exactly
-// one Partial per (window, partition) and exact sums. With
-// contribution.max_windows_per_user 1, every partition checkpoints its
-// admissions at the users' first window (its Progress points at the
-// checkpoint), and admissions of new users later in the period follow it
-// as admissions records. A bounder is stopped; the other one takes its
-// partitions over, restoring from the checkpoint plus the records after
-// it, and no user counts in a second window of the period, also when
-// that window was emitted by the stopped bounder. (It replaces
-// TestDistBounderTakeover, which checked the same without new users.)
-func TestDistTakeoverFromCheckpoint(t *testing.T) {
-	h := e2e.New(t)
-	cfg := distConfig(t, h)
-	cfg.Contribution.MaxWindowsPerUser = 1
-	a, b := startBounder(t, cfg, h), startBounder(t, cfg, h)
-	waitStarted(t, h, cfg)
-	emittedWith := func(what string, after int64) {
-		e2e.WaitFor(t, what, 20*time.Second, func() bool {
-			got := map[int]bool{}
-			for _, p := range readPartials(t, h, cfg) {
-				if p.WindowStart >= after {
-					got[p.Partition] = true
-				}
+// waitEmitted waits until every input partition emitted the window of at.
+func waitEmitted(t *testing.T, h *e2e.Harness, cfg *config.Config, what string, at time.Time) {
+	t.Helper()
+	w := at.Truncate(cfg.Window.Size.D()).UnixMilli()
+	e2e.WaitFor(t, what, 20*time.Second, func() bool {
+		got := map[int]bool{}
+		for _, p := range readPartials(t, h, cfg) {
+			if p.WindowStart >= w {
+				got[p.Partition] = true
 			}
-			return len(got) == distParts
-		})
-	}
-	var evs []e2e.Event
-	for i := range 4 {
-		batch := liveEvents("u", 40) // the same users in every window
-		if i > 0 {
-			batch = append(batch, liveEvents("v", 9)...) // and new ones from the second on
 		}
-		produceKeyed(t, h, batch)
-		evs = append(evs, batch...)
-		switch i {
-		case 0:
-			emittedWith("the users' first window emitted", batch[len(batch)-1].At.Truncate(time.Second).UnixMilli())
-			for p, st := range readProgress(t, h, cfg) {
-				if st.snapAt < 0 || st.progress == nil || st.progress.Snap == nil || *st.progress.Snap != st.snapAt {
-					t.Fatalf("progress partition %d: checkpoint at %d, progress %+v: want a checkpoint the progress points at", p, st.snapAt, st.progress)
-				}
-			}
-		case 1:
-			emittedWith("the new users' first window emitted", batch[len(batch)-1].At.Truncate(time.Second).UnixMilli())
-			after := 0
-			for _, st := range readProgress(t, h, cfg) {
-				after += st.admAfter
-			}
-			if after == 0 {
-				t.Fatal("no admissions records after the checkpoints")
-			}
-			a.stop()
+		return len(got) == distParts
+	})
+}
+
+// checkCheckpoints checks that every progress partition has a checkpoint
+// of the cross-window bound and that its Progress points at it.
+func checkCheckpoints(t *testing.T, h *e2e.Harness, cfg *config.Config) {
+	t.Helper()
+	got := readProgress(t, h, cfg)
+	if len(got) != distParts {
+		t.Fatalf("%d progress partitions written, want %d", len(got), distParts)
+	}
+	for p, st := range got {
+		if st.snapAt < 0 || st.progress == nil || st.progress.Snap == nil || *st.progress.Snap != st.snapAt {
+			t.Fatalf("progress partition %d: checkpoint at %d, progress %+v: want a checkpoint the progress points at", p, st.snapAt, st.progress)
 		}
-		time.Sleep(time.Second)
 	}
-	through := time.Now().Truncate(time.Second).UnixMilli()
-	checkPartials(t, h, cfg, admittedEvents(evs, time.Second, time.Hour, 1), through)
-	if err := b.failed(); err != nil {
-		t.Errorf("bounder failed: %v", err)
+}
+
+// admissionsAfterCheckpoints counts the admissions records present after
+// the checkpoints, over every progress partition.
+func admissionsAfterCheckpoints(t *testing.T, h *e2e.Harness, cfg *config.Config) int {
+	t.Helper()
+	n := 0
+	for _, st := range readProgress(t, h, cfg) {
+		n += st.admAfter
 	}
+	return n
 }
