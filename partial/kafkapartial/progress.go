@@ -92,6 +92,11 @@ const restoreTail = 2
 // latest record lies before the checkpoint is alive. A Progress without
 // a checkpoint (an older bounder's, or none written yet) is folded from
 // the start, as before.
+//
+// A new kind of record in the progress topic must keep this true: its
+// latest record must come after the checkpoint (written again with it),
+// or be of no use once the checkpoint is written; otherwise a takeover
+// from the checkpoint loses it. folded.add refuses keys it does not know.
 func (w *Writer) Restore(ctx context.Context) (*Restored, error) {
 	w.mu.Lock()
 	dead := w.dead
