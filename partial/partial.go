@@ -24,6 +24,10 @@
 //   - [Admitted] (progress topic, partition p, key [AdmittedKey]): the
 //     users of partition p the cross-window bound admitted to one window.
 //
+//   - [Snapshot] (progress topic, partition p, keys [SnapshotKey]): a
+//     checkpoint of the cross-window bound's admissions of partition p,
+//     which the Admitted records before it are folded into.
+//
 //   - [Idle] (partials topic, key [IdleKey]): with window.watermark: event,
 //     that input partition p is idle (read to its end and silent for
 //     window.idle_partition_timeout) or active again. While p is idle it
@@ -286,6 +290,11 @@ type Progress struct {
 	// made at the partition's first start; the Admitted records are keyed
 	// by it.
 	UserKey []byte `json:"user_key"`
+	// Snap is the offset, in this progress partition, of the first part
+	// of the partition's latest checkpoint of the cross-window bound
+	// ([Snapshot]); nil when there is none (older bounders too): a
+	// takeover then reads the partition from its start.
+	Snap *int64 `json:"snap,omitempty"`
 }
 
 // Encode returns the record value.

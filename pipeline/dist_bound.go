@@ -415,7 +415,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	}
 	sess.wm = s.newWatermarks(cfg, sess.parts)
 	if k := cfg.Contribution.MaxWindowsPerUser; k > 0 {
-		if sess.adm, err = restoreAdmitted(k, s.periodOf(st.next), rs.Admitted); err != nil {
+		if sess.adm, err = restoreAdmitted(k, s.periodOf(st.next), rs); err != nil {
 			return err
 		}
 	}
@@ -423,7 +423,8 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		st.adm[a.Key] = a.Period
 	}
 	s.log.Info("bounder worker started", zap.Int("partition", p), zap.Int("partitions", n), zap.Int64("offset", st.offset),
-		zap.String("next_window", release.RFC3339(st.next)), zap.Bool("restored", rs.Progress != nil))
+		zap.String("next_window", release.RFC3339(st.next)), zap.Bool("restored", rs.Progress != nil),
+		zap.Int("restored_records", rs.Records), zap.Int64("restored_bytes", rs.Bytes), zap.Bool("restored_checkpoint", rs.Snapshot != nil))
 
 	cctx, stopConsume := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -479,22 +480,13 @@ const (
 func (s *Stage) idleRemark() time.Duration { return s.cfg.Window.IdlePartitionTimeout.D() / 2 }
 
 // restoreAdmitted is the cross-window bound's state of period restored
-// from the admissions records of p.
-func restoreAdmitted(k int, period int64, recs []kafkapartial.AdmittedRecord) (*aggregate.Admissions, error) {
+// from p's checkpoint and the admissions records after it.
+func restoreAdmitted(k int, period int64, rs *kafkapartial.Restored) (*aggregate.Admissions, error) {
 	adm, err := aggregate.NewAdmissions(k)
 	if err != nil {
 		return nil, err
 	}
-	counts := map[uint64]uint16{}
-	for _, a := range recs {
-		if a.Period != period {
-			continue
-		}
-		for _, u := range a.Users {
-			counts[u]++
-		}
-	}
-	adm.Restore(period, counts)
+	adm.Restore(period, rs.Counts(period))
 	return adm, nil
 }
 
@@ -639,9 +631,12 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	e := kafkapartial.Emission{Partial: pt}
 	if sess.adm != nil {
 		e.Admitted = partial.ChunkAdmitted(period, win, users)
+		if w.SnapshotDue(period, len(users)) { // a checkpoint instead, which tombstones every admissions record (kafkapartial/snapshot.go)
+			e.Admitted, e.Snapshot = nil, &kafkapartial.Snapshot{Period: period, Counts: sess.adm.Counts(period)}
+		}
 	}
 	for k, per := range st.adm {
-		if per < period {
+		if per < period || e.Snapshot != nil {
 			e.Tombstones = append(e.Tombstones, []byte(k))
 		}
 	}

@@ -343,7 +343,11 @@ func TestDistBoundersShareExact(t *testing.T) {
 // sums. With contribution.max_windows_per_user 1 the restored admissions
 // decide as an uninterrupted bounder would: every user counts only in its
 // first window of the budget period, also when that window was emitted by
-// the stopped bounder.
+// the stopped bounder. Every partition checkpoints its admissions at the
+// users' first window (its Progress points at the checkpoint), and
+// admissions of new users later in the period follow it as admissions
+// records: the takeover restores from the checkpoint plus the records
+// after it (issue 22, takeover restore cost).
 func TestDistBounderTakeover(t *testing.T) {
 	h := e2e.New(t)
 	cfg := distConfig(t, h)
@@ -352,24 +356,23 @@ func TestDistBounderTakeover(t *testing.T) {
 	waitStarted(t, h, cfg)
 	var evs []e2e.Event
 	for i := range 4 {
-		// The same users in every window: only their first window counts.
-		batch := liveEvents("u", 40)
+		batch := liveEvents("u", 40) // the same users in every window
+		if i > 0 {
+			batch = append(batch, liveEvents("v", 9)...) // and new ones from the second on
+		}
 		produceKeyed(t, h, batch)
 		evs = append(evs, batch...)
-		if i == 0 {
+		switch i {
+		case 0:
 			// Every partition emitted the users' first window: the
 			// admissions that must survive the takeover are committed.
-			e2e.WaitFor(t, "the first window with events emitted", 20*time.Second, func() bool {
-				got := map[int]bool{}
-				for _, p := range readPartials(t, h, cfg) {
-					if len(p.Counts) > 0 {
-						got[p.Partition] = true
-					}
-				}
-				return len(got) == distParts
-			})
-		}
-		if i == 1 {
+			waitEmitted(t, h, cfg, "the users' first window emitted", batch[len(batch)-1].At)
+			checkCheckpoints(t, h, cfg)
+		case 1:
+			waitEmitted(t, h, cfg, "the new users' first window emitted", batch[len(batch)-1].At)
+			if admissionsAfterCheckpoints(t, h, cfg) == 0 {
+				t.Fatal("no admissions records after the checkpoints")
+			}
 			a.stop()
 		}
 		time.Sleep(time.Second)

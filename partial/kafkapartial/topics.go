@@ -70,12 +70,19 @@ func PartialsRetention(period time.Duration) time.Duration {
 	return max(7*24*time.Hour, 2*period)
 }
 
+// ProgressSegmentMs is the progress topic's segment.ms when the stage
+// creates it (one hour): compaction can then drop superseded progress,
+// checkpoint parts and tombstoned admissions records an hour or so after
+// they were written.
+const ProgressSegmentMs = "3600000"
+
 // EnsureTopics creates the internal topics that are missing (when
 // t.Create) and checks every one that exists:
 //
 //	partials  1 partition (one budget book), cleanup.policy=delete,
 //	          retention.ms = PartialsRetention(t.Period)
-//	progress  as many partitions as the input topic, cleanup.policy=compact
+//	progress  as many partitions as the input topic, cleanup.policy=compact,
+//	          segment.ms = ProgressSegmentMs
 //	ledger    1 partition, cleanup.policy=compact, retention.ms=-1
 //
 // It returns the input topic's partition count N. Creating from several
@@ -98,7 +105,10 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics) (int, error) {
 	specs := []topicSpec{
 		{name: t.Partials, role: "partials", partitions: 1, policy: "delete", configs: map[string]string{
 			"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(PartialsRetention(t.Period).Milliseconds(), 10)}},
-		{name: t.Progress, role: "progress", partitions: n, policy: "compact", configs: map[string]string{"cleanup.policy": "compact"}},
+		// segment.ms: the cleaner never compacts the active segment, so
+		// the admissions records a checkpoint tombstoned (snapshot.go) are
+		// dropped within about an hour, not when a 1 GB segment fills.
+		{name: t.Progress, role: "progress", partitions: n, policy: "compact", configs: map[string]string{"cleanup.policy": "compact", "segment.ms": ProgressSegmentMs}},
 		{name: t.Ledger, role: "ledger", partitions: 1, policy: "compact", configs: map[string]string{"cleanup.policy": "compact", "retention.ms": "-1"}},
 	}
 	if t.Output != "" {
@@ -290,7 +300,7 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, adm *kadm.Client, s topicS
 
 func (s topicSpec) describe() string {
 	parts := []string{fmt.Sprintf("%d partitions", s.partitions)}
-	for _, k := range []string{"cleanup.policy", "retention.ms"} {
+	for _, k := range []string{"cleanup.policy", "retention.ms", "segment.ms"} {
 		if v, ok := s.configs[k]; ok {
 			parts = append(parts, k+"="+v)
 		}

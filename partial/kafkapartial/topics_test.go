@@ -55,7 +55,7 @@ func topicState(t *testing.T, cl *kgo.Client, topic string) (int, map[string]str
 	}
 	cfg := map[string]string{}
 	for _, c := range rc.Configs {
-		if c.Value != nil && (c.Key == "cleanup.policy" || c.Key == "retention.ms" || c.Key == "unclean.leader.election.enable") {
+		if c.Value != nil && (c.Key == "cleanup.policy" || c.Key == "retention.ms" || c.Key == "segment.ms" || c.Key == "unclean.leader.election.enable") {
 			cfg[c.Key] = *c.Value
 		}
 	}
@@ -99,7 +99,7 @@ func TestEnsureTopicsCreates(t *testing.T) {
 		cfg        map[string]string
 	}{
 		{"x.partials", 1, map[string]string{"cleanup.policy": "delete", "retention.ms": strconv.FormatInt((480 * time.Hour).Milliseconds(), 10), "unclean.leader.election.enable": "false"}},
-		{"x.progress", 5, map[string]string{"cleanup.policy": "compact"}},
+		{"x.progress", 5, map[string]string{"cleanup.policy": "compact", "segment.ms": "3600000"}},
 		{"x.ledger", 1, map[string]string{"cleanup.policy": "compact", "retention.ms": "-1"}},
 		{"out", 1, nil},
 	}

@@ -33,7 +33,10 @@ import (
 //     ever committed. Each Emit commits a window's Partial, admissions and
 //     Progress together, so the restored Progress is that of the last
 //     window whose Partial is visible to the releaser, and the admissions
-//     restored are exactly those of the windows emitted.
+//     restored are exactly those of the windows emitted. A checkpoint of
+//     the admissions (snapshot.go) is committed in a window's transaction
+//     with that window's Progress, which points at it, so the checkpoint
+//     and the admissions records after it are the same state.
 //  3. While this owner commits, no other does (step 1 with this owner as
 //     the zombie); its commit then fails with ErrFenced.
 //
@@ -105,6 +108,10 @@ type Writer struct {
 	// attempted to commit (Close aborts it).
 	open bool
 
+	// ckpt is the partition's checkpoint state (snapshot.go); guarded by
+	// mu.
+	ckpt ckptState
+
 	// beforeCommit, when set (tests), runs inside every transaction after
 	// its records were acknowledged and before the commit.
 	beforeCommit func()
@@ -147,6 +154,10 @@ type Emission struct {
 	Admitted   []*partial.Admitted
 	Tombstones [][]byte
 	Progress   *partial.Progress
+	// Snapshot, when set (Writer.SnapshotDue), is the cross-window
+	// bound's state after this window, written as a checkpoint instead of
+	// the window's admissions (Admitted must then be empty; snapshot.go).
+	Snapshot *Snapshot
 }
 
 // Emit writes e in one transaction and returns once its commit is
@@ -157,17 +168,10 @@ func (w *Writer) Emit(ctx context.Context, e Emission) error {
 	if e.Partial == nil || e.Progress == nil {
 		return errors.New("kafkapartial: emission without partial or progress")
 	}
-	p := int32(w.cfg.Partition)
-	recs := make([]*kgo.Record, 0, 2+len(e.Admitted)+len(e.Tombstones))
-	recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: e.Partial.Key(), Value: e.Partial.Encode()})
-	for _, a := range e.Admitted {
-		recs = append(recs, &kgo.Record{Topic: w.cfg.ProgressTopic, Partition: p, Key: partial.AdmittedKey(a.Period, a.Window, a.Chunk), Value: a.Encode()})
+	if e.Snapshot != nil && len(e.Admitted) > 0 {
+		return errors.New("kafkapartial: emission with both a checkpoint and admissions records")
 	}
-	for _, k := range e.Tombstones {
-		recs = append(recs, &kgo.Record{Topic: w.cfg.ProgressTopic, Partition: p, Key: k})
-	}
-	recs = append(recs, &kgo.Record{Topic: w.cfg.ProgressTopic, Partition: p, Key: []byte(partial.ProgressKey), Value: e.Progress.Encode()})
-	return w.transact(ctx, recs)
+	return w.run(ctx, func() txnPlan { return w.planEmit(e) })
 }
 
 // Mark writes partition p's Idle record (window.watermark: event) in a
@@ -194,11 +198,29 @@ func (w *Writer) Start(ctx context.Context, pr *partial.Progress) error {
 
 // transact writes recs in one transaction and commits it.
 func (w *Writer) transact(ctx context.Context, recs []*kgo.Record) error {
+	return w.run(ctx, func() txnPlan { return txnPlan{first: recs} })
+}
+
+// txnPlan is what one transaction writes.
+type txnPlan struct {
+	first []*kgo.Record
+	// then, when set, returns the records produced once first was
+	// acknowledged (their offsets are then known).
+	then func() []*kgo.Record
+	// committed, when set, runs once the commit is confirmed.
+	committed func()
+}
+
+// run makes the plan (w.mu held, so it may read the Writer's state),
+// writes it in one transaction and commits it.
+func (w *Writer) run(ctx context.Context, mk func() txnPlan) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.dead != nil {
 		return w.dead
 	}
+	plan := mk()
+	recs := plan.first
 	st := txnStart{at: time.Now()}
 	if id, epoch, err := w.cl.ProducerID(ctx); err == nil {
 		st.id, st.epoch, st.known = id, epoch, true
@@ -210,6 +232,11 @@ func (w *Writer) transact(ctx context.Context, recs []*kgo.Record) error {
 	if err := w.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return w.fail(ctx, st, fmt.Errorf("produce: %w", err))
 	}
+	if plan.then != nil {
+		if err := w.cl.ProduceSync(ctx, plan.then()...).FirstErr(); err != nil {
+			return w.fail(ctx, st, fmt.Errorf("produce: %w", err))
+		}
+	}
 	if w.beforeCommit != nil {
 		w.beforeCommit()
 	}
@@ -220,6 +247,9 @@ func (w *Writer) transact(ctx context.Context, recs []*kgo.Record) error {
 	w.open = false
 	if err := w.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return w.fail(ctx, st, fmt.Errorf("commit: %w", err))
+	}
+	if plan.committed != nil {
+		plan.committed()
 	}
 	return nil
 }
