@@ -381,7 +381,11 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 			return err
 		}
 		st.first = st.next
-		if st.offset, err = s.firstOffset(ctx, b.cl, b.topic, p, st.next); err != nil { // dist_first.go
+		// Read from where the first counted window starts: countFrom, the
+		// start of the longest histogram window open at st.next, whose
+		// events before st.next still count (dist_features.go) — not
+		// st.next, which would skip them (the privacy review's finding).
+		if st.offset, err = s.firstOffset(ctx, b.cl, b.topic, p, countFrom(cfg, st)); err != nil { // dist_first.go
 			return err
 		}
 		// s.userKey is read only when a test set it (Options.HashKey): the

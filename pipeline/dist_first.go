@@ -12,7 +12,10 @@ import (
 )
 
 // firstOffset is the input offset a fresh input partition p (no progress
-// record) starts reading at, for its first window first (a window start).
+// record) starts reading at, for first, the start of the first window it
+// counts: countFrom, the start of the longest histogram window open at its
+// first base window (an hour or day view counts that window whole), not the
+// first base window itself.
 //
 // With window.watermark arrival, no record older than first −
 // events.max_future can count (window.Rule.Decide): an event counts only
