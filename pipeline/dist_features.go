@@ -108,22 +108,24 @@ func averageCell(b *boundary, h int) *partial.AverageCell {
 type pendingAverages struct {
 	hists map[int]aggregate.AverageHist // by config index
 	cfg   string                        // the releaser's counting config
+	also  []string                      // the configs also merged (Merger.AlsoMerge): checked as cfg is
 	byWin map[int64]map[int][]partial.AverageCell
 }
 
 func (s *Stage) newPendingAverages() *pendingAverages {
-	pa := &pendingAverages{hists: map[int]aggregate.AverageHist{}, cfg: s.countingConfig, byWin: map[int64]map[int][]partial.AverageCell{}}
+	pa := &pendingAverages{hists: map[int]aggregate.AverageHist{}, cfg: s.countingConfig, byWin: map[int64]map[int][]partial.AverageCell{},
+		also: []string{s.cfg.LegacyCountingFingerprint()}}
 	for _, a := range AverageHists(s.cfg) {
 		pa.hists[a.Index] = a
 	}
 	return pa
 }
 
-// check refuses a Partial of the releaser's counting config whose average
-// cells do not fit the config's average histograms (a foreign Partial is
-// not merged: not checked).
+// check refuses a Partial of a counting config the releaser merges (its
+// own, or one it also merges) whose average cells do not fit the config's
+// average histograms (a foreign Partial is not merged: not checked).
 func (pa *pendingAverages) check(p *partial.Partial) error {
-	if p.Config != pa.cfg {
+	if p.Config != pa.cfg && !slices.Contains(pa.also, p.Config) {
 		return nil
 	}
 	for _, a := range p.Averages {

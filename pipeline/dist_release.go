@@ -295,9 +295,14 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				continue
 			}
 			if err := avgs.check(rec.Partial); err != nil {
-				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+				s.skipMalformed(rec.Offset, rec.Partial, err)
+				continue
 			}
 			res, err := m.Add(rec.Partial, rec.Offset)
+			if errors.Is(err, partial.ErrFormat) {
+				s.skipMalformed(rec.Offset, rec.Partial, err)
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
 			}
@@ -435,6 +440,19 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 
 // logForeign logs a partial the merger skipped as foreign (partial.Merger,
 // "Foreign records"); it is counted in dpstage_partials_total{result="foreign"}.
+// skipMalformed skips a partial that claims the releaser's counting config
+// but does not fit it (cells or average vectors of other shapes, a Next
+// that is not its window's end): never merged and never fatal — a crash
+// would stop every releaser that reads it, for the partials retention
+// (issue 22 item 2, poison partials). The Merger is unchanged by it, so
+// its window still waits for that partition's partial of it: held, and
+// reported as a gap, never released without it.
+func (s *Stage) skipMalformed(offset int64, p *partial.Partial, err error) {
+	s.stats.Partials[partial.Foreign].Add(1)
+	s.log.Error("releaser: a partial that claims this counting config but does not fit it was skipped (not merged); its window waits for that partition's partial of it",
+		zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition), zap.Error(err))
+}
+
 func (s *Stage) logForeign(offset int64, p *partial.Partial, n int) {
 	fields := []zap.Field{zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition)}
 	if p.WindowMs != s.sizeMs || p.Partitions != n {

@@ -415,7 +415,11 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	size := e.partialOf(0, 1, cells{0: {0: {700, 0, 0, 0, 0}}})
 	size.WindowMs *= 2
 	size.Next = size.WindowStart + size.WindowMs
-	e.write(t, "test-bound/9", true, count, size)
+	// A partial that claims this config but does not fit it (3 bins where
+	// the histogram has 5): skipped, never fatal; window 0 waits for
+	// partition 0's own partial.
+	misfit := e.partialOf(0, 0, cells{0: {0: {9, 9, 9}}})
+	e.write(t, "test-bound/9", true, count, size, misfit)
 	// Records this version cannot decode: a later wire version's partial,
 	// and garbage.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()), kgo.DefaultProduceTopic(e.cfg.Kafka.PartialsTopic()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -436,8 +440,8 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	for k, rl := range checkOnce(t, out, 1) {
 		checkExact(t, rl, tr[k])
 	}
-	if n := r.s.stats.Partials[partial.Foreign].Load(); n != 4 {
-		t.Errorf("%d partials counted foreign, want 4", n)
+	if n := r.s.stats.Partials[partial.Foreign].Load(); n != 5 {
+		t.Errorf("%d partials counted foreign, want 5", n)
 	}
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
