@@ -63,6 +63,13 @@ type Release struct {
 // that is idle (window.watermark event) counts as included
 // (partial.Window.Included). So it says nothing about any user or count,
 // and leaves through the output topic like the rest of the public config.
+// One caveat, found by the privacy review: during a rolling change, which
+// windows a partition's old-config bounder had emitted when its new owner
+// took over follows how far it had read — consumer lag, which other
+// users' volume drives (under window.watermark event, the partition's
+// event times). So across a rolling change the coverage of a window can
+// reflect that progress, as release timing does; it carries no count, and
+// is outside the DP guarantee like timing (README, Known limitations).
 type Coverage struct {
 	// Partitions is the input topic's partition count.
 	Partitions int `json:"partitions"`
