@@ -18,7 +18,7 @@ import (
 	"github.com/dpstage/stage/source/allone"
 )
 
-// The consumers' fetch settings, the stage's (pipeline/fetch.go:
+// The consumers' fetch settings, the stage's (source/fetch.go:
 // fetchMaxBytes, fetchMaxWait, read_committed): every consumer under test
 // uses the same, so the comparison is reader for reader.
 const (
@@ -197,7 +197,7 @@ func consumerChild(ctx context.Context, role string, c consumerFlags, out *lineW
 // assigned partition, one kafka.Reader bound to that partition (no GroupID:
 // the group only assigns) with the stage's fetch settings and
 // read_committed; FetchMessage and discard, no commits. This is how the
-// stage itself read before it fetched on its own (pipeline/fetch.go), and
+// stage itself read before it fetched on its own (source/fetch.go), and
 // how kafka-go's docs tell a group member to read assigned partitions.
 func readerPass(ctx context.Context, c consumerFlags, m *passMeter) (*childResult, error) {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
