@@ -167,8 +167,8 @@ func (pa *pendingAverages) released(w int64) {
 }
 
 // means is window w's release.Means.
-func (pa *pendingAverages) means(w int64) windowMeans {
-	return windowMeans{pa: pa, cells: pa.byWin[w]}
+func (pa *pendingAverages) means(w *partial.Window) windowMeans {
+	return windowMeans{pa: pa, cells: pa.byWin[w.Start], win: w}
 }
 
 // windowMeans is one window's padded averages, merged from its partitions'
@@ -176,7 +176,12 @@ func (pa *pendingAverages) means(w int64) windowMeans {
 type windowMeans struct {
 	pa    *pendingAverages
 	cells map[int][]partial.AverageCell
+	win   *partial.Window // its coverage (Included)
 }
+
+// Included is release.Covered: an average release carries its window's
+// coverage, as the count releases of the window do.
+func (m windowMeans) Included() (included, partitions int) { return m.win.Included() }
 
 // Mean is release.Means: the padded average of average histogram h.
 func (m windowMeans) Mean(h int, out []float64) []float64 {

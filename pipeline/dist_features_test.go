@@ -374,6 +374,14 @@ func TestFeatureAverage(t *testing.T) {
 			got := releasesOf(t, h, keys)
 			for _, w := range windows {
 				r := got[e2e.Key("interests", config.ImplicitGroup, w)]
+				// An average release carries its window's coverage in the
+				// distributed mode, as the count releases do, and none in
+				// the single-process mode.
+				if mode.distributed && (r.Coverage == nil || r.Coverage.Included != r.Coverage.Partitions || r.Coverage.Partitions < 2) {
+					t.Errorf("window %s: average release coverage %+v, want every partition", w.Format(time.RFC3339), r.Coverage)
+				} else if !mode.distributed && r.Coverage != nil {
+					t.Errorf("window %s: single-process average release with coverage %+v", w.Format(time.RFC3339), r.Coverage)
+				}
 				for i, x := range r.Probabilities {
 					p := (1-3*eta)*want[w][i] + eta
 					sd := math.Sqrt(p * (1 - p) / (k + 1))

@@ -358,7 +358,7 @@ func (s *Stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				checked = true
 			}
 			recCtx, cancel := s.publishContext(soft, lctx)
-			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, avgs.means(w.Start), nil)
+			units, err := s.rel.RecordAdmitted(recCtx, w.Start, w, avgs.means(w), nil)
 			cancel()
 			if err != nil {
 				return s.releaseErr(soft, lctx, w.Start, err)
