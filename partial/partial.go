@@ -277,6 +277,12 @@ type Progress struct {
 	// size refuses to resume the partition (0 in the Progress of older
 	// bounders: unknown).
 	WindowMs int64 `json:"window_ms,omitempty"`
+	// PeriodMs is the privacy.budget.period it counted under: the
+	// cross-window bound's admissions are kept per period start, so a
+	// bounder of another period would find none and admit every user
+	// again; it refuses to resume the partition (0 in the Progress of
+	// older bounders: unknown).
+	PeriodMs int64 `json:"period_ms,omitempty"`
 	// Offset is the input offset to read from: every record before it
 	// belongs to an emitted window or was dropped.
 	Offset int64 `json:"offset"`

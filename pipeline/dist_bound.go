@@ -325,6 +325,25 @@ func checkProgressWindow(pr *partial.Progress, sizeMs int64) error {
 		ErrConfigChanged, pr.Partition, was, time.Duration(sizeMs*int64(time.Millisecond)))
 }
 
+// checkProgressPeriod refuses to resume a partition whose progress was
+// written under another privacy.budget.period (the second privacy review's
+// finding): the cross-window bound's admissions are kept per period start,
+// so a bounder of another period finds none of the current period's and
+// admits every user to max_windows_per_user more windows — and its first
+// checkpoint would tombstone the old period's. The releaser refuses a
+// period change through the release log's metadata, but in a rolling
+// change the releaser may still be a replica on the old config, merging
+// the new bounders' partials under the old period's reservation. A
+// progress of an older bounder carries no period (0): unknown, accepted.
+func checkProgressPeriod(pr *partial.Progress, periodMs int64) error {
+	if pr.PeriodMs == 0 || pr.PeriodMs == periodMs {
+		return nil
+	}
+	return fmt.Errorf("%w: input partition %d was bounded with privacy.budget.period %s, the config says %s; the cross-window bound's admissions are kept per period — "+
+		"revert privacy.budget.period, or start a new deployment (a new state.ledger_topic and internal_topic_prefix, and a new output topic)",
+		ErrConfigChanged, pr.Partition, time.Duration(pr.PeriodMs*int64(time.Millisecond)), time.Duration(periodMs*int64(time.Millisecond)))
+}
+
 // runWorker bounds input partition p until ctx ends (nil) or it fails.
 func (b *bounder) runWorker(ctx context.Context, p int) error {
 	s := b.s
@@ -363,6 +382,9 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		if err := checkProgressWindow(pr, s.sizeMs); err != nil {
 			return err
 		}
+		if err := checkProgressPeriod(pr, s.periodMs); err != nil {
+			return err
+		}
 		st.offset, st.next, st.key = pr.Offset, pr.Next, siphash.KeyFromBytes(pr.UserKey)
 		// A progress of an older bounder has no first window (0): its
 		// partials then carry none, and a previous window.
@@ -398,7 +420,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		// Recorded before anything is counted: an owner that takes the
 		// partition over before the first window is emitted resumes with
 		// this first window and key, not its own clock's (Writer.Start).
-		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, WindowMs: s.sizeMs, Offset: st.offset, Next: st.next, First: st.first, UserKey: st.key.Bytes()}); err != nil {
+		if err := w.Start(ctx, &partial.Progress{Partition: p, Partitions: n, WindowMs: s.sizeMs, PeriodMs: s.periodMs, Offset: st.offset, Next: st.next, First: st.first, UserKey: st.key.Bytes()}); err != nil {
 			return err
 		}
 	}
@@ -650,7 +672,7 @@ func (b *bounder) emit(ctx context.Context, sess *session, st *boundState, w *ka
 	if offset < st.offset {
 		offset = st.offset
 	}
-	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, WindowMs: s.sizeMs, Offset: offset, Next: end, First: st.first, UserKey: st.key.Bytes()}
+	e.Progress = &partial.Progress{Partition: st.p, Partitions: st.n, WindowMs: s.sizeMs, PeriodMs: s.periodMs, Offset: offset, Next: end, First: st.first, UserKey: st.key.Bytes()}
 	if err := w.Emit(ctx, e); err != nil {
 		return err
 	}

@@ -412,3 +412,33 @@ func TestDistBounderRefusesOtherWindowSize(t *testing.T) {
 		}
 	}
 }
+
+// TestDistBounderRefusesOtherPeriod (the second privacy review's probe, as
+// a regression test): with max_windows_per_user a bounder that takes a
+// partition over under another privacy.budget.period would look its
+// admissions up under another period start, find none, and admit every
+// user to K more windows of the running period (the period is not in the
+// counting fingerprint, and in a rolling change the releaser may still run
+// the old config). The progress records the period; a bounder of another
+// one refuses to resume the partition.
+func TestDistBounderRefusesOtherPeriod(t *testing.T) {
+	h := e2e.New(t)
+	cfg := distConfig(t, h)
+	cfg.Contribution.MaxWindowsPerUser = 1
+	a := startBounder(t, cfg, h)
+	waitStarted(t, h, cfg)
+	a.stop()
+	if err := a.failed(); err != nil {
+		t.Fatalf("first bounder failed: %v", err)
+	}
+	other := *cfg
+	other.Privacy.Budget.Period = config.Duration(cfg.Privacy.Budget.Period.D() / 2)
+	if err := other.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b := startBounder(t, &other, h)
+	e2e.WaitFor(t, "the bounder with another budget period refusing", 20*time.Second, func() bool { return b.failed() != nil })
+	if err := b.failed(); !errors.Is(err, pipeline.ErrConfigChanged) || !strings.Contains(err.Error(), "privacy.budget.period") {
+		t.Fatalf("bounder: %v, want ErrConfigChanged naming privacy.budget.period", err)
+	}
+}

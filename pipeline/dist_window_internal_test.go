@@ -33,3 +33,27 @@ func TestCheckProgressWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckProgressPeriod: a partition's progress of another budget period
+// is refused; one of an older bounder (no period) is accepted.
+func TestCheckProgressPeriod(t *testing.T) {
+	const day = 86_400_000
+	cases := []struct {
+		name string
+		pr   partial.Progress
+		ok   bool
+	}{
+		{"same period", partial.Progress{PeriodMs: day}, true},
+		{"half the period", partial.Progress{PeriodMs: day / 2}, false},
+		{"a week", partial.Progress{PeriodMs: 7 * day}, false},
+		{"older bounder", partial.Progress{}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkProgressPeriod(&c.pr, day)
+			if c.ok != (err == nil) || err != nil && !errors.Is(err, ErrConfigChanged) {
+				t.Fatalf("%v, want ok %v (ErrConfigChanged otherwise)", err, c.ok)
+			}
+		})
+	}
+}
