@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dpstage/stage/internal/lib/kafkatxn"
 	"github.com/dpstage/stage/ledger"
 )
 
@@ -209,7 +210,7 @@ func (l *Log) fail(ctx context.Context, st txnStart, err error, inTxn bool) erro
 // classify wraps err in ErrFenced when the broker refused the producer's
 // epoch, ErrUnusable otherwise.
 func (l *Log) classify(err error) error {
-	if epochRefused(err) {
+	if kafkatxn.EpochRefused(err) {
 		return fmt.Errorf("%w (transactional id %q): %w", ErrFenced, l.cfg.TransactionalID, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnusable, err)

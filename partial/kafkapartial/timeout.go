@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/dpstage/stage/internal/lib/kafkatxn"
 )
 
 // ErrTimedOut: a transaction of the Writer ran longer than the transaction
@@ -28,16 +29,6 @@ type txnStart struct {
 	known bool
 }
 
-// timeoutLike reports whether err is how the broker answers a producer
-// whose transaction it aborted at the timeout: an epoch refusal before
-// transactions v2 (KIP-890); with it, the commit of the aborted
-// transaction is refused as INVALID_TXN_STATE, or TRANSACTION_ABORTABLE.
-// A newer owner's fence looks the same (classify).
-func timeoutLike(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.TransactionAbortable)
-}
-
 // timedOut reports whether the failure err of the transaction started at
 // st is the broker's timeout abort rather than a newer owner's fence: the
 // transaction ran for the transaction timeout, and the coordinator shows
@@ -45,7 +36,7 @@ func timeoutLike(err error) bool {
 // the abort) and no transaction of a newer owner at it. When the
 // coordinator cannot be asked, the elapsed time alone decides. w.mu held.
 func (w *Writer) timedOut(ctx context.Context, st txnStart, err error) (time.Duration, bool) {
-	if !timeoutLike(err) || st.at.IsZero() {
+	if !kafkatxn.TimeoutLike(err) || st.at.IsZero() {
 		return 0, false
 	}
 	ran := time.Since(st.at)
@@ -65,14 +56,7 @@ func (w *Writer) timedOut(ctx context.Context, st txnStart, err error) (time.Dur
 	if !ok || dt.Err != nil {
 		return ran, true
 	}
-	if dt.ProducerID != st.id || dt.ProducerEpoch > st.epoch+1 {
-		return ran, false
-	}
-	switch dt.State {
-	case "Ongoing", "PrepareCommit", "CompleteCommit", "PrepareEpochFence":
-		return ran, dt.ProducerEpoch <= st.epoch
-	}
-	return ran, true
+	return ran, !kafkatxn.NewerOwner(st.id, st.epoch, dt)
 }
 
 // classifyTxn is classify for the failure err of the transaction started
