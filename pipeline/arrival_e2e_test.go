@@ -65,6 +65,7 @@ func checkDevices(t *testing.T, out e2e.Output, tr map[int64][]float64) {
 // dropped as late — the trust assumption `stage validate` flags — which also
 // shows this test detects the attack.
 func TestForgedTimestampCannotDropOthers(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	for _, mode := range []string{config.WatermarkArrival, config.WatermarkEvent} {
 		t.Run(mode, func(t *testing.T) {
 			h := e2e.New(t)

@@ -349,6 +349,7 @@ func TestDistBoundersShareExact(t *testing.T) {
 // records: the takeover restores from the checkpoint plus the records
 // after it (issue 22, takeover restore cost).
 func TestDistBounderTakeover(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	h := e2e.New(t)
 	cfg := distConfig(t, h)
 	cfg.Contribution.MaxWindowsPerUser = 1

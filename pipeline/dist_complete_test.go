@@ -60,6 +60,7 @@ func releaseOf(t *testing.T, h *e2e.Harness, w time.Time, timeout time.Duration)
 //     from the earliest offsets, not from the group's offsets that the
 //     bounders committed past the window's events.
 func TestSwitchCarriesCounts(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	cases := []struct {
 		name string
 		// a and b make the two deployments' configs from the distributed
@@ -187,6 +188,7 @@ func TestDistFreshPartitionStartsAtLogResume(t *testing.T) {
 // offset shows it, the data loss (the broker drops a deleted topic's
 // committed offsets, so a recreated topic shows as the gap alone).
 func TestDistPartialsLostHeld(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	for _, tc := range []struct {
 		name     string
 		lose     func(t *testing.T, h *e2e.Harness, topic string)

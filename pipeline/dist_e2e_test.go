@@ -36,6 +36,7 @@ func distRunConfig(t *testing.T, h *e2e.Harness, size, lateness time.Duration) *
 // events alone (near-noiseless Gaussian), copies of a release_id are
 // identical, and no event is late or dropped as wrong_partition.
 func TestDistributedThreeInstances(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	h := e2e.New(t)
 	h.Watermark = config.WatermarkArrival

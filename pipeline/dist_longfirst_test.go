@@ -19,6 +19,7 @@ import (
 // new one and released exactly (before the fix: skipped as "could not
 // count", the long window released uniform with full coverage).
 func TestDistFreshStartCountsOpenLongWindow(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	const long = 8 * time.Second
 	h := e2e.New(t)
 	h.Watermark = config.WatermarkArrival

@@ -29,6 +29,7 @@ import (
 // the admissions were kept (checkAdmissionsHome), and the releaser under
 // the new prefix refuses with ErrConfigChanged.
 func TestDistPrefixChangeKeepsWindowBound(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	h := e2e.New(t)
 	h.Watermark = config.WatermarkArrival
@@ -55,6 +56,7 @@ func TestDistPrefixChangeKeepsWindowBound(t *testing.T) {
 // both directions: the second session refuses with ErrConfigChanged (or u
 // is not counted again).
 func TestModeSwitchKeepsWindowBound(t *testing.T) {
+	t.Parallel() // its own broker and state; waits on the clock (CI time)
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	for _, toDist := range []bool{true, false} {
 		name := map[bool]string{true: "single to distributed", false: "distributed to single"}[toDist]
