@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/internal/httpapi"
@@ -230,7 +231,13 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 		spec := p.Count.Mechanism.Spec()
 		fields = append(fields,
 			zap.String("mechanism", string(spec.Kind)), zap.String("calibration", string(spec.Calibration)),
-			zap.Float64("order", spec.Order), zap.Float64("rdp_epsilon_per_release", spec.RDPEpsilon))
+			zap.Float64("order", spec.Order), zap.Float64("mechanism_rdp_epsilon_per_release", spec.RDPEpsilon))
+		// What a release is charged: the mechanism's curve plus the release
+		// grid's residual for the floating-point mechanisms (budget.ChargeOf),
+		// as each release's own "this release (λ, ε)" line says.
+		if charged, ok := budget.ChargeOf(p.Count.Mechanism, []float64{spec.Order}).At(spec.Order); ok {
+			fields = append(fields, zap.Float64("charged_rdp_epsilon_per_release", charged))
+		}
 	}
 	for _, a := range p.Averages {
 		fields = append(fields, zap.Dict("average_"+a.Name,
