@@ -6,7 +6,8 @@
 // over a population of users whose activity is Zipf-skewed (a few users send
 // many events), with skewed pages and countries. Each user lives in one
 // country. The stream is keyed by user_id, so one user's events land on one
-// partition, in order.
+// partition, in order. The same events can be written in Avro or Protobuf
+// in the Confluent wire format instead (Config.Format; encode.go).
 //
 // The stream is a pure function of the Config: event i is computed from
 // (Seed, i) alone, so any prefix can be replayed (Event, Events, Fill) and
@@ -96,8 +97,15 @@ type Config struct {
 	// random amount in [0, Disorder), so the stream arrives slightly out of
 	// event-time order (as real streams do). Default 0: in order.
 	Disorder time.Duration
-	// TimeFormat of "ts". Default EpochMillis.
+	// TimeFormat of "ts". Default EpochMillis. JSON only: Avro and
+	// Protobuf write epoch milliseconds.
 	TimeFormat TimeFormat
+	// Format of the message value (encode.go). Default JSON.
+	Format Format
+	// SchemaID is the schema id Avro and Protobuf values carry (the id of
+	// AvroSchema or ProtoSchema in the registry, or in
+	// events.schema_files). Required for those formats.
+	SchemaID int32
 	// Limit stops Run after this many events. Default 0: until the context
 	// ends.
 	Limit int64
@@ -184,6 +192,15 @@ func New(cfg Config) (*Generator, error) {
 	}
 	if cfg.TimeFormat != EpochMillis && cfg.TimeFormat != RFC3339 {
 		errs = append(errs, fmt.Errorf("unknown time format %d", cfg.TimeFormat))
+	}
+	if cfg.Format != JSON && cfg.Format != Avro && cfg.Format != Protobuf {
+		errs = append(errs, fmt.Errorf("unknown format %d", cfg.Format))
+	}
+	if cfg.Format != JSON && cfg.SchemaID < 1 {
+		errs = append(errs, fmt.Errorf("format %s needs a positive schema id, got %d", cfg.Format, cfg.SchemaID))
+	}
+	if cfg.Format != JSON && cfg.TimeFormat != EpochMillis {
+		errs = append(errs, fmt.Errorf("format %s writes ts as epoch milliseconds: the RFC 3339 time format is JSON's", cfg.Format))
 	}
 	if cfg.Limit < 0 {
 		errs = append(errs, fmt.Errorf("limit must not be negative, got %d", cfg.Limit))
@@ -305,12 +322,13 @@ func (g *Generator) AppendJSON(dst []byte, e Event) []byte {
 	return append(dst, '}')
 }
 
-// Message returns event i as a Kafka message: key user_id, value the JSON.
+// Message returns event i as a Kafka message: key user_id, value the event
+// in the configured Format (AppendValue).
 // The message time is left zero (the writer stamps the wall clock): record
 // timestamps far in the past would fall foul of time-based retention.
 func (g *Generator) Message(i int64) kafka.Message {
 	e := g.Event(i)
-	return kafka.Message{Key: []byte(e.UserID), Value: g.AppendJSON(nil, e)}
+	return kafka.Message{Key: []byte(e.UserID), Value: g.AppendValue(nil, e)}
 }
 
 // Events iterates over events from, from+1, ..., from+n-1.
@@ -324,7 +342,7 @@ func (g *Generator) Events(from, n int64) iter.Seq[Event] {
 	}
 }
 
-// Fill makes buf hold the JSON of events 0..n-1, reusing the storage of buf
+// Fill makes buf hold the values (AppendValue) of events 0..n-1, reusing the storage of buf
 // and of its elements, and returns it. For benchmarks: after the first call
 // with a given n, further calls allocate nothing.
 func (g *Generator) Fill(buf [][]byte, n int) [][]byte {
@@ -333,7 +351,7 @@ func (g *Generator) Fill(buf [][]byte, n int) [][]byte {
 	}
 	buf = buf[:n]
 	for i := range buf {
-		buf[i] = g.AppendJSON(buf[i][:0], g.Event(int64(i)))
+		buf[i] = g.AppendValue(buf[i][:0], g.Event(int64(i)))
 	}
 	return buf
 }
