@@ -111,12 +111,19 @@ func protoPageView(md protoreflect.MessageDescriptor, e Event) *dynamicpb.Messag
 }
 
 // ProduceSerde produces evs to topic as produce.js does, with franz-go: the
-// schema of format (avro or protobuf) registered with pkg/sr's client under
-// subject <topic>-value, every event encoded by a pkg/sr Serde (Confluent
-// wire format; Protobuf with message index [0]), keyed by its user (kgo's
-// default partitioner: murmur2, as Kafka's), its record time its event
-// time, headers source=franz-go-sr and device. It returns the schema id.
+// schema of format (avro or protobuf; SchemaText) registered with pkg/sr's
+// client under subject <topic>-value (RegisterSerde), then written by
+// ProduceSerdeID. It returns the schema id.
 func ProduceSerde(t testing.TB, brokers []string, registryURL, topic, format string, evs []Event) int {
+	t.Helper()
+	id := RegisterSerde(t, registryURL, topic+"-value", format, SchemaText(t, format))
+	ProduceSerdeID(t, brokers, topic, format, id, evs)
+	return id
+}
+
+// RegisterSerde registers text, a schema of format (avro or protobuf),
+// under subject with pkg/sr's client (CreateSchema) and returns its id.
+func RegisterSerde(t testing.TB, registryURL, subject, format, text string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -128,10 +135,23 @@ func ProduceSerde(t testing.TB, brokers []string, registryURL, topic, format str
 	if format == "protobuf" {
 		typ = sr.TypeProtobuf
 	}
-	ss, err := rcl.CreateSchema(ctx, topic+"-value", sr.Schema{Schema: SchemaText(t, format), Type: typ})
+	ss, err := rcl.CreateSchema(ctx, subject, sr.Schema{Schema: text, Type: typ})
 	if err != nil {
 		t.Fatalf("register the %s schema with franz-go sr: %v", format, err)
 	}
+	return ss.ID
+}
+
+// ProduceSerdeID writes evs to topic, every event encoded by a pkg/sr Serde
+// as schema id (whose schema must be SchemaText(format) up to its doc
+// strings: Confluent wire format, Protobuf with message index [0]), keyed
+// by its user (kgo's default partitioner: murmur2, as Kafka's), its record
+// time its event time, headers source=franz-go-sr and device. It needs no
+// registry.
+func ProduceSerdeID(t testing.TB, brokers []string, topic, format string, id int, evs []Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	var serde sr.Serde
 	var value func(Event) any
 	switch format {
@@ -140,7 +160,7 @@ func ProduceSerde(t testing.TB, brokers []string, registryURL, topic, format str
 		if err != nil {
 			t.Fatal(err)
 		}
-		serde.Register(ss.ID, avroPageView{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(sch, v) }))
+		serde.Register(id, avroPageView{}, sr.EncodeFn(func(v any) ([]byte, error) { return avro.Marshal(sch, v) }))
 		value = func(e Event) any {
 			var v avroPageView
 			v.User.ID, v.TS, v.Page, v.Context.Geo.Country, v.Device = e.User, e.At.UnixMilli(), e.Page, e.Country, e.Device
@@ -151,7 +171,7 @@ func ProduceSerde(t testing.TB, brokers []string, registryURL, topic, format str
 		if err != nil {
 			t.Fatal(err)
 		}
-		serde.Register(ss.ID, &dynamicpb.Message{}, sr.EncodeFn(func(v any) ([]byte, error) { return proto.Marshal(v.(*dynamicpb.Message)) }), sr.Index(0))
+		serde.Register(id, &dynamicpb.Message{}, sr.EncodeFn(func(v any) ([]byte, error) { return proto.Marshal(v.(*dynamicpb.Message)) }), sr.Index(0))
 		value = func(e Event) any { return protoPageView(md, e) }
 	default:
 		t.Fatalf("format %q: want avro or protobuf", format)
@@ -173,6 +193,5 @@ func ProduceSerde(t testing.TB, brokers []string, registryURL, topic, format str
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatalf("produce %d %s events with kgo: %v", len(recs), format, err)
 	}
-	t.Logf("franz-go sr serde produced %d %s events (schema id %d)", len(recs), format, ss.ID)
-	return ss.ID
+	t.Logf("franz-go sr serde produced %d %s events (schema id %d)", len(recs), format, id)
 }
