@@ -142,16 +142,11 @@ func RegisterSerde(t testing.TB, registryURL, subject, format, text string) int 
 	return ss.ID
 }
 
-// ProduceSerdeID writes evs to topic, every event encoded by a pkg/sr Serde
-// as schema id (whose schema must be SchemaText(format) up to its doc
-// strings: Confluent wire format, Protobuf with message index [0]), keyed
-// by its user (kgo's default partitioner: murmur2, as Kafka's), its record
-// time its event time, headers source=franz-go-sr and device. It needs no
-// registry.
-func ProduceSerdeID(t testing.TB, brokers []string, topic, format string, id int, evs []Event) {
+// SerdeEncoder returns the encoder of ProduceSerdeID: an event as a pkg/sr
+// Serde writes it as schema id (Confluent wire format, Protobuf with message
+// index [0]).
+func SerdeEncoder(t testing.TB, format string, id int) func(Event) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	var serde sr.Serde
 	var value func(Event) any
 	switch format {
@@ -176,13 +171,28 @@ func ProduceSerdeID(t testing.TB, brokers []string, topic, format string, id int
 	default:
 		t.Fatalf("format %q: want avro or protobuf", format)
 	}
-	recs := make([]*kgo.Record, len(evs))
-	for i, e := range evs {
+	return func(e Event) []byte {
 		b, err := serde.Encode(value(e))
 		if err != nil {
-			t.Fatalf("encode event %d: %v", i, err)
+			t.Fatalf("encode %+v: %v", e, err)
 		}
-		recs[i] = &kgo.Record{Topic: topic, Key: []byte(e.User), Value: b, Timestamp: e.At,
+		return b
+	}
+}
+
+// ProduceSerdeID writes evs to topic, every event encoded by SerdeEncoder
+// as schema id (whose schema must be SchemaText(format) up to its doc
+// strings), keyed by its user (kgo's default partitioner: murmur2, as
+// Kafka's), its record time its event time, headers source=franz-go-sr and
+// device. It needs no registry.
+func ProduceSerdeID(t testing.TB, brokers []string, topic, format string, id int, evs []Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	enc := SerdeEncoder(t, format, id)
+	recs := make([]*kgo.Record, len(evs))
+	for i, e := range evs {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(e.User), Value: enc(e), Timestamp: e.At,
 			Headers: []kgo.RecordHeader{{Key: "source", Value: []byte("franz-go-sr")}, {Key: "device", Value: []byte(e.Device)}}}
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RequiredAcks(kgo.AllISRAcks()))
