@@ -59,6 +59,13 @@ type Stats struct {
 	// did not read because they are older than its first window allows
 	// (firstOffset; window.watermark arrival).
 	FirstStartSkipped atomic.Int64
+	// SchemaRegistryHeld (gauge) is how many input partitions are held now
+	// because the schema of their next record could not be fetched (the
+	// Schema Registry unreachable or failing: decode.Reason.Hold; see
+	// package consume's holdForSchema); SchemaRegistryRetries counts the
+	// fetches retried meanwhile. A held partition neither counts, drops nor
+	// commits past that record, and holds its windows open.
+	SchemaRegistryHeld, SchemaRegistryRetries atomic.Int64
 
 	// dropped counts drops by reason (decode reasons, the window rule's,
 	// bounding outcomes); a reason is "seen" once its count is above 0.

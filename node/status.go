@@ -53,11 +53,16 @@ type Readiness struct {
 	// are left out of /readyz while false.
 	PartialsGap  bool `json:"partials_gap,omitempty"`
 	PartialsLost bool `json:"partials_lost,omitempty"`
+	// SchemaRegistryUnreachable: an input partition is held because the
+	// schema of its next record could not be fetched from the Schema
+	// Registry (Stats.SchemaRegistryHeld); not ready until it resumes. Left
+	// out of /readyz while false.
+	SchemaRegistryUnreachable bool `json:"schema_registry_unreachable,omitempty"`
 }
 
 // Ready reports whether the stage is doing its job.
 func (r Readiness) Ready() bool {
-	return r.StateLoaded && r.Connected && (r.Assigned || r.Standby) && !r.Draining && !r.PartialsGap && !r.PartialsLost
+	return r.StateLoaded && r.Connected && (r.Assigned || r.Standby) && !r.Draining && !r.PartialsGap && !r.PartialsLost && !r.SchemaRegistryUnreachable
 }
 
 // Readiness returns the current readiness conditions.
@@ -72,6 +77,8 @@ func (s *Node) Readiness() Readiness {
 
 		PartialsGap:  s.Ready.PartialsGap.Load(),
 		PartialsLost: s.Ready.PartialsLost.Load(),
+
+		SchemaRegistryUnreachable: s.Stats.SchemaRegistryHeld.Load() > 0,
 	}
 }
 

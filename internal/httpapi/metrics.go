@@ -54,6 +54,8 @@ const (
 	MetricPartialsLSOHeld     = "dpstage_partials_lso_held_seconds"
 	MetricPartialsLSOHolds    = "dpstage_partials_lso_held_too_long_total"
 	MetricFirstStartSkipped   = "dpstage_first_start_skipped_records_total"
+	MetricRegistryHeld        = "dpstage_schema_registry_held_partitions"
+	MetricRegistryRetries     = "dpstage_schema_registry_retries_total"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
@@ -91,7 +93,7 @@ type stageCollector struct {
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 	partials, latePart, idleParts                                 *prometheus.Desc
 	gaps, dataLoss                                                *prometheus.Desc
-	lsoHeld, lsoHolds, firstSkip                                  *prometheus.Desc
+	lsoHeld, lsoHolds, firstSkip, regHeld, regRetries             *prometheus.Desc
 }
 
 // MetricBrokerTimeRegressions counts broker-time regressions per input
@@ -134,7 +136,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		charges:     d(MetricChargesPerPeriod, "charges the plan makes per period: one per (histogram, window), or with max_windows_per_user one period reservation per histogram."),
 		lag:         d(MetricConsumerLag, "Messages behind the high-water mark, per assigned input partition, as of the last fetch.", "partition"),
 		ready:       d(MetricReady, "1 when the stage is ready (as /readyz), else 0."),
-		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining, standby: a distributed replica with no input partition, ready; distributed mode: partials_gap, partials_lost) and whether this instance releases (releasing): 1 when true.", "condition"),
+		condition:   d(MetricReadinessCondition, "Each readiness condition (state_loaded, connected, assigned, draining, standby: a distributed replica with no input partition, ready; schema_registry_unreachable: an input partition held by the Schema Registry, not ready; distributed mode: partials_gap, partials_lost) and whether this instance releases (releasing): 1 when true.", "condition"),
 		info:        d(MetricMechanismInfo, "The mechanism and calibration in use (value 1).", "mechanism", "calibration", "neighbour", "order"),
 		alpha:       d(MetricMechanismAlpha, "Dirichlet prior α of every bin (public: in every release message)."),
 		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
@@ -148,6 +150,8 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		lsoHeld:     d(MetricPartialsLSOHeld, "Distributed mode, releasing instance: how long an open transaction has held the partials topic's last stable offset (and every release) below its high watermark."),
 		firstSkip:   d(MetricFirstStartSkipped, "Distributed mode, window.watermark arrival: input records a fresh input partition did not read because they are older than its first window minus events.max_future (they could not count)."),
 		lsoHolds:    d(MetricPartialsLSOHolds, "Distributed mode, releasing instance: holds of the partials topic's last stable offset longer than kafka.distributed.transaction_timeout (a hanging bounder transaction)."),
+		regHeld:     d(MetricRegistryHeld, "Input partitions held now because the schema of their next record could not be fetched from the Schema Registry (unreachable or failing): nothing is counted, dropped or committed past that record until the fetch, retried with back-off, succeeds."),
+		regRetries:  d(MetricRegistryRetries, "Schema fetches retried by held input partitions (see "+MetricRegistryHeld+")."),
 		rdp:         d(MetricReleaseRDPEpsilon, "RDP ε of one release (one histogram's releases of one window) at the calibration order.", "order"),
 	}
 }
@@ -155,7 +159,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.lsoHeld, c.lsoHolds, c.firstSkip} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
@@ -180,6 +184,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.condition, b2f(rd.Draining), "draining")
 	gauge(c.condition, b2f(rd.Standby), "standby")
 	gauge(c.condition, b2f(rd.Releasing), "releasing")
+	gauge(c.condition, b2f(rd.SchemaRegistryUnreachable), "schema_registry_unreachable")
 	if c.distributed {
 		gauge(c.condition, b2f(rd.PartialsGap), "partials_gap")
 		gauge(c.condition, b2f(rd.PartialsLost), "partials_lost")
@@ -198,6 +203,8 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.exhausted, st.Exhausted.Load())
 	counter(c.retries, st.PublishRetries.Load())
 	counter(c.commits, st.Commits.Load())
+	gauge(c.regHeld, float64(st.SchemaRegistryHeld.Load()))
+	counter(c.regRetries, st.SchemaRegistryRetries.Load())
 	if c.distributed {
 		for r := range partial.NumAddResults {
 			counter(c.partials, st.Partials[r].Load(), partial.AddResult(r).String())
