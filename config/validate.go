@@ -203,30 +203,33 @@ func (k *checker) kafka() {
 	k.sasl()
 }
 
-func (k *checker) tls() {
-	t := k.c.Kafka.TLS
+func (k *checker) tls() { k.tlsAt("kafka.tls", k.c.Kafka.TLS) }
+
+// tlsAt checks the TLS block t found at path p (kafka.tls,
+// events.schema_registry.tls).
+func (k *checker) tlsAt(p string, t TLS) {
 	if !t.Enabled {
 		return
 	}
-	caOK := t.CAFile == "" || k.readable("kafka.tls.ca_file", t.CAFile)
-	certOK := t.CertFile == "" || k.readable("kafka.tls.cert_file", t.CertFile)
-	keyOK := t.KeyFile == "" || k.readable("kafka.tls.key_file", t.KeyFile)
+	caOK := t.CAFile == "" || k.readable(p+".ca_file", t.CAFile)
+	certOK := t.CertFile == "" || k.readable(p+".cert_file", t.CertFile)
+	keyOK := t.KeyFile == "" || k.readable(p+".key_file", t.KeyFile)
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
-		k.add("kafka.tls.key_file", "required with kafka.tls.cert_file")
+		k.add(p+".key_file", "required with %s.cert_file", p)
 		keyOK = false
 	case t.KeyFile != "" && t.CertFile == "":
-		k.add("kafka.tls.cert_file", "required with kafka.tls.key_file")
+		k.add(p+".cert_file", "required with %s.key_file", p)
 		certOK = false
 	}
 	if t.CAFile != "" && caOK {
 		if _, err := loadCAPool(t.CAFile); err != nil {
-			k.add("kafka.tls.ca_file", "%v", err)
+			k.add(p+".ca_file", "%v", err)
 		}
 	}
 	if t.CertFile != "" && t.KeyFile != "" && certOK && keyOK {
 		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
-			k.add("kafka.tls.cert_file", "cannot load the key pair with kafka.tls.key_file: %s", safeTLSError(err))
+			k.add(p+".cert_file", "cannot load the key pair with %s.key_file: %s", p, safeTLSError(err))
 		}
 	}
 }
@@ -293,18 +296,18 @@ func (k *checker) sasl() {
 
 func (k *checker) events() {
 	e := k.c.Events
-	if e.Format != FormatJSON {
-		if e.Format == "" {
-			k.add("events.format", "must be json")
-		} else {
-			k.add("events.format", "must be json, got %s", k.show("events.format", e.Format))
+	k.oneOf("events.format", e.Format, formats)
+	if k.nonEmpty("events.time_field", e.TimeField) {
+		k.fieldPath("events.time_field", e.TimeField, roleTime)
+	}
+	if k.nonEmpty("events.user_field", e.UserField) {
+		k.fieldPath("events.user_field", e.UserField, roleUser)
+		if e.UserField == e.TimeField {
+			k.add("events.user_field", "must differ from events.time_field")
 		}
 	}
-	k.nonEmpty("events.time_field", e.TimeField)
-	if k.nonEmpty("events.user_field", e.UserField) && e.UserField == e.TimeField {
-		k.add("events.user_field", "must differ from events.time_field")
-	}
 	k.atLeast1("events.max_message_bytes", e.MaxMessageBytes)
+	k.schemas()
 }
 
 func (k *checker) window() {
@@ -362,7 +365,13 @@ func (k *checker) histograms() {
 				names[h.Name] = i
 			}
 		}
-		k.nonEmpty(p+".field", h.Field)
+		if k.nonEmpty(p+".field", h.Field) {
+			role := roleValue
+			if h.Kind == KindAverage {
+				role = roleVector
+			}
+			k.fieldPath(p+".field", h.Field, role)
+		}
 		k.list(p+".bins", "bin", h.Bins)
 		if len(h.Bins) < 2 {
 			k.add(p+".bins", "must list at least 2 bins")
@@ -384,6 +393,7 @@ func (k *checker) histograms() {
 			if h.GroupBy == h.Field {
 				k.add(p+".group_by", "must differ from field")
 			}
+			k.fieldPath(p+".group_by", h.GroupBy, roleValue)
 			if len(h.Groups) == 0 {
 				k.add(p+".groups", "required with group_by: list the public groups")
 			}

@@ -93,8 +93,55 @@ func TestValidateRules(t *testing.T) {
 		{"sasl username missing", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "plain", Password: "p"} }, "kafka.sasl.username", "must not be empty"},
 		{"sasl password missing", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u"} }, "kafka.sasl.password", "must be set"},
 		// events
-		{"format", func(c *Config) { c.Events.Format = "avro" }, "events.format", `must be json, got "avro"`},
-		{"empty format", func(c *Config) { c.Events.Format = "" }, "events.format", "must be json"},
+		{"format", func(c *Config) { c.Events.Format = "xml" }, "events.format", `must be one of json, avro, protobuf, got "xml"`},
+		{"empty format", func(c *Config) { c.Events.Format = "" }, "events.format", "must be one of json, avro, protobuf"},
+		{"path through a list", func(c *Config) { c.Events.UserField = "users[0].id" }, "events.user_field", "goes through a list or map"},
+		{"path through a map", func(c *Config) { c.Histograms[0].Field = "attrs.*" }, "histograms[0].field", "goes through a list or map"},
+		{"empty path level", func(c *Config) { c.Events.TimeField = "context..ts" }, "events.time_field", "has an empty level"},
+		{"unknown record field", func(c *Config) { c.Events.UserField = "$value" }, "events.user_field", "is not a record field"},
+		{"timestamp as user", func(c *Config) { c.Events.UserField = "$timestamp" }, "events.user_field", "can only be events.time_field"},
+		{"key as time", func(c *Config) { c.Events.TimeField = "$key" }, "events.time_field", "cannot be the event time"},
+		{"header without a name", func(c *Config) { c.Events.UserField = "$header." }, "events.user_field", "needs a header name"},
+		{"path too deep", func(c *Config) { c.Events.UserField = strings.Repeat("a.", MaxPathDepth) + "a" }, "events.user_field", "levels, at most"},
+		{"avro without schemas", func(c *Config) { c.Events.Format = FormatAvro }, "events.schema_registry.url", "required with events.format avro or protobuf"},
+		{"registry url", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL = FormatAvro, "registry:8081"
+		}, "events.schema_registry.url", "must be an http:// or https:// URL"},
+		{"registry url credentials", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL = FormatAvro, "http://u:p@registry:8081"
+		}, "events.schema_registry.url", "must not hold credentials"},
+		{"registry username without password", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.SchemaRegistry.Username = FormatAvro, "http://r:8081", "u"
+		}, "events.schema_registry.password", "required with events.schema_registry.username"},
+		{"registry with json", func(c *Config) { c.Events.SchemaRegistry.URL = "http://r:8081" }, "events.schema_registry", "only used with events.format avro or protobuf"},
+		{"registry tls key without cert", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL = FormatAvro, "https://r:8081"
+			c.Events.SchemaRegistry.TLS = TLS{Enabled: true, KeyFile: "/dev/null"}
+		}, "events.schema_registry.tls.cert_file", "required with events.schema_registry.tls.key_file"},
+		{"schema file id", func(c *Config) {
+			c.Events.Format, c.Events.SchemaFiles = FormatAvro, []SchemaFile{{ID: 0, File: "/dev/null"}}
+		}, "events.schema_files[0].id", "must be a schema id ≥ 1"},
+		{"schema file duplicate id", func(c *Config) {
+			c.Events.Format, c.Events.SchemaFiles = FormatAvro, []SchemaFile{{ID: 1, File: "/dev/null"}, {ID: 1, File: "/dev/null"}}
+		}, "events.schema_files[1].id", "duplicate schema id 1"},
+		{"schema file unreadable", func(c *Config) {
+			c.Events.Format, c.Events.SchemaFiles = FormatAvro, []SchemaFile{{ID: 1, File: "/nonexistent/x.avsc"}}
+		}, "events.schema_files[0].file", "cannot read"},
+		{"protobuf framing", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.Protobuf.MessageIndexes = FormatProtobuf, "http://r:8081", "kafkajs"
+		}, "events.protobuf.message_indexes", "must be one of confluent, none"},
+		{"protobuf message with confluent framing", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.Protobuf.Message = FormatProtobuf, "http://r:8081", "a.B"
+		}, "events.protobuf.message", "only used with events.protobuf.message_indexes: none"},
+		{"protobuf keys with avro", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.Protobuf.MessageIndexes = FormatAvro, "http://r:8081", "none"
+		}, "events.protobuf", "only used with events.format protobuf"},
+		{"vector from a header", func(c *Config) {
+			c.Histograms[0].Kind, c.Histograms[0].Field = KindAverage, "$header.v"
+		}, "histograms[0].field", "a header cannot hold an average histogram's vector"},
+		{"group by path through a list", func(c *Config) {
+			c.Histograms[0].GroupBy, c.Histograms[0].Groups = "geo[1]", []string{"a"}
+		}, "histograms[0].group_by", "goes through a list or map"},
 		{"empty time field", func(c *Config) { c.Events.TimeField = "" }, "events.time_field", "must not be empty"},
 		{"empty user field", func(c *Config) { c.Events.UserField = "" }, "events.user_field", "must not be empty"},
 		{"user field is time field", func(c *Config) { c.Events.UserField = c.Events.TimeField }, "events.user_field", "must differ from events.time_field"},

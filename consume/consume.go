@@ -51,6 +51,7 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 		return
 	}
 	ev := dec.NewEvent()
+	var rec decode.Record
 	tracker := sess.Trackers[p]
 	maxMsg := s.Cfg.Events.MaxMessageBytes
 	loc := &partitionLocal{lateness: s.LatenessMs, caughtUp: math.MinInt64, pubCaughtUp: math.MinInt64}
@@ -156,11 +157,18 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 		reason := decode.ReasonNone
 		if maxMsg > 0 && len(m.Value) > maxMsg {
 			reason = decode.ReasonOversized
-		} else if r := dec.Decode(m.Value, ev); r != decode.ReasonNone {
-			reason = r
 		} else {
-			loc.decoded++
-			reason = handle(s, sess, p, m.Offset, recMs, ev, tracker, loc)
+			recordOf(&rec, &m)
+			r, ok := decodeHeld(ctx, s, sess, p, dec, &rec, ev)
+			switch {
+			case !ok:
+				return // ctx ended while the schema registry held the record: not processed
+			case r != decode.ReasonNone:
+				reason = r
+			default:
+				loc.decoded++
+				reason = handle(s, sess, p, m.Offset, recMs, ev, tracker, loc)
+			}
 		}
 		if reason != decode.ReasonNone {
 			s.Stats.Drop(reason)

@@ -216,7 +216,7 @@ func (b *Boundary) Counts(h, g int, dst []float64) []float64 {
 			return c.counts.Counts(i, g, dst)
 		}
 	}
-	panic(fmt.Sprintf("pipeline: histogram %d has no window ending at this Boundary", h))
+	panic(fmt.Sprintf("consume: histogram %d has no window ending at this Boundary", h))
 }
 
 // Mean is the padded average of the average histogram of config index h.
@@ -226,7 +226,7 @@ func (b *Boundary) Mean(h int, out []float64) []float64 {
 			return c.avgs.Mean(h, out)
 		}
 	}
-	panic(fmt.Sprintf("pipeline: average histogram %d has no window ending at this Boundary", h))
+	panic(fmt.Sprintf("consume: average histogram %d has no window ending at this Boundary", h))
 }
 
 // KeptUsers is the kept users of average histogram h (config index) in

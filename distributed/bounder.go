@@ -160,7 +160,7 @@ func (s *stage) runBounders(ctx context.Context) error {
 		}),
 	})...)
 	if err != nil {
-		return fmt.Errorf("pipeline: bounder group client: %w", err)
+		return fmt.Errorf("distributed: bounder group client: %w", err)
 	}
 	b.cl = cl
 	if onBounder != nil {

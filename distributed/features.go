@@ -182,7 +182,7 @@ func (m windowMeans) Included() (included, partitions int) { return m.win.Includ
 func (m windowMeans) Mean(h int, out []float64) []float64 {
 	hist, ok := m.pa.hists[h]
 	if !ok {
-		panic(fmt.Sprintf("pipeline: histogram %d is not an average histogram", h))
+		panic(fmt.Sprintf("distributed: histogram %d is not an average histogram", h))
 	}
 	ps := make([]int, 0, len(m.cells))
 	for p := range m.cells {
@@ -204,7 +204,7 @@ func (m windowMeans) Mean(h int, out []float64) []float64 {
 	}
 	out, err := aggregate.MergeKept(hist.Users, hist.Bins, parts, out)
 	if err != nil {
-		panic(fmt.Sprintf("pipeline: %v (checked when read)", err)) // pendingAverages.check
+		panic(fmt.Sprintf("distributed: %v (checked when read)", err)) // pendingAverages.check
 	}
 	return out
 }

@@ -221,8 +221,8 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	// before the first drop: bounding outcomes under the bounded metric,
 	// the others (the decoder's and the window rule's) under dropped.
 	for r := decode.Reason(1); r < decode.NumReasons; r++ {
-		if r == decode.ReasonBoundAverageUsers {
-			continue // counted apart: st.AverageNotSelected
+		if r == decode.ReasonBoundAverageUsers || r.Hold() {
+			continue // counted apart: st.AverageNotSelected; a hold is not a drop
 		}
 		if label, ok := r.Bound(); ok {
 			counter(c.bounded, st.DroppedBy(r), label)
