@@ -36,7 +36,10 @@ var holdBackoff = retry.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.
 // or committed — until the schema is fetched. ok is false when ctx ended
 // first.
 //
-// A held partition is marked unread in the session's watermarks: it holds
+// While held, Stats.SchemaRegistryHeld counts the partition (the metric
+// dpstage_schema_registry_held_partitions, and the readiness condition
+// schema_registry_unreachable: not ready) and SchemaRegistryRetries the
+// attempts. A held partition is marked unread in the session's watermarks: it holds
 // the windows open (its arrival frontier stops advancing by the wall clock,
 // and with watermark event it is never idle), so that the held record's
 // window cannot close before the record is counted.
@@ -47,12 +50,17 @@ func decodeHeld(ctx context.Context, s *node.Node, sess *Session, p int, dec *de
 	}
 	b := holdBackoff
 	sess.WM.SetUnread(p)
+	// The metric and the readiness condition schema_registry_unreachable
+	// (node.Readiness) follow the partitions held.
+	s.Stats.SchemaRegistryHeld.Add(1)
+	defer s.Stats.SchemaRegistryHeld.Add(-1)
 	s.Log.Warn("schema registry unavailable: holding the partition (nothing is dropped or committed) and retrying",
 		zap.Int("partition", p), zap.Error(ev.Err))
 	for r.Hold() {
 		if b.Wait(ctx) != nil {
 			return r, false
 		}
+		s.Stats.SchemaRegistryRetries.Add(1)
 		r = dec.DecodeRecord(rec, ev)
 	}
 	s.Log.Info("schema registry reachable again: the partition resumes", zap.Int("partition", p))
