@@ -198,7 +198,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 	logPlan(log, cfg, st.Plan())
 
 	if cfg.Generator.Enabled {
-		gen, err := newGenerator(cfg, generator.Config{})
+		gen, err := newGenerator(ctx, cfg, generator.Config{})
 		if err != nil {
 			return err
 		}
@@ -262,10 +262,16 @@ func embeddedTopics(cfg *config.Config) map[string]int {
 	return t
 }
 
-// newGenerator builds the configured generator; extra supplies OnError and
-// GiveUpAfter.
-func newGenerator(cfg *config.Config, extra generator.Config) (*generator.Generator, error) {
+// newGenerator builds the configured generator, in the format of
+// events.format (genschema.go); extra supplies OnError and GiveUpAfter.
+func newGenerator(ctx context.Context, cfg *config.Config, extra generator.Config) (*generator.Generator, error) {
+	format, schemaID, err := generatorFormat(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("generator: %w", err)
+	}
 	return generator.New(generator.Config{
+		Format:          format,
+		SchemaID:        schemaID,
 		Users:           cfg.Generator.Users,
 		EventsPerSecond: cfg.Generator.EventsPerSecond,
 		TimeScale:       cfg.Generator.TimeScale,
@@ -332,7 +338,7 @@ func generate(ctx context.Context, cfg *config.Config, log *zap.Logger, stderr i
 		fmt.Fprintf(stderr, "stage generate: %v\n", err)
 		return 2
 	}
-	gen, err := newGenerator(cfg, generator.Config{
+	gen, err := newGenerator(ctx, cfg, generator.Config{
 		OnError:     func(err error) { log.Warn("write failed; retrying", zap.Error(err)) },
 		GiveUpAfter: generateGiveUp,
 	})
