@@ -77,7 +77,8 @@ func distConfig(t *testing.T, h *e2e.Harness, cfg *config.Config) *config.Config
 	return cfg
 }
 
-// TestRegistryOutage: the Schema Registry stops mid-stream. Window 0's
+// TestRegistryOutage: the Schema Registry stops (single-process mode) or
+// answers 503 (distributed mode) mid-stream. Window 0's
 // records (schema id 1) are read and counted; the registry stops; the
 // later windows' records carry id 2 (a new compatible version registered
 // before the outage), which the stage has not fetched. Their partitions
@@ -122,7 +123,14 @@ func TestRegistryOutage(t *testing.T) {
 			st := run.Stage.Stats()
 			e2e.WaitFor(t, "window 0 decoded", 30*time.Second, func() bool { return st.Decoded.Load() >= int64(len(w0)) })
 
-			reg.Stop()
+			// The single-process mode meets a registry that is down
+			// (connection refused), the distributed mode one that answers
+			// 503 to every request.
+			outage, back := reg.Stop, func() error { return reg.Start() }
+			if dist {
+				outage, back = func() { reg.FailWith(503) }, func() error { reg.FailWith(0); return nil }
+			}
+			outage()
 			before := st.Dropped() // window 0's bound drops
 			e2e.ProduceSerdeID(t, addrs, h.Input(), "avro", id2, rest)
 			e2e.WaitFor(t, "the readiness condition of the unreachable registry", 10*time.Second, func() bool {
@@ -154,7 +162,7 @@ func TestRegistryOutage(t *testing.T) {
 				}
 			}
 
-			if err := reg.Start(); err != nil {
+			if err := back(); err != nil {
 				t.Fatal(err)
 			}
 			e2e.ProduceSerdeID(t, addrs, h.Input(), "avro", id2, []e2e.Event{flushEvent})
