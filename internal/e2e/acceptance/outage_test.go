@@ -140,7 +140,9 @@ func TestRegistryOutage(t *testing.T) {
 				t.Error("ready while the registry cannot be reached")
 			}
 			time.Sleep(1500 * time.Millisecond) // a few retries with back-off
-			if d := st.Decoded.Load(); d != int64(len(w0)) {
+			// (The distributed mode may read window 0 again after a
+			// rebalance: its progress is checked by the offsets below.)
+			if d := st.Decoded.Load(); d != int64(len(w0)) && !dist {
 				t.Errorf("decoded %d records during the outage, want %d (window 0's only)", d, len(w0))
 			}
 			for reason, n := range st.Dropped() {
@@ -174,7 +176,9 @@ func TestRegistryOutage(t *testing.T) {
 				checkReleases(t, h, evs, 3)
 			}
 			e2e.WaitFor(t, "every record decoded", 10*time.Second, func() bool { return st.Decoded.Load() >= int64(len(evs)+1) })
-			if d := st.Decoded.Load(); d != int64(len(evs)+1) {
+			// The distributed mode may read records again after a rebalance
+			// (the partials keep the counting exact): at least every record.
+			if d := st.Decoded.Load(); d != int64(len(evs)+1) && !dist {
 				t.Errorf("decoded %d records, produced %d", d, len(evs)+1)
 			}
 			for reason, n := range st.Dropped() {
