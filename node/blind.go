@@ -35,7 +35,7 @@ func (s *Node) NoteWindowBound(bounds []WindowBound) {
 		case v.Warn:
 			s.Log.Warn(v.Message(), append(fields, zap.Int("blind_windows_not_logged", v.Suppressed))...)
 		case v.Recovered:
-			s.Log.Info("window bound: histogram "+v.Histogram+" counts most of its users again (its drop share is back under contribution.blind_warning_share)", fields...)
+			s.Log.Info("window bound: histogram "+v.Histogram+"'s drop share is back at or under contribution.blind_warning_share", fields...)
 		}
 	}
 }
