@@ -478,6 +478,18 @@ type Contribution struct {
 	// defaults to 0): a capped window's displacement would depend on users
 	// the cross-window bound later drops.
 	MaxWindowsPerUser int `yaml:"max_windows_per_user"`
+
+	// BlindWarningShare (issue 23 item 3) is the share of a closed window's
+	// contributions, per histogram, dropped by max_windows_per_user above
+	// which the stage logs a warning that the window counted few of its
+	// users (it went "blind": its release is noise over a nearly empty
+	// count) and lists the histogram under window_bound_blind on the
+	// operator listener's /readyz. In (0, 1]; 1 turns the warning off (a
+	// share never exceeds 1). Default 0.5. Operator-side only: the share is
+	// private (a function of the window's drop counts) and never reaches a
+	// release, the output topic or the public listener. It changes no
+	// count, so it is left out of CountingFingerprint (json "-").
+	BlindWarningShare float64 `yaml:"blind_warning_share" json:"-"`
 }
 
 // Privacy configures the mechanism and the budget.

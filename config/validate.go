@@ -487,6 +487,9 @@ func (k *checker) contribution() {
 	case w > maxWindowsPerUser:
 		k.add("contribution.max_windows_per_user", "must be at most %d", maxWindowsPerUser)
 	}
+	if s := c.BlindWarningShare; !(s > 0 && s <= 1) {
+		k.add("contribution.blind_warning_share", "must be a share in (0, 1], got %v (the share of a window's contributions dropped by max_windows_per_user above which the stage warns; 1 turns the warning off)", s)
+	}
 	if c.MaxWindowsPerUser > 0 && c.MaxTrackedUsers > 0 {
 		k.add("contribution.max_tracked_users", "cannot be combined with contribution.max_windows_per_user: a user the cross-window bound later drops could have displaced another user from a capped window; remove max_tracked_users (with max_windows_per_user the bounder keeps every user of a window: about 42 bytes per active (user, window) for one histogram, 59 for two, plus 30 per (user, period) for the bound's state)")
 	}

@@ -194,6 +194,10 @@ func TestValidateRules(t *testing.T) {
 		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = -1 }, "contribution.max_tracked_users", "≥ 0"},
 		{"max windows per user", func(c *Config) { c.Contribution.MaxWindowsPerUser = -1 }, "contribution.max_windows_per_user", "≥ 0"},
 		{"max windows per user too large", func(c *Config) { c.Contribution.MaxWindowsPerUser = 1 << 16 }, "contribution.max_windows_per_user", "at most 65535"},
+		{"blind warning share NaN", func(c *Config) { c.Contribution.BlindWarningShare = math.NaN() }, "contribution.blind_warning_share", "must be a share in (0, 1]"},
+		{"blind warning share Inf", func(c *Config) { c.Contribution.BlindWarningShare = math.Inf(1) }, "contribution.blind_warning_share", "must be a share in (0, 1]"},
+		{"blind warning share negative", func(c *Config) { c.Contribution.BlindWarningShare = -0.1 }, "contribution.blind_warning_share", "must be a share in (0, 1]"},
+		{"blind warning share above 1", func(c *Config) { c.Contribution.BlindWarningShare = 1.5 }, "contribution.blind_warning_share", "1 turns the warning off"},
 		{"max windows with tracked cap", func(c *Config) { c.Contribution.MaxWindowsPerUser = 5; c.Contribution.MaxTrackedUsers = 1000 }, "contribution.max_tracked_users", "cannot be combined with contribution.max_windows_per_user"},
 		// privacy
 		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, laplace-posterior, got "exponential"`},

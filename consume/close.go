@@ -53,5 +53,36 @@ func CloseWindow(s *node.Node, sess *Session, w int64) (counts *Boundary, admitt
 	if n := counts.AverageNotSelected(); n > 0 {
 		s.Stats.AverageNotSelected.Add(n)
 	}
+	if sess.Adm != nil {
+		counts.Bounds = windowBounds(s, sess, counts, w+s.SizeMs)
+	}
 	return counts, admitted, nil
+}
+
+// windowBounds is, per histogram whose window ends at end, what its window
+// counted and what the cross-window bound dropped of it: the parts (a count
+// histogram's) or user vectors (an average histogram's) not admitted at
+// the close, and the valid parts of events dropped on arrival
+// (Session.Drops). An event dropped on arrival counts all its valid parts,
+// before max_events_per_user could select among them, so with users who
+// send more events per window than that the share reads high.
+func windowBounds(s *node.Node, sess *Session, b *Boundary, end int64) []node.WindowBound {
+	var out []node.WindowBound
+	for _, c := range b.sets {
+		start := end - c.set.sizeMs
+		for i, h := range c.set.hists {
+			wb := node.WindowBound{H: h, Start: start, End: end, Dropped: sess.Drops.Take(h, start)}
+			if s.Cfg.Histograms[h].IsAverage() {
+				if c.avgs != nil {
+					wb.Counted = int64(c.avgs.Kept(h))
+					wb.Dropped += int64(c.avgs.NotAdmittedBy(h))
+				}
+			} else {
+				wb.Counted = c.counts.Total(i)
+				wb.Dropped += c.counts.NotAdmittedBy(i)
+			}
+			out = append(out, wb)
+		}
+	}
+	return out
 }

@@ -55,6 +55,12 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 	tracker := sess.Trackers[p]
 	maxMsg := s.Cfg.Events.MaxMessageBytes
 	loc := &partitionLocal{lateness: s.LatenessMs, caughtUp: math.MinInt64, pubCaughtUp: math.MinInt64}
+	if sess.Adm != nil { // the window bound's drops on arrival, for the operator's drop share
+		loc.drops, loc.dropN = &sess.Drops, make([]int64, len(s.Cfg.Histograms))
+		for _, h := range s.Cfg.Histograms {
+			loc.sizes = append(loc.sizes, h.WindowSize(s.Cfg.Window.Size).D().Milliseconds())
+		}
+	}
 	maxFuture := s.Cfg.Events.MaxFuture.D().Milliseconds()
 	loc.wall = s.Now().UnixMilli()
 	loc.futureLimit = loc.wall + maxFuture
@@ -236,6 +242,50 @@ type partitionLocal struct {
 	// Counters not yet added to Stats.
 	decoded, counted, boundEvents, boundGroups, boundCapacity int64
 	boundDisplaced, boundWindows, flushedConsumed             int64
+
+	// The window bound's drops on arrival not yet handed to the Session
+	// (drops, nil without the bound; flushDrops): dropN per config
+	// histogram, of base window dropW; sizes is each histogram's window
+	// size (ms).
+	drops   *aggregate.WindowDrops
+	sizes   []int64
+	dropN   []int64
+	dropW   int64
+	dropAny bool
+}
+
+// noteDrops counts ev's parts, of base window w, as dropped by the window
+// bound on arrival.
+func (l *partitionLocal) noteDrops(w int64, ev *decode.Event) {
+	if l.drops == nil {
+		return
+	}
+	if l.dropAny && w != l.dropW {
+		l.flushDrops()
+	}
+	l.dropW = w
+	for h, r := range ev.Drops {
+		if r == decode.ReasonNone && h < len(l.dropN) {
+			l.dropN[h]++
+			l.dropAny = true
+		}
+	}
+}
+
+// flushDrops hands the drops noted to the Session's, where CloseWindow
+// takes them. publish calls it before the watermark moves, so a window
+// closes with its partition's drops.
+func (l *partitionLocal) flushDrops() {
+	if !l.dropAny {
+		return
+	}
+	for h, n := range l.dropN {
+		if n > 0 {
+			l.drops.Add(h, window.Start(l.dropW, l.sizes[h]), n)
+			l.dropN[h] = 0
+		}
+	}
+	l.dropAny = false
 }
 
 // observe records a counted event's time; sizeMs is the window size.
@@ -258,6 +308,7 @@ func (l *partitionLocal) observe(t, sizeMs int64) {
 
 // publish hands the event-time range and the counters on.
 func (l *partitionLocal) publish(wm *window.Watermarks, p int, st *node.Stats, sizeMs int64) {
+	l.flushDrops() // before the watermark may close their window
 	// Only counted events keep a partition live: one that delivers nothing
 	// but malformed, late or too-far-ahead messages goes idle and stops
 	// holding the watermark back (garbage cannot stall every release).
@@ -283,6 +334,7 @@ func (l *partitionLocal) publish(wm *window.Watermarks, p int, st *node.Stats, s
 
 // flushStats adds the accumulated counters to st.
 func (l *partitionLocal) flushStats(st *node.Stats) {
+	l.flushDrops()
 	st.Consumed.Add(l.consumed - l.flushedConsumed)
 	l.flushedConsumed = l.consumed
 	st.Decoded.Add(l.decoded)
@@ -340,6 +392,7 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		}
 		countOutcome(s, ev, aggregate.Outcome{}, loc)
 		loc.boundWindows += int64(validParts(ev))
+		loc.noteDrops(w, ev)
 		if w >= next {
 			tracker.Counted(w, offset) // re-read after a restart, like a counted event
 		} else {

@@ -7,6 +7,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/window"
 )
 
@@ -200,6 +201,11 @@ func (sess *Session) ResetSets() {
 // (release.Counts and release.Means).
 type Boundary struct {
 	sets []closedSet
+	// Bounds is, with the cross-window bound, each closed histogram's
+	// window-bound counts (CloseWindow): private, for the operator's
+	// drop share (node.Node.NoteWindowBound) and, in the distributed
+	// mode, the Partial's Dropped.
+	Bounds []node.WindowBound
 }
 
 type closedSet struct {

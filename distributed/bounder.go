@@ -652,6 +652,11 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 			}
 		}
 	}
+	for _, b := range counts.Bounds { // the window bound's drops, for the releaser's operator-side drop share
+		if b.Dropped > 0 {
+			pt.Dropped = append(pt.Dropped, partial.DropCell{H: b.H, N: b.Dropped})
+		}
+	}
 	e := kafkapartial.Emission{Partial: pt}
 	if sess.Adm != nil {
 		e.Admitted = partial.ChunkAdmitted(period, win, users)

@@ -146,6 +146,23 @@ type Partial struct {
 	// one, the partition's kept users (averages.go). Absent from the
 	// Partials of older bounders (which had no average histograms).
 	Averages []AverageCell `json:"averages,omitempty"`
+	// Dropped lists, per histogram with any, the contributions of the
+	// window the cross-window bound (contribution.max_windows_per_user)
+	// dropped on this partition, on arrival and at the close: what the
+	// releaser needs for the window's drop share (aggregate.BlindWatch),
+	// which goes to the operator only, never into a release. Internal to
+	// the stage like Counts. Absent without the bound, and from the
+	// Partials of older bounders (the share then counts their
+	// partitions' drops as 0).
+	Dropped []DropCell `json:"dropped,omitempty"`
+}
+
+// DropCell is one histogram's contributions dropped by the cross-window
+// bound in a Partial's window.
+type DropCell struct {
+	// H is the histogram's index in the config's histograms list.
+	H int   `json:"h"`
+	N int64 `json:"n"`
 }
 
 // Total is the sum of the Partial's counts (bounded contributions).
@@ -192,6 +209,11 @@ func DecodePartial(b []byte) (*Partial, error) {
 	for _, c := range p.Counts {
 		if c.H < 0 || c.G < 0 {
 			return nil, fmt.Errorf("%w: partial cell (%d, %d)", ErrFormat, c.H, c.G)
+		}
+	}
+	for _, d := range p.Dropped {
+		if d.H < 0 || d.N < 0 {
+			return nil, fmt.Errorf("%w: partial drop cell (%d, %d)", ErrFormat, d.H, d.N)
 		}
 	}
 	if err := checkAverages(&p); err != nil {

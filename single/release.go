@@ -183,7 +183,11 @@ func (s *stage) closeAndRecord(ctx context.Context, sess *generation, w int64) (
 	if sess.Adm != nil {
 		adm = &ledger.Admitted{Period: s.PeriodOf(w), Users: users}
 	}
-	return s.Rel.RecordAdmitted(ctx, w, counts, counts, adm)
+	units, err := s.Rel.RecordAdmitted(ctx, w, counts, counts, adm)
+	if err == nil {
+		s.NoteWindowBound(counts.Bounds) // the operator's drop share and warning (never in a release)
+	}
+	return units, err
 }
 
 // commit commits, per partition, the offset before which every message
