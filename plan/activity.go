@@ -283,8 +283,8 @@ var candidateSizes = []time.Duration{time.Second, 10 * time.Second, time.Minute,
 // candidateSizes that divide the period, and the period) over a grid of K
 // (1 to the period's windows, about ×1.5 apart, with the figure and the
 // config's own K) for the gaussian and laplace mechanisms, and evaluates
-// the Dirichlet mechanism with the optimal calibration at the best K found
-// — at every window size when dirichletEverywhere, otherwise at the
+// the Dirichlet mechanism with the optimal calibration at the gaussian's
+// best K — at every window size when dirichletEverywhere, otherwise at the
 // config's own window size only (each optimal calibration takes about half
 // a second; `stage validate` and `stage run` leave the others out, `stage
 // plan` includes them). Every candidate is planned by DerivePlan under the
@@ -321,7 +321,7 @@ func Recommend(cfg *config.Config, p *Plan, dirichletEverywhere bool) (Recommend
 				best = &a
 			}
 		}
-		bestK := map[string]int{}
+		bestK := map[string]int{} // per mechanism
 		bestL2 := map[string]float64{}
 		for _, k := range kGrid(windows, m, cfg.Contribution.MaxWindowsPerUser, size == base) {
 			for _, mech := range []string{config.MechanismGaussian, config.MechanismLaplace} {
@@ -335,18 +335,9 @@ func Recommend(cfg *config.Config, p *Plan, dirichletEverywhere bool) (Recommend
 				}
 			}
 		}
-		if dirichletEverywhere || size == base {
-			ks := []int{bestK[config.MechanismGaussian]}
-			if k := bestK[config.MechanismLaplace]; k != ks[0] {
-				ks = append(ks, k)
-			}
-			for _, k := range ks {
-				if k < 1 {
-					continue
-				}
-				if a, ok := candidate(cfg, hist, size, windows, k, m, n, config.MechanismDirichlet, config.CalibrationOptimal); ok {
-					consider(a)
-				}
+		if k := bestK[config.MechanismGaussian]; k > 0 && (dirichletEverywhere || size == base) {
+			if a, ok := candidate(cfg, hist, size, windows, k, m, n, config.MechanismDirichlet, config.CalibrationOptimal); ok {
+				consider(a)
 			}
 		}
 		if best == nil {
@@ -445,7 +436,7 @@ func ActivityWarnings(cfg *config.Config, p *Plan) []config.Warning {
 		}
 		out = append(out, config.Warning{Path: "contribution.max_windows_per_user", Line: cfg.LineOf("contribution.max_windows_per_user"),
 			Message: fmt.Sprintf("K = %d is below %s: a user at that percentile is active in a window with probability %.2g and has used up its %d windows after about %s; %s. %s",
-				k, fig, cur.P, k, ShortDuration(time.Duration(math.Ceil(float64(k)/cur.P))*cur.Window), what, rec.Advice())})
+				k, fig, cur.P, k, ShortDuration(time.Duration(math.Ceil(float64(k)/cur.P))*cur.Window), what, rec.Advice()+" (`stage plan` draws them through the period)")})
 	}
 	if rec.Finest < 0 {
 		b := rec.bestOverall()
@@ -487,5 +478,5 @@ func (r Recommendation) Advice() string {
 		o := r.Best[r.Own]
 		s += fmt.Sprintf("; at window.size %s the best is K=%d with %s (predicted mean ℓ2 %.3g, %s)", ShortDuration(o.Window), o.K, o.Mechanism, o.MeanL2, Verdict(o.MeanRatio()))
 	}
-	return s + " (`stage plan` draws them through the period)"
+	return s
 }

@@ -230,15 +230,16 @@ func deltaUsers(cfg *config.Config) string {
 
 // printUtilities prints each count histogram's expected release error at
 // the planning figure (plan.Utilities) beside the error of answering
-// "uniform".
+// "uniform", with plan.Verdict's word for it (the one `stage plan`'s
+// verdict column uses).
 func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	for _, u := range plan.Utilities(cfg, p) {
 		at := fmt.Sprintf("%g events per release", u.N)
 		if u.Assumed {
 			at += " (assumed; set privacy.expected_events_per_release)"
 		}
-		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%)\n",
-			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio())
+		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
+			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
 	}
 }
 

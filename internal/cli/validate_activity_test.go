@@ -71,6 +71,7 @@ func TestValidateActivity(t *testing.T) {
 		{"more than the period's windows", activityConfig("5", "1441", "1", "5000"), 2, []string{"privacy.expected_windows_per_user: line 16: must be at most the 1440 windows"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "c.yaml")
 			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
 				t.Fatal(err)
