@@ -73,9 +73,9 @@ func plotActivity(path string, cfg *config.Config, rec plan.Recommendation) erro
 	cur := rec.Current
 	line := func(name string, a plan.Activity) eval.ActivityLine {
 		l := eval.ActivityLine{Name: name}
-		for i, t := range a.T {
-			l.Hours = append(l.Hours, (time.Duration(t)*a.Window + a.Window/2).Hours())
-			l.L2 = append(l.L2, a.L2[i])
+		for i, t := range a.T { // a step per window evaluated
+			l.Hours = append(l.Hours, (time.Duration(t) * a.Window).Hours(), (time.Duration(t+1) * a.Window).Hours())
+			l.L2 = append(l.L2, a.L2[i], a.L2[i])
 		}
 		return l
 	}

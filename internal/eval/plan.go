@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"image/color"
+	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -139,7 +140,8 @@ func PlotPlan(path, title string, lines []PlanLine) error {
 }
 
 // ActivityLine is one line of `stage plan`'s activity figure: predicted ℓ2
-// per window against hours into the budget period.
+// per window against hours into the budget period (a step per window: its
+// start and end at its value).
 type ActivityLine struct {
 	Name      string
 	Reference bool // a constant reference level (drawn dashed, grey)
@@ -168,6 +170,20 @@ func PlotActivity(path, title string, lines []ActivityLine) error {
 	if err != nil {
 		return err
 	}
+	// Room for the legend below the lowest line: the lines span the
+	// period's whole width.
+	lo, hi := math.Inf(1), 0.0
+	for _, l := range lines {
+		for _, y := range l.L2 {
+			if y > 0 && !math.IsInf(y, 0) {
+				lo, hi = math.Min(lo, y), math.Max(hi, y)
+			}
+		}
+	}
+	if hi > 0 {
+		span := math.Max(hi/lo, 10)
+		p.Y.Min, p.Y.Max = lo/math.Pow(span, 0.9), hi*1.5
+	}
 	p.Legend.Left, p.Legend.Top = false, false
-	return saveGrid(path, [][]*plot.Plot{{p}}, 8*vg.Inch, 5*vg.Inch)
+	return saveGrid(path, [][]*plot.Plot{{p}}, 8*vg.Inch, 5.5*vg.Inch)
 }
