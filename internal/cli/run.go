@@ -195,7 +195,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		web.Attach(st)
 	}
 	for _, w := range append(cfg.Warnings(), plan.Warnings(cfg, st.Plan())...) {
-		log.Warn("config: "+w.Message, zap.String("path", w.Path))
+		log.Warn("config: "+w.Message, zap.String("path", w.Path), zap.Int("line", w.Line))
 	}
 	logPlan(log, cfg, st.Plan())
 
