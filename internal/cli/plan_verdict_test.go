@@ -59,11 +59,30 @@ func planVerdicts(t *testing.T, args ...string) (map[string]string, string) {
 // 1,000 on the quickstart.
 func TestPlanVerdict(t *testing.T) {
 	t.Parallel()
-	v, out := planVerdicts(t, "--config", "../../deploy/stage.yaml", "--events", "3000,15000")
+	// The privacy settings deploy/stage.yaml shipped with when issue 23 was
+	// filed.
+	deploy := filepath.Join(t.TempDir(), "deploy.yaml")
+	if err := os.WriteFile(deploy, []byte(`kafka: {brokers: [localhost:9092]}
+window: {size: 1m}
+histograms:
+  - {name: pages, field: page, bins: [home, search, cart, checkout, other], overflow_bin: other, group_by: country, groups: [US, DE, FR]}
+contribution: {max_events_per_user: 1, max_groups_per_user: 1, max_windows_per_user: 5}
+privacy:
+  mechanism: dirichlet
+  calibration: optimal
+  expected_events_per_release: 3000
+  neighbour: replace
+  order: 2
+  expected_users: 24050000
+  budget: {epsilon: 1.0, delta: 1.0e-10, period: 24h}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v, out := planVerdicts(t, "--config", deploy, "--events", "3000,15000")
 	for _, truth := range []string{"flat", "skewed"} {
 		for _, n := range []string{"3000", "15000"} {
 			if got := v[`"pages" `+truth+" "+n]; verdictRank(got) != 0 {
-				t.Errorf("deploy/stage.yaml, %s truth, N=%s: verdict %q, want useful", truth, n, got)
+				t.Errorf("the shipped deploy settings, %s truth, N=%s: verdict %q, want useful", truth, n, got)
 			}
 		}
 	}
