@@ -282,7 +282,8 @@ var candidateSizes = []time.Duration{time.Second, 10 * time.Second, time.Minute,
 // candidate window size (window.size, the multiples of it in
 // candidateSizes that divide the period, and the period) over a grid of K
 // (1 to the period's windows, about ×1.5 apart, with the figure and the
-// config's own K) for the gaussian and laplace mechanisms, and evaluates
+// config's own K; refined between the best one's neighbours) for the
+// gaussian and laplace mechanisms, and evaluates
 // the Dirichlet mechanism with the optimal calibration at the gaussian's
 // best K — at every window size when dirichletEverywhere, otherwise at the
 // config's own window size only (each optimal calibration takes about half
@@ -322,18 +323,50 @@ func Recommend(cfg *config.Config, p *Plan, dirichletEverywhere bool) (Recommend
 			}
 		}
 		bestK := map[string]int{} // per mechanism
-		bestL2 := map[string]float64{}
-		for _, k := range kGrid(windows, m, cfg.Contribution.MaxWindowsPerUser, size == base) {
-			for _, mech := range []string{config.MechanismGaussian, config.MechanismLaplace} {
-				a, ok := candidate(cfg, hist, size, windows, k, m, n, mech, "")
-				if !ok {
-					continue
+		grid := kGrid(windows, m, cfg.Contribution.MaxWindowsPerUser, size == base)
+		for _, mech := range []string{config.MechanismGaussian, config.MechanismLaplace} {
+			// The mean error at K (+Inf when it cannot be planned), memoized.
+			seen := map[int]float64{}
+			at := func(k int) float64 {
+				if e, ok := seen[k]; ok {
+					return e
 				}
-				consider(a)
-				if l, seen := bestL2[mech]; !seen || a.MeanL2 < l {
-					bestL2[mech], bestK[mech] = a.MeanL2, k
+				e := math.Inf(1)
+				if a, ok := candidate(cfg, hist, size, windows, k, m, n, mech, ""); ok {
+					consider(a)
+					e = a.MeanL2
+				}
+				seen[k] = e
+				return e
+			}
+			bi := -1
+			for i, k := range grid {
+				if e := at(k); bi < 0 || e < at(grid[bi]) {
+					bi = i
 				}
 			}
+			if bi < 0 || math.IsInf(at(grid[bi]), 1) {
+				continue
+			}
+			// Refine between the grid's neighbours of the best K: the mean
+			// error is unimodal there (noise falls, blind windows rise with
+			// K), so a ternary search on whole K finds its minimum.
+			lo, hi := grid[max(bi-1, 0)], grid[min(bi+1, len(grid)-1)]
+			for hi-lo > 2 {
+				m1, m2 := lo+(hi-lo)/3, hi-(hi-lo)/3
+				if at(m1) <= at(m2) {
+					hi = m2
+				} else {
+					lo = m1
+				}
+			}
+			k := grid[bi]
+			for j := lo; j <= hi; j++ {
+				if at(j) < at(k) {
+					k = j
+				}
+			}
+			bestK[mech] = k
 		}
 		if k := bestK[config.MechanismGaussian]; k > 0 && (dirichletEverywhere || size == base) {
 			if a, ok := candidate(cfg, hist, size, windows, k, m, n, config.MechanismDirichlet, config.CalibrationOptimal); ok {
