@@ -537,7 +537,25 @@ type Privacy struct {
 	// such a guarantee) and δ·users > [DeltaUsersWarn] is flagged by `stage
 	// validate`. Default 0: not given (then only [MaxDelta] applies).
 	ExpectedUsers int `yaml:"expected_users"`
+
+	// ExpectedWindowsPerUser is a public planning figure for returning
+	// users (issue 23): the 90th percentile (ActivityPercentile), over the
+	// users of one budget period, of how many windows of window.size of
+	// that period a user has an event in — a high percentile, not the mean,
+	// so that the plan's prediction holds for nine users in ten. `stage
+	// validate` and `stage plan` read it with expected_events_per_release
+	// to predict, through the period, the share of a window's users the
+	// cross-window bound (contribution.max_windows_per_user) still counts
+	// and the error of each window's releases (package plan, activity.go).
+	// It is public configuration, never measured from the data, and
+	// changes no release. Default 0: not given. Otherwise it must be
+	// finite, greater than 0 and at most the windows of a period.
+	ExpectedWindowsPerUser float64 `yaml:"expected_windows_per_user"`
 }
+
+// ActivityPercentile is the percentile of users' active windows per period
+// that privacy.expected_windows_per_user stands for.
+const ActivityPercentile = 90
 
 // MaxDelta is the largest privacy.budget.delta accepted, whatever
 // privacy.expected_users says. δ is the probability with which the ε

@@ -67,6 +67,7 @@ func TestFullConfig(t *testing.T) {
 			Budget:                   Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
 			ExpectedUsers:            500000,
 			ExpectedEventsPerRelease: 20000,
+			ExpectedWindowsPerUser:   30,
 		},
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour), Ledger: LedgerBolt, LedgerTopic: "dp-stage-ledger"},
 		Log:       Log{Format: "console", Level: "debug"},

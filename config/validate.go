@@ -137,6 +137,7 @@ func (c *Config) Validate() error {
 	k.histograms()
 	k.contribution()
 	k.privacy()
+	k.activity()
 	k.nonEmpty("state.dir", c.State.Dir)
 	k.stateLedger()
 	k.distributed()
@@ -556,6 +557,26 @@ func (k *checker) privacy() {
 		k.add("privacy.budget.period", "must be greater than 0")
 	case k.c.Window.Size > 0 && b.Period%k.c.Window.Size != 0:
 		k.add("privacy.budget.period", "must be a whole multiple of window.size")
+	}
+}
+
+// activity checks privacy.expected_windows_per_user: 0 (not given, what
+// an absent key reads as and Config.String writes) or a finite number of
+// windows greater than 0 and at most the windows of one budget period.
+func (k *checker) activity() {
+	const path = "privacy.expected_windows_per_user"
+	m := k.c.Privacy.ExpectedWindowsPerUser
+	if m == 0 {
+		return // not given
+	}
+	size, period := k.c.Window.Size, k.c.Privacy.Budget.Period
+	switch {
+	case !finite(m):
+		k.add(path, "must be a finite number of windows, got %v", m)
+	case m < 0:
+		k.add(path, "must be greater than 0 (or 0: not given), got %v: the %dth percentile of how many windows of a budget period one user is active in (leave it out when you do not know it)", m, ActivityPercentile)
+	case size > 0 && period > 0 && period%size == 0 && m > float64(int64(period/size)):
+		k.add(path, "must be at most the %d windows of window.size (%s) in one privacy.budget.period (%s), got %v", int64(period/size), size, period, m)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
@@ -138,6 +139,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
 	}
 	printUtilities(tw, "  ", cfg, plan)
+	printActivity(tw, "  ", cfg, plan)
 	units := cp.Units
 	if cp.FitUnits > 0 && cp.FitUnits < cp.Units {
 		units = cp.FitUnits
@@ -228,14 +230,50 @@ func deltaUsers(cfg *config.Config) string {
 
 // printUtilities prints each count histogram's expected release error at
 // the planning figure (plan.Utilities) beside the error of answering
-// "uniform".
+// "uniform", with plan.Verdict's word for it (the one `stage plan`'s
+// verdict column uses).
 func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	for _, u := range plan.Utilities(cfg, p) {
 		at := fmt.Sprintf("%g events per release", u.N)
 		if u.Assumed {
 			at += " (assumed; set privacy.expected_events_per_release)"
 		}
-		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%)\n",
-			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio())
+		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
+			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
 	}
+}
+
+// printActivity prints, with privacy.expected_windows_per_user, what the
+// plan predicts through a period for users at that figure
+// (plan.PredictActivity): when windows count fewer than half, and fewer
+// than plan.BlindShare, of their active users, and the error of the
+// period's first and last windows and its mean.
+func printActivity(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
+	a, ok := plan.PredictActivity(cfg, p)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(tw, "%sactivity	%s\n", indent, activityLine(a))
+}
+
+// activityLine describes an activity prediction in one line.
+func activityLine(a plan.Activity) string {
+	period := plan.ShortDuration(time.Duration(a.Windows) * a.Window)
+	s := fmt.Sprintf("a user at the %dth percentile is active in %g of the %d windows of a period (p = %.3g per window)", config.ActivityPercentile, a.PerUser, a.Windows, a.P)
+	switch {
+	case a.K == 0:
+		s += "; no window bound: every window counts all of its users"
+	case a.Blind():
+		s += fmt.Sprintf("; with K = %d windows count fewer than half of their active users after %s and go blind (fewer than %.0f%%) after %s of each %s", a.K, plan.ShortDuration(a.HalfAfter()), 100*plan.BlindShare, plan.ShortDuration(a.BlindAfter()), period)
+	case a.HalfFrom < a.Windows:
+		s += fmt.Sprintf("; with K = %d windows count fewer than half of their active users after %s of each %s (never fewer than %.0f%%)", a.K, plan.ShortDuration(a.HalfAfter()), period, 100*plan.BlindShare)
+	default:
+		s += fmt.Sprintf("; with K = %d every window counts at least half of its active users", a.K)
+	}
+	assumed := ""
+	if a.Assumed {
+		assumed = ", assumed"
+	}
+	return s + fmt.Sprintf("; predicted ℓ2 of %s: %.3g in the first window, %.3g in the last, mean %.3g over the period (%s; at %g events per release before the bound%s)",
+		a.Histogram, a.L2[0], a.L2[len(a.L2)-1], a.MeanL2, plan.Verdict(a.MeanRatio()), a.Events, assumed)
 }
