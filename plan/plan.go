@@ -173,9 +173,11 @@ type Plan struct {
 // contribution.max_windows_per_user makes a period compose (see the
 // package doc, "The cross-window bound", for the proof).
 type WindowBound struct {
-	// K is contribution.max_windows_per_user; 0 when the bound is off (the
-	// other fields are then 0).
+	// K is contribution.max_windows_per_user (for a histogram's own bound,
+	// K_h); 0 when the bound is off (the other fields are then 0).
 	K int
+	// Windows is W: the windows of this size per period.
+	Windows int
 	// CountWindows = min(K, W): the per-window RDP curves a count
 	// histogram's period reservation composes.
 	CountWindows int
@@ -195,7 +197,7 @@ func windowBound(k, windows int, neighbour string) WindowBound {
 	if neighbour == config.NeighbourReplace {
 		avg = 2 * k
 	}
-	return WindowBound{K: k, CountWindows: min(k, windows), AverageReleases: min(avg, windows)}
+	return WindowBound{K: k, Windows: windows, CountWindows: min(k, windows), AverageReleases: min(avg, windows)}
 }
 
 // Charges is the number of charges made per period: one per (histogram,

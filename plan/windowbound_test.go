@@ -74,7 +74,7 @@ func TestWindowBoundScheduleFitsTheBook(t *testing.T) {
 				if nb == "replace" {
 					avgN = 2 * k
 				}
-				if p.Bound != (plan.WindowBound{K: k, CountWindows: k, AverageReleases: avgN}) || p.Count.Units != 2*k || p.Charges() != 3 {
+				if p.Bound != (plan.WindowBound{K: k, Windows: 1440, CountWindows: k, AverageReleases: avgN}) || p.Count.Units != 2*k || p.Charges() != 3 {
 					t.Fatalf("bound %+v units %d charges %d", p.Bound, p.Count.Units, p.Charges())
 				}
 				book, err := budget.NewBook(p.Orders, p.Epsilon, p.Delta, noStore{})

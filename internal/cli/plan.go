@@ -98,7 +98,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 	printCalibrations(stdout, cfg, ns)
 
 	var rows []planRow
-	for _, h := range cfg.Histograms {
+	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			fmt.Fprintf(stdout, "\nhistogram %q: average (simplex Dirichlet): see stage validate for its guarantee; not drawn here\n", h.Name)
 			continue
@@ -113,7 +113,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		if groups == 0 {
 			groups = 1
 		}
-		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s\n", h.Name, d, groups, cfg.Window.Size.D())
+		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s%s\n", h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
 		printPlanErrors(stdout, pts)
 		for _, p := range pts {
 			rows = append(rows, planRow{h.Name, d, p})
