@@ -117,7 +117,6 @@ func viewShare(p *plan.Plan, i int) string {
 		b.K, b.Windows, b.CountWindows, 100*float64(b.CountWindows)/float64(cp.Units), alone, cp.RDPDelta)
 }
 
-
 // printAveragePlan prints the average histograms' (ε, δ) releases and their
 // share of the budget.
 func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
