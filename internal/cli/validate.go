@@ -129,7 +129,10 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g), grid residual included (ideal ε=%.6g, δ=%.3g; + %d·log((1+ρ)/(1−ρ)), ×(1+ρ)^%d, ρ=%g)\n",
 			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma, a.IdealEpsilon, a.IdealDelta, sp.Bins, sp.Bins, mechanism.ReleaseGridRho)
 	}
-	if b := plan.Bound; b.K > 0 {
+	if b := plan.Bound; b.K > 0 && averageViewsDiffer(plan) {
+		fmt.Fprintf(tw, "  average share\teach average histogram's own releases (its max_windows_per_user of its windows%s; see its line), basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
+			replaceTwice(plan), plan.ApproxEpsilon, plan.ApproxDelta)
+	} else if b.K > 0 {
 		fmt.Fprintf(tw, "  average share\t%d releases (max_windows_per_user=%d of %d windows%s) × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
 			b.AverageReleases, b.K, plan.WindowsPerPeriod, replaceTwice(plan), len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
 	} else {
@@ -305,4 +308,15 @@ func fittingReservations(cfg *config.Config, p *plan.Plan) int {
 		n++
 	}
 	return n
+}
+
+// averageViewsDiffer reports whether some average histogram has a bound or
+// window other than the base one's (plan.Plan.HistBounds).
+func averageViewsDiffer(p *plan.Plan) bool {
+	for _, a := range p.Averages {
+		if a.Index < len(p.HistBounds) && p.HistBounds[a.Index] != p.Bound {
+			return true
+		}
+	}
+	return false
 }
