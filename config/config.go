@@ -363,7 +363,11 @@ type Histogram struct {
 	// asks for the value instead (HistWindowBound). Histograms of one
 	// window size share one admission state, so they must have the same
 	// bound.
-	MaxWindowsPerUser int `yaml:"max_windows_per_user"`
+	//
+	// Left out of the JSON when 0 (omitempty), so that the distributed
+	// mode's counting fingerprint (CountingFingerprint) of a config
+	// without it is the fingerprint it had before the key existed.
+	MaxWindowsPerUser int `yaml:"max_windows_per_user" json:",omitempty"`
 }
 
 // HistWindowBound is the cross-window bound K_h of the histogram of config

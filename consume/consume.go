@@ -321,17 +321,21 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		return reason
 	}
 	sess.closeMu.RLock()
-	if sess.Adm != nil && !sess.Adm.Admissible(ev.User, s.PeriodOf(w)) {
+	// Into the window of every size still open whose cross-window bound
+	// may still admit the user (windows.go).
+	out, ao, track, ok, bound := sess.add(w, s.SizeMs, s.PeriodOf(w), ev)
+	if !ok && bound > 0 {
 		// Admitted to max_windows_per_user closed windows of the period
-		// already: never admitted to w (aggregate.Admissions). Nothing of
-		// the event can count, so its offset is done.
+		// already, in every size still open: never admitted to them
+		// (aggregate.Admissions). Nothing of the event can count, so its
+		// offset is done.
 		next := sess.Next
 		sess.closeMu.RUnlock()
 		if !s.Arrival {
 			loc.observe(ev.TimeMs, s.SizeMs)
 		}
 		countOutcome(s, ev, aggregate.Outcome{}, loc)
-		loc.boundWindows += int64(validParts(ev))
+		loc.boundWindows += int64(bound)
 		if w >= next {
 			tracker.Counted(w, offset) // re-read after a restart, like a counted event
 		} else {
@@ -339,8 +343,6 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		}
 		return decode.ReasonNone
 	}
-	// Into the window of every size still open (windows.go).
-	out, ao, track, ok := sess.add(w, s.SizeMs, ev)
 	if !ok {
 		sess.closeMu.RUnlock()
 		late(s, offset, tracker)
@@ -352,6 +354,7 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		loc.observe(ev.TimeMs, s.SizeMs) // event time moves the watermark only in event mode
 	}
 	countOutcome(s, ev, out, loc)
+	loc.boundWindows += int64(bound) // the parts of the sizes whose bound dropped them
 	if ao.Added > 0 {
 		s.Stats.Averaged.Add(int64(ao.Added))
 	}

@@ -376,6 +376,13 @@ func ParseAdmittedKey(key []byte) (period int64, ok bool) {
 	return period, err == nil
 }
 
+// IsViewAdmittedKey reports whether key is a view's admissions key
+// (Admitted.Key with Admitted.View > 0).
+func IsViewAdmittedKey(key []byte) bool {
+	rest, ok := strings.CutPrefix(string(key), "adm/")
+	return ok && strings.Count(rest, "/") == 3 && strings.Contains(rest, "/v")
+}
+
 // ChunkAdmitted splits one window's admitted users into records of at most
 // MaxAdmittedChunk users; none when users is empty.
 func ChunkAdmitted(period, window int64, users []uint64) []*Admitted {
