@@ -18,8 +18,9 @@ func TestCheckpointKeepsViewAdmissions(t *testing.T) {
 	c := newCluster(t, 1)
 	const view = 3 * minute
 	wantView := map[uint64]uint16{}
-	// Two owners, each writing a checkpoint (at 4m, and at 7m after the
-	// takeover, whose Writer learnt the views' records from its restore).
+	// Two owners, each writing a checkpoint (at 5m, in the transaction of
+	// a view's window, and at 7m after the takeover, whose Writer learnt
+	// the views' records from its restore).
 	o, _ := takeOver(t, c, 0, 2, 0, true)
 	for win := int64(0); win < 9*minute; win += minute {
 		if win == 6*minute {
@@ -31,7 +32,7 @@ func TestCheckpointKeepsViewAdmissions(t *testing.T) {
 		admitted := o.adm.Close(period, users)
 		e := emission(0, win)
 		e.Admitted = partial.ChunkAdmitted(period, win, admitted)
-		if win == 4*minute || win == 7*minute {
+		if win == 5*minute || win == 7*minute { // at 5m with the view's window ending at 6m
 			// A checkpoint instead of the base records.
 			e.Admitted, e.Snapshot = nil, &Snapshot{Period: period, Counts: o.adm.Counts(period)}
 		}
