@@ -69,8 +69,11 @@ func TestFeatureViews(t *testing.T) {
 				evs, last = append(evs, batch...), b
 				if i == 2 {
 					// Base window 1 and devices2's first window released:
-					// the stage stops.
-					e2e.WaitPast(b.Add(completeLateness + 400*time.Millisecond))
+					// the stage stops, devices2's second window open.
+					releasesOf(t, h, append(windowKeys(w0.Add(base)), e2e.Key("devices2", "*", w0)))
+					if time.Now().After(w0.Add(period)) {
+						t.Fatal("the first view window was released too late for the test")
+					}
 					stages[0].Cancel()
 					if !mode.distributed {
 						stages = append(stages, h.Start(cfg))
