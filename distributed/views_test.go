@@ -8,26 +8,27 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/release"
 )
 
 // TestFeatureViews (issue #23 item 2): a base view and a coarser view in
 // one budget, each with its own cross-window bound, in the single-process
 // and the distributed mode. 1 s base windows with
-// contribution.max_windows_per_user = 2 (pages, devices) and devices2, the
-// devices histogram in 2 s windows of its own with
-// histograms[].max_windows_per_user = 1, over 4 s budget periods (4 base
-// windows, 2 devices2 windows). "all-*" users have an event in every base
+// contribution.max_windows_per_user = 2 (pages, devices) and devices3, the
+// devices histogram in 3 s windows of its own with
+// histograms[].max_windows_per_user = 1, over 6 s budget periods (6 base
+// windows, 2 devices3 windows). "all-*" users have an event in every base
 // window of the period: they count in base windows 0 and 1 only, and in
-// devices2's first window only; "late-*" users come in windows 2 and 3
-// only: they count in both, and in devices2's second window. After base
-// window 1 (devices2's first window) is released, one stage stops (single:
+// devices3's first window only; "late-*" users come in windows 3 to 5
+// only: they count in 3 and 4, and in devices3's second window. After base
+// window 2 (devices3's first window) is released, one stage stops (single:
 // a new one starts and restores both admission states from the release
 // log; distributed: the other stage takes the partitions over and restores
 // them from the progress topic). Every release is exactly the truth worked
 // out from the event set alone under each view's own bound; a third
-// devices2 window for the "all-*" users would have released more.
+// devices3 window for the "all-*" users would have released more.
 func TestFeatureViews(t *testing.T) {
-	const base, view, period = time.Second, 2 * time.Second, 4 * time.Second
+	const base, view, period = time.Second, 3 * time.Second, 6 * time.Second
 	for _, mode := range featureModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
@@ -40,7 +41,7 @@ func TestFeatureViews(t *testing.T) {
 				c.Contribution.MaxWindowsPerUser = 2
 				for _, hc := range c.Histograms {
 					if hc.Name == "devices" {
-						hc.Name, hc.Window, hc.MaxWindowsPerUser = "devices2", config.Duration(view), 1
+						hc.Name, hc.Window, hc.MaxWindowsPerUser = "devices3", config.Duration(view), 1
 						c.Histograms = append(c.Histograms, hc)
 						break
 					}
@@ -50,7 +51,7 @@ func TestFeatureViews(t *testing.T) {
 			var evs []e2e.Event
 			w0 := nextWindow(period)
 			var last time.Time
-			for i := range 4 {
+			for i := range 6 {
 				b := w0
 				if i > 0 {
 					b = nextWindow(base)
@@ -62,15 +63,18 @@ func TestFeatureViews(t *testing.T) {
 						batch[j].User = fmt.Sprintf("late-%d", j)
 					}
 				}
-				if i < 2 { // the late users come in windows 2 and 3 only
+				if i < 3 { // the late users come in windows 3 to 5 only
 					batch = slices.DeleteFunc(batch, func(e e2e.Event) bool { return e.User[0] == 'l' })
 				}
 				produceKeyed(t, h, batch)
 				evs, last = append(evs, batch...), b
-				if i == 2 {
-					// Base window 1 and devices2's first window released:
-					// the stage stops, devices2's second window open.
-					releasesOf(t, h, append(windowKeys(w0.Add(base)), e2e.Key("devices2", "*", w0)))
+				if i == 3 {
+					// Base window 2 and devices3's first window released:
+					// the stage stops, devices3's second window open.
+					e2e.WaitFor(t, "devices3's first window", 20*time.Second, func() bool {
+						out := h.ReadOutput(1, 2*time.Second, 300*time.Millisecond)
+						return slices.ContainsFunc(out.Releases, func(r release.Release) bool { return e2e.ReleaseKey(r) == e2e.Key("devices3", "*", w0) })
+					})
 					if time.Now().After(w0.Add(period)) {
 						t.Fatal("the first view window was released too late for the test")
 					}
@@ -90,24 +94,25 @@ func TestFeatureViews(t *testing.T) {
 			}
 			differs := 0
 			for vw := w0; vw.Before(w0.Add(period)); vw = vw.Add(view) {
-				k := e2e.Key("devices2", "*", vw)
+				k := e2e.Key("devices3", "*", vw)
 				tr[k] = trView[e2e.Key("devices", "*", vw)]
 				keys = append(keys, k)
 				if sum(tr[k]) < sum(unbounded[e2e.Key("devices", "*", vw)]) {
 					differs++
 				}
 			}
-			if differs != 1 || sum(tr[e2e.Key("devices", "*", w0.Add(2*base))]) == 0 {
-				t.Fatalf("the stream does not test the views' own bounds: %d devices2 windows bounded, base window 2 counts %v", differs, tr[e2e.Key("devices", "*", w0.Add(2*base))])
+			if differs != 1 || sum(tr[e2e.Key("devices", "*", w0.Add(2*base))]) != 0 || sum(tr[e2e.Key("devices", "*", w0.Add(3*base))]) == 0 {
+				t.Fatalf("the stream does not test the views' own bounds: %d devices3 windows bounded, base windows 2, 3 count %v, %v",
+					differs, tr[e2e.Key("devices", "*", w0.Add(2*base))], tr[e2e.Key("devices", "*", w0.Add(3*base))])
 			}
 			got := releasesOf(t, h, keys)
 			for _, k := range keys {
 				e2e.CheckExact(t, k, got[k], tr[k])
 			}
 			for vw := w0; vw.Before(w0.Add(period)); vw = vw.Add(view) {
-				r := got[e2e.Key("devices2", "*", vw)]
+				r := got[e2e.Key("devices3", "*", vw)]
 				if r.Privacy.ChargeWindows != 1 {
-					t.Errorf("devices2 release at %s: charge over %d windows, want its own bound 1", r.WindowStart, r.Privacy.ChargeWindows)
+					t.Errorf("devices3 release at %s: charge over %d windows, want its own bound 1", r.WindowStart, r.Privacy.ChargeWindows)
 				}
 			}
 			if r := got[e2e.Key("devices", "*", w0)]; r.Privacy.ChargeWindows != 2 {
