@@ -383,15 +383,3 @@ func countOutcome(s *node.Node, ev *decode.Event, out aggregate.Outcome, loc *pa
 	loc.boundCapacity += int64(out.DroppedCapacity)
 	loc.boundDisplaced += int64(out.Displaced)
 }
-
-// validParts is the number of histogram parts of a decoded event that no
-// per-histogram reason dropped.
-func validParts(ev *decode.Event) int {
-	n := 0
-	for _, r := range ev.Drops {
-		if r == decode.ReasonNone {
-			n++
-		}
-	}
-	return n
-}
