@@ -78,4 +78,7 @@ func TestEndToEndViewsRestart(t *testing.T) {
 		key := e2e.ReleaseKey(r)
 		e2e.CheckExact(t, key, r, tr[key])
 	}
+	if d := run.Stage.Stats().Dropped(); d["bound_windows"] == 0 {
+		t.Errorf("no bound_windows drops counted in the second run: %v", d)
+	}
 }
