@@ -406,6 +406,47 @@ type Histogram struct {
 	// max_groups_per_user, average.users) is per window of this histogram.
 	// Default 0: window.size.
 	Window Duration `yaml:"window"`
+
+	// MaxWindowsPerUser (K_h) is this histogram's own cross-window bound:
+	// a user's events count in at most K_h of this histogram's windows per
+	// budget period (its K_h earliest windows with an event to count; see
+	// Contribution.MaxWindowsPerUser). It needs the bound on
+	// (contribution.max_windows_per_user > 0) and is at most the
+	// histogram's windows per period (period / its window).
+	//
+	// Default (0): contribution.max_windows_per_user for a histogram at
+	// window.size. A histogram with its own, coarser window has no default
+	// when the bound is on: the contribution-level K counts windows of
+	// window.size (5 one-minute windows), and reading it as 5 hourly
+	// windows — or capping it at the 24 hours of a day — would silently
+	// change what a returning user contributes to the view; validation
+	// asks for the value instead (HistWindowBound). Histograms of one
+	// window size share one admission state, so they must have the same
+	// bound.
+	//
+	// Left out of the JSON when 0 (omitempty), so that the distributed
+	// mode's counting fingerprint (CountingFingerprint) of a config
+	// without it is the fingerprint it had before the key existed.
+	MaxWindowsPerUser int `yaml:"max_windows_per_user" json:",omitempty"`
+}
+
+// HistWindowBound is the cross-window bound K_h of the histogram of config
+// index i: its own histograms[].max_windows_per_user, else
+// contribution.max_windows_per_user when the histogram has the base
+// window; 0 when the bound is off, or (refused by Validate) for a coarser
+// histogram that sets none under the bound.
+func (c *Config) HistWindowBound(i int) int {
+	h := c.Histograms[i]
+	if c.Contribution.MaxWindowsPerUser <= 0 {
+		return 0
+	}
+	if h.MaxWindowsPerUser > 0 {
+		return h.MaxWindowsPerUser
+	}
+	if h.WindowSize(c.Window.Size) == c.Window.Size {
+		return c.Contribution.MaxWindowsPerUser
+	}
+	return 0
 }
 
 // WindowSize is the window of the histogram: its own window when set, else

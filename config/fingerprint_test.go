@@ -40,6 +40,7 @@ func TestCountingFingerprint(t *testing.T) {
 		{"events.max_future", func(c *Config) { c.Events.MaxFuture = Duration(time.Minute) }, false},
 		{"histograms", func(c *Config) { c.Histograms[0].Bins = []string{"a", "c"} }, false},
 		{"contribution", func(c *Config) { c.Contribution.MaxEventsPerUser = 2 }, false},
+		{"histograms[].max_windows_per_user", func(c *Config) { c.Histograms[0].MaxWindowsPerUser = 3 }, false},
 		{"input topic", func(c *Config) { c.Kafka.InputTopic = "other" }, false},
 		{"partitioner", func(c *Config) { c.Kafka.Distributed.Partitioner = PartitionerFNV1a }, false},
 	}

@@ -136,6 +136,7 @@ func (c *Config) Validate() error {
 	k.window()
 	k.histograms()
 	k.contribution()
+	k.histBounds()
 	k.privacy()
 	k.activity()
 	k.nonEmpty("state.dir", c.State.Dir)
@@ -406,8 +407,7 @@ func (k *checker) histograms() {
 }
 
 // histWindow checks histograms[i].window: a whole multiple of window.size
-// that divides the budget period, and (in this build) not combined with the
-// cross-window bound.
+// that divides the budget period.
 func (k *checker) histWindow(p string, h Histogram) {
 	w := h.Window
 	if w == 0 {
@@ -422,8 +422,50 @@ func (k *checker) histWindow(p string, h Histogram) {
 	case period > 0 && period%w != 0:
 		k.add(p+".window", "must divide privacy.budget.period (%s), got %s", period, w)
 	}
-	if w > 0 && k.c.Contribution.MaxWindowsPerUser > 0 {
-		k.add(p+".window", "cannot be combined with contribution.max_windows_per_user in this build: the cross-window bound and coarser histogram windows are not composed yet; remove one of them")
+}
+
+// histBounds checks histograms[].max_windows_per_user (Histogram.
+// MaxWindowsPerUser): only with the bound on, between 1 and the
+// histogram's windows per period, required for a histogram with a coarser
+// window under the bound, and equal among histograms of one window size
+// (they share one admission state: a user's windows of that size).
+func (k *checker) histBounds() {
+	c := k.c
+	base, period := c.Window.Size, c.Privacy.Budget.Period
+	on := c.Contribution.MaxWindowsPerUser > 0
+	first := map[Duration]int{} // window size → first histogram index with a bound
+	for i, h := range c.Histograms {
+		p := fmt.Sprintf("histograms[%d].max_windows_per_user", i)
+		size := h.WindowSize(base)
+		windows := 0 // the histogram's windows per period; 0 when not computable
+		if size > 0 && period > 0 && period%size == 0 && (base <= 0 || size%base == 0) {
+			windows = int(period / size)
+		}
+		switch kh := h.MaxWindowsPerUser; {
+		case kh < 0:
+			k.add(p, "must be ≥ 1, or left out for the default (contribution.max_windows_per_user at window.size)")
+			continue
+		case kh > 0 && !on:
+			k.add(p, "needs contribution.max_windows_per_user: the cross-window bound is off (set contribution.max_windows_per_user, the bound of the histograms at window.size, too)")
+			continue
+		case kh > 0 && windows > 0 && kh > windows:
+			k.add(p, "must be at most %d, the histogram's windows (%s) per privacy.budget.period (%s); %d is every window", windows, size, period, windows)
+			continue
+		case kh == 0 && on && size != base && windows > 0:
+			k.add(p, "required with contribution.max_windows_per_user for a histogram with its own window (%s, %d per privacy.budget.period): contribution.max_windows_per_user (%d) counts windows of window.size (%s), not of this histogram; set how many of its %d windows per period one user counts in (%d: every window)",
+				size, windows, c.Contribution.MaxWindowsPerUser, base, windows, windows)
+			continue
+		}
+		if !on {
+			continue
+		}
+		if j, ok := first[size]; ok {
+			if kj, kh := c.HistWindowBound(j), c.HistWindowBound(i); kj != kh {
+				k.add(p, "is %d but histograms[%d] (%s), with the same window (%s), is bounded by %d: histograms of one window share one bound (one admission state per window size); set the same value", kh, j, c.Histograms[j].Name, size, kj)
+			}
+		} else {
+			first[size] = i
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/release"
 )
@@ -12,36 +13,51 @@ import (
 // CloseWindow closes, in every window size, the windows ending with base
 // window w (the releaser of the single-process mode, a bounder of the
 // distributed mode) and counts what the bounds dropped at the close. With
-// the cross-window bound it returns the users admitted to w: the window's
-// eligible users are those with a part to count in any histogram, each
-// decided once (Admissions.Admit), the count and average histograms
-// sharing the decision. The caller releases counts.
-func CloseWindow(s *node.Node, sess *Session, w int64) (counts *Boundary, admitted []uint64, err error) {
+// the cross-window bound it returns the users admitted to w (the base
+// window's state, Session.Adm) and to each view's window ending with w
+// (Session.ViewAdm, in order of window size): a window's eligible users
+// are those with a part to count in any histogram of its size, each
+// decided once (Admissions.Admit), the count and average histograms of
+// that size sharing the decision. The caller releases counts.
+func CloseWindow(s *node.Node, sess *Session, w int64) (counts *Boundary, admitted []uint64, views []ledger.ViewAdmitted, err error) {
 	sess.closeMu.Lock()
-	var admit func(uint64) bool
-	if sess.Adm != nil {
-		period := s.PeriodOf(w)
-		sess.Adm.Forget(period) // earlier periods are over
+	period := s.PeriodOf(w)
+	var viewUsers []*ledger.ViewAdmitted // in the order the sizes close
+	admitOf := func(set *WindowSet) func(uint64) bool {
+		adm := sess.admOf(set, s.SizeMs)
+		if adm == nil {
+			return nil
+		}
+		adm.Forget(period) // earlier periods are over
+		out := &admitted
+		if set.sizeMs != s.SizeMs {
+			v := &ledger.ViewAdmitted{WindowMs: set.sizeMs}
+			viewUsers = append(viewUsers, v)
+			out = &v.Users
+		}
 		decided := map[uint64]bool{}
-		admit = func(u uint64) bool {
+		return func(u uint64) bool {
 			u = aggregate.UserKey(u)
 			ok, seen := decided[u]
 			if !seen {
-				ok = sess.Adm.Admit(period, u)
+				ok = adm.Admit(period, u)
 				decided[u] = ok
 				if ok {
-					admitted = append(admitted, u)
+					*out = append(*out, u)
 				}
 			}
 			return ok
 		}
 	}
 	// The windows of every size ending with w (windows.go).
-	counts, err = sess.closeBoundary(w+s.SizeMs, admit)
+	counts, err = sess.closeBoundary(w+s.SizeMs, admitOf)
 	sess.Next = w + s.SizeMs
 	sess.closeMu.Unlock()
 	if err != nil {
-		return nil, nil, fmt.Errorf("close window %s: %w", release.RFC3339(w), err)
+		return nil, nil, nil, fmt.Errorf("close window %s: %w", release.RFC3339(w), err)
+	}
+	for _, v := range viewUsers {
+		views = append(views, *v)
 	}
 	if d := counts.Displaced(); d > 0 { // counted on arrival, then the user was evicted
 		s.Stats.DropN(decode.ReasonBoundDisplaced, d)
@@ -56,7 +72,7 @@ func CloseWindow(s *node.Node, sess *Session, w int64) (counts *Boundary, admitt
 	if sess.Adm != nil {
 		counts.Bounds = windowBounds(s, sess, counts, w+s.SizeMs)
 	}
-	return counts, admitted, nil
+	return counts, admitted, views, nil
 }
 
 // windowBounds is, per histogram whose window ends at end, what its window

@@ -254,20 +254,26 @@ type partitionLocal struct {
 	dropAny bool
 }
 
-// noteDrops counts ev's parts, of base window w, as dropped by the window
-// bound on arrival.
-func (l *partitionLocal) noteDrops(w int64, ev *decode.Event) {
-	if l.drops == nil {
+// noteDrops counts ev's parts, of base window w, in the histograms of the
+// window sizes whose bound dropped them on arrival (dropped: bit i for
+// sets[i], Session.add).
+func (l *partitionLocal) noteDrops(w int64, ev *decode.Event, sets []*WindowSet, dropped uint64) {
+	if l.drops == nil || dropped == 0 {
 		return
 	}
 	if l.dropAny && w != l.dropW {
 		l.flushDrops()
 	}
 	l.dropW = w
-	for h, r := range ev.Drops {
-		if r == decode.ReasonNone && h < len(l.dropN) {
-			l.dropN[h]++
-			l.dropAny = true
+	for i, set := range sets {
+		if i >= 64 || dropped&(1<<i) == 0 {
+			continue
+		}
+		for _, h := range set.hists {
+			if h < len(ev.Drops) && ev.Drops[h] == decode.ReasonNone && h < len(l.dropN) {
+				l.dropN[h]++
+				l.dropAny = true
+			}
 		}
 	}
 }
@@ -381,18 +387,22 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		return reason
 	}
 	sess.closeMu.RLock()
-	if sess.Adm != nil && !sess.Adm.Admissible(ev.User, s.PeriodOf(w)) {
+	// Into the window of every size still open whose cross-window bound
+	// may still admit the user (windows.go).
+	out, ao, track, ok, bound, dropped := sess.add(w, s.SizeMs, s.PeriodOf(w), ev)
+	if !ok && bound > 0 {
 		// Admitted to max_windows_per_user closed windows of the period
-		// already: never admitted to w (aggregate.Admissions). Nothing of
-		// the event can count, so its offset is done.
+		// already, in every size still open: never admitted to them
+		// (aggregate.Admissions). Nothing of the event can count, so its
+		// offset is done.
 		next := sess.Next
 		sess.closeMu.RUnlock()
 		if !s.Arrival {
 			loc.observe(ev.TimeMs, s.SizeMs)
 		}
 		countOutcome(s, ev, aggregate.Outcome{}, loc)
-		loc.boundWindows += int64(validParts(ev))
-		loc.noteDrops(w, ev)
+		loc.boundWindows += int64(bound)
+		loc.noteDrops(w, ev, sess.Sets, dropped)
 		if w >= next {
 			tracker.Counted(w, offset) // re-read after a restart, like a counted event
 		} else {
@@ -400,8 +410,6 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		}
 		return decode.ReasonNone
 	}
-	// Into the window of every size still open (windows.go).
-	out, ao, track, ok := sess.add(w, s.SizeMs, ev)
 	if !ok {
 		sess.closeMu.RUnlock()
 		late(s, offset, tracker)
@@ -413,6 +421,8 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		loc.observe(ev.TimeMs, s.SizeMs) // event time moves the watermark only in event mode
 	}
 	countOutcome(s, ev, out, loc)
+	loc.boundWindows += int64(bound) // the parts of the sizes whose bound dropped them
+	loc.noteDrops(w, ev, sess.Sets, dropped)
 	if ao.Added > 0 {
 		s.Stats.Averaged.Add(int64(ao.Added))
 	}
@@ -440,16 +450,4 @@ func countOutcome(s *node.Node, ev *decode.Event, out aggregate.Outcome, loc *pa
 	loc.boundGroups += int64(out.DroppedUserGroups)
 	loc.boundCapacity += int64(out.DroppedCapacity)
 	loc.boundDisplaced += int64(out.Displaced)
-}
-
-// validParts is the number of histogram parts of a decoded event that no
-// per-histogram reason dropped.
-func validParts(ev *decode.Event) int {
-	n := 0
-	for _, r := range ev.Drops {
-		if r == decode.ReasonNone {
-			n++
-		}
-	}
-	return n
 }

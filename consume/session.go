@@ -48,6 +48,12 @@ type Session struct {
 	// the operator's drop share (node.Node.NoteWindowBound). Used only
 	// with Adm.
 	Drops aggregate.WindowDrops
+	// ViewAdm are the cross-window bound's states of the window sizes other
+	// than window.size (histograms[].window: the views), by window length
+	// in ms, restored like Adm (RestoreAdmissions). Each view's histograms
+	// count a user in at most their own max_windows_per_user windows of
+	// that size per period (plan's package doc, "Views").
+	ViewAdm map[int64]*aggregate.Admissions
 
 	closeMu sync.RWMutex // guards Next against adds into closed windows: workers add under RLock, CloseWindow closes under Lock
 	// Next is the start of the first window not yet closed. Set it before

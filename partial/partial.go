@@ -353,11 +353,28 @@ const MaxAdmittedChunk = 20000
 // cross-window bound (contribution.max_windows_per_user), as keyed user
 // hashes (aggregate.UserKey of the partition's key).
 type Admitted struct {
-	V      int      `json:"v"`
-	Period int64    `json:"period"`
-	Window int64    `json:"window"`
-	Chunk  int      `json:"chunk"`
-	Users  []uint64 `json:"users"`
+	V      int   `json:"v"`
+	Period int64 `json:"period"`
+	Window int64 `json:"window"`
+	Chunk  int   `json:"chunk"`
+	// View is, for the histograms with their own, longer window
+	// (histograms[].window), that window's length in ms: the users admitted
+	// to the window of that size starting at Window (one admission state per
+	// window size); 0 for the base window's state.
+	View  int64    `json:"view,omitempty"`
+	Users []uint64 `json:"users"`
+}
+
+// Key is a's progress topic key: AdmittedKey, with "/v<view ms>" appended
+// for a view's admissions (the "adm/" prefix and the period stay where
+// ParseAdmittedKey reads them, so a period's records of every view are
+// tombstoned alike).
+func (a *Admitted) Key() []byte {
+	k := AdmittedKey(a.Period, a.Window, a.Chunk)
+	if a.View > 0 {
+		k = fmt.Appendf(k, "/v%d", a.View)
+	}
+	return k
 }
 
 // AdmittedKey is the progress topic key of one chunk of a window's
@@ -381,13 +398,26 @@ func ParseAdmittedKey(key []byte) (period int64, ok bool) {
 	return period, err == nil
 }
 
+// IsViewAdmittedKey reports whether key is a view's admissions key
+// (Admitted.Key with Admitted.View > 0).
+func IsViewAdmittedKey(key []byte) bool {
+	rest, ok := strings.CutPrefix(string(key), "adm/")
+	return ok && strings.Count(rest, "/") == 3 && strings.Contains(rest, "/v")
+}
+
 // ChunkAdmitted splits one window's admitted users into records of at most
 // MaxAdmittedChunk users; none when users is empty.
 func ChunkAdmitted(period, window int64, users []uint64) []*Admitted {
+	return ChunkViewAdmitted(0, period, window, users)
+}
+
+// ChunkViewAdmitted is ChunkAdmitted for the admission state of the
+// windows of view ms (Admitted.View; 0: the base window).
+func ChunkViewAdmitted(view, period, window int64, users []uint64) []*Admitted {
 	var out []*Admitted
 	for i := 0; i < len(users); i += MaxAdmittedChunk {
 		j := min(i+MaxAdmittedChunk, len(users))
-		out = append(out, &Admitted{Period: period, Window: window, Chunk: len(out), Users: users[i:j]})
+		out = append(out, &Admitted{Period: period, Window: window, Chunk: len(out), View: view, Users: users[i:j]})
 	}
 	return out
 }

@@ -130,7 +130,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 	alts := printCalibrations(stdout, cfg, ns)
 
 	var rows []planRow
-	for _, h := range cfg.Histograms {
+	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			fmt.Fprintf(stdout, "\nhistogram %q: average (simplex Dirichlet): see stage validate for its guarantee; not drawn here\n", h.Name)
 			continue
@@ -145,8 +145,8 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		if groups == 0 {
 			groups = 1
 		}
-		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s; \"uniform\" scores %.3g on the flat prior\n",
-			h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), plan.UniformL2(d))
+		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s%s; \"uniform\" scores %.3g on the flat prior\n",
+			h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), viewShare(pl, i), plan.UniformL2(d))
 		var hrows []planRow
 		for _, p := range pts {
 			hrows = append(hrows, planRow{hist: h.Name, d: d, p: p, verdict: rowVerdict(pl.Count.Mechanism, d, p, alts, cfg)})

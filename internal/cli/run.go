@@ -245,6 +245,12 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 		fields = append(fields, zap.Dict("average_"+a.Name,
 			zap.Float64("epsilon_per_release", a.Epsilon), zap.Float64("delta_per_release", a.Delta)))
 	}
+	if p.Bound.K > 0 { // each view's own cross-window bound (histograms[].max_windows_per_user)
+		for i, h := range cfg.Histograms {
+			fields = append(fields, zap.Dict("view_"+h.Name, zap.Duration("window", h.WindowSize(cfg.Window.Size).D()),
+				zap.Int("max_windows_per_user", p.HistBounds[i].K), zap.Int("windows_per_period", p.HistBounds[i].Windows)))
+		}
+	}
 	log.Info("privacy plan", fields...)
 }
 

@@ -554,6 +554,12 @@ type LayoutHistogram struct {
 	// WindowSeconds is the histogram's own window (histograms[].window, else
 	// window.size): how often it is released.
 	WindowSeconds float64 `json:"window_seconds"`
+	// MaxWindowsPerUser is the histogram's cross-window bound K_h (public
+	// config: config.Config.HistWindowBound) and WindowsPerPeriod its
+	// windows per budget period: a user counts in at most
+	// MaxWindowsPerUser of them. Absent without the bound.
+	MaxWindowsPerUser int `json:"max_windows_per_user,omitempty"`
+	WindowsPerPeriod  int `json:"windows_per_period,omitempty"`
 }
 
 func newLayout(cfg *config.Config) Layout {
@@ -566,9 +572,13 @@ func newLayout(cfg *config.Config) Layout {
 	if cfg.Privacy.Mechanism == config.MechanismDirichlet {
 		l.Calibration = cfg.Privacy.Calibration
 	}
-	for _, h := range cfg.Histograms {
-		l.Histograms = append(l.Histograms, LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames(),
-			WindowSeconds: h.WindowSize(cfg.Window.Size).D().Seconds()})
+	for i, h := range cfg.Histograms {
+		lh := LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames(),
+			WindowSeconds: h.WindowSize(cfg.Window.Size).D().Seconds()}
+		if k, size := cfg.HistWindowBound(i), h.WindowSize(cfg.Window.Size); k > 0 && size > 0 {
+			lh.MaxWindowsPerUser, lh.WindowsPerPeriod = k, int(cfg.Privacy.Budget.Period/size)
+		}
+		l.Histograms = append(l.Histograms, lh)
 	}
 	return l
 }
