@@ -189,6 +189,7 @@ func (a *Averager) CloseAdmitted(windowStart int64, admit func(user uint64) bool
 	}
 	aw := a.Close(windowStart)
 	aw.notAdmittedBy = make([]int, len(a.hists))
+	aw.notSelectedBy = make([]int, len(a.hists))
 	for i, k := range aw.kept {
 		kept := k.h[:0]
 		for _, e := range k.h {
@@ -211,6 +212,7 @@ func (a *Averager) CloseAdmitted(windowStart int64, admit func(user uint64) bool
 			e := heap.Pop(&k.h).(*userVec)
 			delete(k.index, e.user)
 			aw.notSelected++
+			aw.notSelectedBy[i]++
 		}
 	}
 	return aw, nil
@@ -230,8 +232,9 @@ type AverageWindow struct {
 	// notAdmitted, notSelected: (user, histogram) vectors dropped by
 	// CloseAdmitted, for the cross-window bound and for the Users cap.
 	notAdmitted, notSelected int
-	// notAdmittedBy: notAdmitted per averaged histogram (hists order).
-	notAdmittedBy []int
+	// notAdmittedBy, notSelectedBy: notAdmitted and notSelected per
+	// averaged histogram (hists order).
+	notAdmittedBy, notSelectedBy []int
 }
 
 // NotAdmitted is the number of (user, histogram) vectors CloseAdmitted
@@ -250,6 +253,16 @@ func (w *AverageWindow) NotAdmittedBy(hist int) int {
 // NotSelected is the number of (user, histogram) vectors CloseAdmitted
 // dropped because the user is not among the Users smallest admitted hashes.
 func (w *AverageWindow) NotSelected() int { return w.notSelected }
+
+// NotSelectedBy is NotSelected for the average histogram whose config
+// index is hist alone. Raw data, like Kept: the operator's window-bound
+// share only.
+func (w *AverageWindow) NotSelectedBy(hist int) int {
+	if i := w.position(hist); i < len(w.notSelectedBy) {
+		return w.notSelectedBy[i]
+	}
+	return 0
+}
 
 // position returns the position among the averaged histograms of the one
 // whose config index is hist (panics if hist is not an average histogram:

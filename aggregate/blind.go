@@ -29,11 +29,14 @@ import (
 // the public listener.
 
 // WindowDrops counts the contributions the cross-window bound dropped on
-// arrival, per (histogram, window start), until the window closes
-// ([WindowDrops.Take]). Safe for concurrent use.
+// arrival, per (histogram, window start) and user, until the window closes
+// ([WindowDrops.Take]). Counting per user lets Take state the drops in the
+// units of what the window counts: a user's bounded contributions (at most
+// max_events_per_user of a count histogram, one vector of an average
+// histogram), not its raw events. Safe for concurrent use.
 type WindowDrops struct {
 	mu sync.Mutex // guards n
-	n  map[dropKey]int64
+	n  map[dropKey]map[uint64]int64
 }
 
 type dropKey struct {
@@ -41,37 +44,61 @@ type dropKey struct {
 	start int64 // the histogram's window start, Unix ms
 }
 
-// Add counts n contributions to histogram h's window starting at start
-// dropped on arrival.
-func (d *WindowDrops) Add(h int, start, n int64) {
-	if d == nil || n <= 0 {
+// Drop is one user's contributions to one histogram's window dropped on
+// arrival (WindowDrops.AddAll).
+type Drop struct {
+	H     int    // config histogram index
+	Start int64  // the histogram's window start, Unix ms
+	User  uint64 // decode.Event.User
+	N     int64  // contributions (valid parts of its events)
+}
+
+// AddAll counts drops (one lock for a batch).
+func (d *WindowDrops) AddAll(drops []Drop) {
+	if d == nil || len(drops) == 0 {
 		return
 	}
 	d.mu.Lock()
 	if d.n == nil {
-		d.n = map[dropKey]int64{}
+		d.n = map[dropKey]map[uint64]int64{}
 	}
-	d.n[dropKey{h, start}] += n
+	for _, x := range drops {
+		if x.N <= 0 {
+			continue
+		}
+		k := dropKey{x.H, x.Start}
+		m := d.n[k]
+		if m == nil {
+			m = map[uint64]int64{}
+			d.n[k] = m
+		}
+		m[x.User] += x.N
+	}
 	d.mu.Unlock()
 }
 
 // Take returns the drops counted for histogram h's window starting at
-// start and forgets them with those of h's earlier windows (closed
-// already: an event of a closed window dropped on arrival would have been
-// late anyway).
-func (d *WindowDrops) Take(h int, start int64) int64 {
+// start, each user's capped at perUser (≤ 0: uncapped), and forgets them
+// with those of h's earlier windows (closed already: an event of a closed
+// window dropped on arrival would have been late anyway).
+func (d *WindowDrops) Take(h int, start, perUser int64) int64 {
 	if d == nil {
 		return 0
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var n int64
-	for k, v := range d.n {
+	for k, users := range d.n {
 		if k.h != h || k.start > start {
 			continue
 		}
 		if k.start == start {
-			n = v
+			for _, c := range users {
+				if perUser > 0 {
+					c = min(c, perUser)
+				}
+				n += c
+			}
 		}
 		delete(d.n, k)
 	}

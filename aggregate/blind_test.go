@@ -71,24 +71,27 @@ func TestBlindWarningMessage(t *testing.T) {
 	}
 }
 
+// TestWindowDrops: drops are kept per (histogram, window) and user, and
+// Take caps each user's at the per-user bound, so the share is in the
+// window's own units (a user with 20 events under max_events_per_user 1
+// is one dropped contribution, not 20: the review's probe of a healthy
+// window read as blind).
 func TestWindowDrops(t *testing.T) {
 	var d WindowDrops
-	d.Add(0, 0, 2)
-	d.Add(0, 60, 3)
-	d.Add(1, 60, 5)
-	d.Add(0, 120, 7)
-	d.Add(0, 120, 0)
-	if n := d.Take(0, 60); n != 3 {
+	d.AddAll([]Drop{{H: 0, Start: 0, User: 1, N: 2}, {H: 0, Start: 60, User: 1, N: 3}, {H: 1, Start: 60, User: 1, N: 5}})
+	d.AddAll([]Drop{{H: 0, Start: 120, User: 1, N: 7}, {H: 0, Start: 120, User: 2, N: 0}, {H: 0, Start: 120, User: 3, N: 1}})
+	d.AddAll([]Drop{{H: 0, Start: 120, User: 1, N: 13}})
+	if n := d.Take(0, 60, 0); n != 3 {
 		t.Errorf("Take(0, 60) = %d, want 3", n)
 	}
-	if n := d.Take(0, 0); n != 0 {
+	if n := d.Take(0, 0, 0); n != 0 {
 		t.Errorf("Take(0, 0) after the later window = %d, want 0 (forgotten)", n)
 	}
-	if n := d.Take(1, 60); n != 5 {
-		t.Errorf("Take(1, 60) = %d, want 5", n)
+	if n := d.Take(1, 60, 2); n != 2 {
+		t.Errorf("Take(1, 60) capped at 2 per user = %d, want 2", n)
 	}
-	if n := d.Take(0, 120); n != 7 {
-		t.Errorf("Take(0, 120) = %d, want 7", n)
+	if n := d.Take(0, 120, 1); n != 2 {
+		t.Errorf("Take(0, 120) capped at 1 per user = %d, want 2 (users 1 and 3)", n)
 	}
 	if len(d.n) != 0 {
 		t.Errorf("left %v", d.n)

@@ -79,18 +79,26 @@ func CloseWindow(s *node.Node, sess *Session, w int64) (counts *Boundary, admitt
 // counted and what the cross-window bound dropped of it: the parts (a count
 // histogram's) or user vectors (an average histogram's) not admitted at
 // the close, and the valid parts of events dropped on arrival
-// (Session.Drops). An event dropped on arrival counts all its valid parts,
-// before max_events_per_user could select among them, so with users who
-// send more events per window than that the share reads high.
+// (Session.Drops), each user's capped at what the window could have
+// counted of it: max_events_per_user parts of a count histogram, one
+// vector of an average histogram. The units on both sides are therefore
+// a user's bounded contributions (counted: a count histogram's bounded
+// total; an average histogram's eligible users, kept or left out by the
+// average.users cap), and a window where most users count is not called
+// blind because a few returning users sent many events.
 func windowBounds(s *node.Node, sess *Session, b *Boundary, end int64) []node.WindowBound {
 	var out []node.WindowBound
 	for _, c := range b.sets {
 		start := end - c.set.sizeMs
 		for i, h := range c.set.hists {
-			wb := node.WindowBound{H: h, Start: start, End: end, Dropped: sess.Drops.Take(h, start)}
+			perUser := int64(s.Cfg.Contribution.MaxEventsPerUser)
+			if s.Cfg.Histograms[h].IsAverage() {
+				perUser = 1
+			}
+			wb := node.WindowBound{H: h, Start: start, End: end, Dropped: sess.Drops.Take(h, start, perUser)}
 			if s.Cfg.Histograms[h].IsAverage() {
 				if c.avgs != nil {
-					wb.Counted = int64(c.avgs.Kept(h))
+					wb.Counted = int64(c.avgs.Kept(h) + c.avgs.NotSelectedBy(h))
 					wb.Dropped += int64(c.avgs.NotAdmittedBy(h))
 				}
 			} else {

@@ -56,7 +56,7 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 	maxMsg := s.Cfg.Events.MaxMessageBytes
 	loc := &partitionLocal{lateness: s.LatenessMs, caughtUp: math.MinInt64, pubCaughtUp: math.MinInt64}
 	if sess.Adm != nil { // the window bound's drops on arrival, for the operator's drop share
-		loc.drops, loc.dropN = &sess.Drops, make([]int64, len(s.Cfg.Histograms))
+		loc.drops, loc.dropU = &sess.Drops, map[userDrop]int64{}
 		for _, h := range s.Cfg.Histograms {
 			loc.sizes = append(loc.sizes, h.WindowSize(s.Cfg.Window.Size).D().Milliseconds())
 		}
@@ -244,14 +244,14 @@ type partitionLocal struct {
 	boundDisplaced, boundWindows, flushedConsumed             int64
 
 	// The window bound's drops on arrival not yet handed to the Session
-	// (drops, nil without the bound; flushDrops): dropN per config
-	// histogram, of base window dropW; sizes is each histogram's window
-	// size (ms).
+	// (drops, nil without the bound; flushDrops): dropU per (config
+	// histogram, user), of base window dropW; sizes is each histogram's
+	// window size (ms); dropBuf is flushDrops' batch.
 	drops   *aggregate.WindowDrops
 	sizes   []int64
-	dropN   []int64
+	dropU   map[userDrop]int64
 	dropW   int64
-	dropAny bool
+	dropBuf []aggregate.Drop
 }
 
 // noteDrops counts ev's parts, of base window w, in the histograms of the
@@ -261,7 +261,7 @@ func (l *partitionLocal) noteDrops(w int64, ev *decode.Event, sets []*WindowSet,
 	if l.drops == nil || dropped == 0 {
 		return
 	}
-	if l.dropAny && w != l.dropW {
+	if len(l.dropU) > 0 && w != l.dropW {
 		l.flushDrops()
 	}
 	l.dropW = w
@@ -270,28 +270,34 @@ func (l *partitionLocal) noteDrops(w int64, ev *decode.Event, sets []*WindowSet,
 			continue
 		}
 		for _, h := range set.hists {
-			if h < len(ev.Drops) && ev.Drops[h] == decode.ReasonNone && h < len(l.dropN) {
-				l.dropN[h]++
-				l.dropAny = true
+			if h < len(ev.Drops) && ev.Drops[h] == decode.ReasonNone {
+				l.dropU[userDrop{h, ev.User}]++
 			}
 		}
 	}
+}
+
+// userDrop keys partitionLocal's drops on arrival: a config histogram and
+// a user (the share counts a user's bounded contributions, not its events:
+// aggregate.WindowDrops).
+type userDrop struct {
+	h    int
+	user uint64
 }
 
 // flushDrops hands the drops noted to the Session's, where CloseWindow
 // takes them. publish calls it before the watermark moves, so a window
 // closes with its partition's drops.
 func (l *partitionLocal) flushDrops() {
-	if !l.dropAny {
+	if len(l.dropU) == 0 {
 		return
 	}
-	for h, n := range l.dropN {
-		if n > 0 {
-			l.drops.Add(h, window.Start(l.dropW, l.sizes[h]), n)
-			l.dropN[h] = 0
-		}
+	l.dropBuf = l.dropBuf[:0]
+	for k, n := range l.dropU {
+		l.dropBuf = append(l.dropBuf, aggregate.Drop{H: k.h, Start: window.Start(l.dropW, l.sizes[k.h]), User: k.user, N: n})
 	}
-	l.dropAny = false
+	l.drops.AddAll(l.dropBuf)
+	clear(l.dropU)
 }
 
 // observe records a counted event's time; sizeMs is the window size.

@@ -109,3 +109,62 @@ func TestEndToEndBlindWindowWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestEndToEndBlindShareUnits (the review's probe of issue 23 item 3):
+// with K = 1, window 1 has 18 new users with one event each and 2
+// returning users (over their K) with 20 events each. 90% of its users
+// count, so it is not blind: the share counts each returning user's
+// dropped contributions as the window would have counted them (at most
+// max_events_per_user), not its 20 raw events (it read 40 dropped
+// against 19 counted, "blind", before).
+func TestEndToEndBlindShareUnits(t *testing.T) {
+	t.Parallel()
+	h := e2e.New(t)
+	cfg := h.Config("gaussian", 1e7)
+	cfg.Contribution.MaxWindowsPerUser = 1
+	cfg.Contribution.MaxTrackedUsers = 0
+	skipUnlessAccounted(t, cfg)
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := &e2e.Running{}
+	e2e.StartStage(t, r, pipeline.Options{Config: cfg, HashKey: &e2e.TestKey, Log: zap.New(core),
+		OnRelease: func(*ledger.Unit, time.Duration) { r.Units.Add(1) }})
+	var w0, w1 []e2e.Event
+	for u := range 20 {
+		w0 = append(w0, e2e.Event{User: fmt.Sprintf("r%d", u), At: e2e.Base.Add(time.Duration(u+1) * time.Second), Page: e2e.Pages[u%5], Country: e2e.Groups[u%3], Device: e2e.Devices[u%2]})
+	}
+	for u := range 18 {
+		w1 = append(w1, e2e.Event{User: fmt.Sprintf("n%d", u), At: e2e.Base.Add(time.Minute + time.Duration(u+1)*time.Second), Page: e2e.Pages[u%5], Country: e2e.Groups[u%3], Device: e2e.Devices[u%2]})
+	}
+	for u := range 2 {
+		for k := range 20 {
+			w1 = append(w1, e2e.Event{User: fmt.Sprintf("r%d", u), At: e2e.Base.Add(time.Minute + time.Duration(k+1)*time.Second), Page: e2e.Pages[u%5], Country: e2e.Groups[u%3], Device: e2e.Devices[u%2]})
+		}
+	}
+	perWindow := len(e2e.Groups) + 1
+	h.ProduceEvents(w0)
+	h.Produce(e2e.Flush(e2e.Base.Add(time.Minute)))
+	h.ReadOutput(perWindow, 60*time.Second, 0)
+	h.ProduceEvents(w1)
+	h.Produce(e2e.Flush(e2e.Base.Add(2*time.Minute + time.Second)))
+	h.ReadOutput(2*perWindow, 60*time.Second, 0)
+	e2e.WaitFor(t, "window 1 noted", 10*time.Second, func() bool {
+		for _, s := range r.Stage.WindowBound() {
+			if s.End != e2e.Base.Add(2*time.Minute).UnixMilli() {
+				return false
+			}
+		}
+		return true
+	})
+	per := int64(min(20, cfg.Contribution.MaxEventsPerUser))
+	for _, s := range r.Stage.WindowBound() {
+		// 19 counted: the 18 new users and the flush event that closed
+		// window 0 (e2e.Flush, in window 1).
+		if s.Counted != 19 || s.Dropped != 2*per || s.Blind {
+			t.Errorf("%s: window 1 counted %d, dropped %d (share %.3f, blind %v); want 19 counted, %d dropped (2 users × max_events_per_user), not blind",
+				s.Histogram, s.Counted, s.Dropped, s.Share, s.Blind, 2*per)
+		}
+	}
+	if n := logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("window bound").Len(); n != 0 {
+		t.Errorf("%d blind-window warnings on a window where 90%% of the users count", n)
+	}
+}
