@@ -406,6 +406,47 @@ type Histogram struct {
 	// max_groups_per_user, average.users) is per window of this histogram.
 	// Default 0: window.size.
 	Window Duration `yaml:"window"`
+
+	// MaxWindowsPerUser (K_h) is this histogram's own cross-window bound:
+	// a user's events count in at most K_h of this histogram's windows per
+	// budget period (its K_h earliest windows with an event to count; see
+	// Contribution.MaxWindowsPerUser). It needs the bound on
+	// (contribution.max_windows_per_user > 0) and is at most the
+	// histogram's windows per period (period / its window).
+	//
+	// Default (0): contribution.max_windows_per_user for a histogram at
+	// window.size. A histogram with its own, coarser window has no default
+	// when the bound is on: the contribution-level K counts windows of
+	// window.size (5 one-minute windows), and reading it as 5 hourly
+	// windows — or capping it at the 24 hours of a day — would silently
+	// change what a returning user contributes to the view; validation
+	// asks for the value instead (HistWindowBound). Histograms of one
+	// window size share one admission state, so they must have the same
+	// bound.
+	//
+	// Left out of the JSON when 0 (omitempty), so that the distributed
+	// mode's counting fingerprint (CountingFingerprint) of a config
+	// without it is the fingerprint it had before the key existed.
+	MaxWindowsPerUser int `yaml:"max_windows_per_user" json:",omitempty"`
+}
+
+// HistWindowBound is the cross-window bound K_h of the histogram of config
+// index i: its own histograms[].max_windows_per_user, else
+// contribution.max_windows_per_user when the histogram has the base
+// window; 0 when the bound is off, or (refused by Validate) for a coarser
+// histogram that sets none under the bound.
+func (c *Config) HistWindowBound(i int) int {
+	h := c.Histograms[i]
+	if c.Contribution.MaxWindowsPerUser <= 0 {
+		return 0
+	}
+	if h.MaxWindowsPerUser > 0 {
+		return h.MaxWindowsPerUser
+	}
+	if h.WindowSize(c.Window.Size) == c.Window.Size {
+		return c.Contribution.MaxWindowsPerUser
+	}
+	return 0
 }
 
 // WindowSize is the window of the histogram: its own window when set, else
@@ -478,6 +519,18 @@ type Contribution struct {
 	// defaults to 0): a capped window's displacement would depend on users
 	// the cross-window bound later drops.
 	MaxWindowsPerUser int `yaml:"max_windows_per_user"`
+
+	// BlindWarningShare (issue 23 item 3) is the share of a closed window's
+	// contributions, per histogram, dropped by max_windows_per_user above
+	// which the stage logs a warning that the window counted few of its
+	// users (it went "blind": its release is noise over a nearly empty
+	// count) and lists the histogram under window_bound_blind on the
+	// operator listener's /readyz. In (0, 1]; 1 turns the warning off (a
+	// share never exceeds 1). Default 0.5. Operator-side only: the share is
+	// private (a function of the window's drop counts) and never reaches a
+	// release, the output topic or the public listener. It changes no
+	// count, so it is left out of CountingFingerprint (json "-").
+	BlindWarningShare float64 `yaml:"blind_warning_share" json:"-"`
 }
 
 // Privacy configures the mechanism and the budget.
@@ -525,7 +578,25 @@ type Privacy struct {
 	// such a guarantee) and δ·users > [DeltaUsersWarn] is flagged by `stage
 	// validate`. Default 0: not given (then only [MaxDelta] applies).
 	ExpectedUsers int `yaml:"expected_users"`
+
+	// ExpectedWindowsPerUser is a public planning figure for returning
+	// users (issue 23): the 90th percentile (ActivityPercentile), over the
+	// users of one budget period, of how many windows of window.size of
+	// that period a user has an event in — a high percentile, not the mean,
+	// so that the plan's prediction holds for nine users in ten. `stage
+	// validate` and `stage plan` read it with expected_events_per_release
+	// to predict, through the period, the share of a window's users the
+	// cross-window bound (contribution.max_windows_per_user) still counts
+	// and the error of each window's releases (package plan, activity.go).
+	// It is public configuration, never measured from the data, and
+	// changes no release. Default 0: not given. Otherwise it must be
+	// finite, greater than 0 and at most the windows of a period.
+	ExpectedWindowsPerUser float64 `yaml:"expected_windows_per_user"`
 }
+
+// ActivityPercentile is the percentile of users' active windows per period
+// that privacy.expected_windows_per_user stands for.
+const ActivityPercentile = 90
 
 // MaxDelta is the largest privacy.budget.delta accepted, whatever
 // privacy.expected_users says. δ is the probability with which the ε

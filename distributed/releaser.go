@@ -363,11 +363,13 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				checked = true
 			}
 			recCtx, cancel := s.PublishContext(soft, lctx)
-			units, err := s.Rel.RecordAdmitted(recCtx, w.Start, w, avgs.means(w), nil)
+			means := avgs.means(w)
+			units, err := s.Rel.RecordAdmitted(recCtx, w.Start, w, means, nil)
 			cancel()
 			if err != nil {
 				return s.releaseErr(soft, lctx, w.Start, err)
 			}
+			s.NoteWindowBound(s.windowBounds(w, means)) // the operator's drop share and warning (never in a release)
 			m.Released(w)
 			avgs.released(w.Start)
 			s.Ready.PartialsLost.Store(false) // a complete window: every partial of it was read
