@@ -27,6 +27,9 @@ type MultiView struct {
 	// Mechanism the mechanism and calibration.
 	K         int
 	Mechanism string
+	// Base is the index in Views of the view whose mean error the search
+	// minimized (the count histogram with the most bins at window.size).
+	Base int
 	// Useful reports whether every coarser view is useful
 	// (MeanRatio ≤ UsefulRatio): the constraint the search met.
 	Useful bool
@@ -134,7 +137,7 @@ func recommendViews(cfg *config.Config, dirichlet bool) *MultiView {
 		if !ok {
 			return
 		}
-		mv := &MultiView{Config: &cc, Views: views, K: k, Mechanism: mechanismName(&cc), Useful: true}
+		mv := &MultiView{Config: &cc, Views: views, K: k, Mechanism: mechanismName(&cc), Base: baseHist, Useful: true}
 		for _, a := range views {
 			if a.Scale > 1 && a.MeanRatio() > UsefulRatio {
 				mv.Useful = false
@@ -203,11 +206,14 @@ func (mv *MultiView) YAML() string {
 		}
 		doc.Histograms = append(doc.Histograms, y)
 	}
-	b, err := yaml.Marshal(&doc)
-	if err != nil {
+	var b strings.Builder
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
 		return "# " + err.Error() + "\n"
 	}
-	return string(b)
+	_ = enc.Close()
+	return b.String()
 }
 
 // Describe says in one line what each view of the recommendation gets.
