@@ -23,8 +23,9 @@ func printRecommendation(w io.Writer, rec plan.Recommendation) {
 	if cur.Assumed {
 		assumed = " (assumed: set privacy.expected_events_per_release)"
 	}
-	fmt.Fprintf(w, "\nactivity (privacy.expected_windows_per_user = %g, the %dth percentile of a user's active windows per period; %g events per release before the window bound%s)\n",
-		cur.PerUser, config.ActivityPercentile, cur.Events, assumed)
+	events := cur.Events * cur.BasePerUser / float64(cur.BaseWindows) / cur.P // N: the events of a release at window.size
+	fmt.Fprintf(w, "\nactivity (privacy.expected_windows_per_user = %g, the %dth percentile of a user's active windows of window.size per period; %.4g events per release at window.size before the window bound%s)\n",
+		cur.BasePerUser, config.ActivityPercentile, events, assumed)
 	for _, v := range rec.Views {
 		fmt.Fprintf(w, "this config: %s\n", activityLine(v))
 	}
@@ -36,7 +37,7 @@ func printRecommendation(w io.Writer, rec plan.Recommendation) {
 		if a.Blind() {
 			blind = plan.ShortDuration(a.BlindAfter())
 		}
-		fmt.Fprintf(tw, "%s\t%.3g\t%.3g%%\t%.3g\t%.3g\t%.3g\t%.3g\t%s\t\t%s (%.0f%%)\n", name, a.PerReleaseEpsilon, 100*a.Share[len(a.Share)-1],
+		fmt.Fprintf(tw, "%s\t%.3g\t%s\t%.3g\t%.3g\t%.3g\t%.3g\t%s\t\t%s (%.0f%%)\n", name, a.PerReleaseEpsilon, sharePct(a.Share[len(a.Share)-1]),
 			a.L2[0], a.L2[len(a.L2)/2], a.L2[len(a.L2)-1], a.MeanL2, blind, plan.Verdict(a.MeanRatio()), 100*a.MeanRatio())
 	}
 	for _, v := range rec.Views {
@@ -71,6 +72,14 @@ func printRecommendation(w io.Writer, rec plan.Recommendation) {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
+}
+
+// sharePct formats a counted share: "67.4%", "<0.01%".
+func sharePct(s float64) string {
+	if s < 1e-4 {
+		return "<0.01%"
+	}
+	return fmt.Sprintf("%.3g%%", 100*s)
 }
 
 // viewName names a view of a config: "pages (1h windows, K=24, gaussian)".
@@ -136,12 +145,12 @@ func plotActivity(path string, cfg *config.Config, rec plan.Recommendation) erro
 	for j, a := range as {
 		lines = append(lines, line(names[j], a))
 	}
-	end := (time.Duration(cur.Windows) * cur.Window).Hours()
+	end := cur.Period().Hours()
 	lines = append(lines,
 		eval.ActivityLine{Name: `answering "uniform"`, Reference: true, Hours: []float64{0, end}, L2: []float64{cur.UniformL2, cur.UniformL2}},
 		eval.ActivityLine{Name: fmt.Sprintf("useful (%.0f%% of it)", 100*plan.UsefulRatio), Reference: true, Hours: []float64{0, end},
 			L2: []float64{plan.UsefulRatio * cur.UniformL2, plan.UsefulRatio * cur.UniformL2}})
 	title := fmt.Sprintf("%s: users active in %g of %d windows per %s (%dth pct.), ε=%g per period",
-		cur.Histogram, cur.PerUser, cur.Windows, plan.ShortDuration(time.Duration(cur.Windows)*cur.Window), config.ActivityPercentile, cfg.Privacy.Budget.Epsilon)
+		cur.Histogram, cur.BasePerUser, cur.BaseWindows, plan.ShortDuration(cur.Period()), config.ActivityPercentile, cfg.Privacy.Budget.Epsilon)
 	return eval.PlotActivity(path, title, lines)
 }
