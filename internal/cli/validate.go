@@ -318,7 +318,7 @@ func activityLine(a plan.Activity) string {
 	if a.Scale > 1 {
 		s += fmt.Sprintf(" = 1 − (1 − %.3g)^%d: active in any of its %d windows of window.size", a.BasePerUser/float64(a.BaseWindows), a.Scale, a.Scale)
 	}
-	s += fmt.Sprintf("; %.0f%% of the count budget)", 100*a.ReservedShare)
+	s += fmt.Sprintf("; %.3g%% of the count budget)", 100*a.ReservedShare)
 	switch {
 	case a.K == 0:
 		s += "; no window bound: every window counts all of its users"
