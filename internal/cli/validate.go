@@ -302,20 +302,28 @@ func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Pla
 // than plan.BlindShare, of their active users, and the error of the
 // period's first and last windows and its mean.
 func printActivity(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
-	a, ok := plan.PredictActivity(cfg, p)
+	views, ok := plan.PredictViews(cfg, p)
 	if !ok {
 		return
 	}
-	fmt.Fprintf(tw, "%sactivity	%s\n", indent, activityLine(a))
+	for _, a := range views {
+		fmt.Fprintf(tw, "%sactivity	%s\n", indent, activityLine(a))
+	}
 }
 
 // activityLine describes an activity prediction in one line.
 func activityLine(a plan.Activity) string {
 	period := plan.ShortDuration(time.Duration(a.Windows) * a.Window)
-	s := fmt.Sprintf("a user at the %dth percentile is active in %g of the %d windows of a period (p = %.3g per window)", config.ActivityPercentile, a.PerUser, a.Windows, a.P)
+	s := fmt.Sprintf("%s (%s windows): a user at the %dth percentile is active in %.4g of its %d windows of a period (p = %.3g per window", a.Histogram, plan.ShortDuration(a.Window), config.ActivityPercentile, a.PerUser, a.Windows, a.P)
+	if a.Scale > 1 {
+		s += fmt.Sprintf(" = 1 − (1 − %.3g)^%d: active in any of its %d windows of window.size", a.BasePerUser/float64(a.BaseWindows), a.Scale, a.Scale)
+	}
+	s += fmt.Sprintf("; %.3g%% of the count budget)", 100*a.ReservedShare)
 	switch {
 	case a.K == 0:
 		s += "; no window bound: every window counts all of its users"
+	case a.K >= a.Windows:
+		s += fmt.Sprintf("; with K = %d of its %d windows every window counts every active user all %s", a.K, a.Windows, period)
 	case a.Blind():
 		s += fmt.Sprintf("; with K = %d windows count fewer than half of their active users after %s and go blind (fewer than %.0f%%) after %s of each %s", a.K, plan.ShortDuration(a.HalfAfter()), 100*plan.BlindShare, plan.ShortDuration(a.BlindAfter()), period)
 	case a.HalfFrom < a.Windows:
@@ -327,8 +335,8 @@ func activityLine(a plan.Activity) string {
 	if a.Assumed {
 		assumed = ", assumed"
 	}
-	return s + fmt.Sprintf("; predicted ℓ2 of %s: %.3g in the first window, %.3g in the last, mean %.3g over the period (%s; at %g events per release before the bound%s)",
-		a.Histogram, a.L2[0], a.L2[len(a.L2)-1], a.MeanL2, plan.Verdict(a.MeanRatio()), a.Events, assumed)
+	return s + fmt.Sprintf("; predicted ℓ2: %.3g in the first window, %.3g in the last, mean %.3g over the period (%s; at %.4g events per release before the bound%s)",
+		a.L2[0], a.L2[len(a.L2)-1], a.MeanL2, plan.Verdict(a.MeanRatio()), a.Events, assumed)
 }
 
 // fittingReservations is how many count histograms' period reservations
