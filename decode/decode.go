@@ -125,8 +125,9 @@ type Event struct {
 	// reports true (the Schema Registry's error); nil otherwise.
 	Err error
 
-	slots   []span // per distinct field: where its value is in the message
-	scratch []byte // for escaped values longer than the stack buffer
+	slots   []span   // per distinct field: where its value is in the message
+	ext     [][]byte // per distinct field: the bytes of an ext span
+	scratch []byte   // for escaped values longer than the stack buffer
 }
 
 type histogram struct {
@@ -356,6 +357,7 @@ func (d *Decoder) NewEvent() *Event {
 		Drops:   make([]Reason, n),
 		Vectors: make([][]float64, n),
 		slots:   make([]span, len(d.fields)),
+		ext:     make([][]byte, len(d.fields)),
 	}
 	dims := 0
 	for _, hs := range d.hists {
@@ -420,7 +422,7 @@ func (d *Decoder) DecodeRecord(rec *Record, ev *Event) Reason {
 func (d *Decoder) fits(ev *Event) bool {
 	if len(ev.Bins) != len(d.hists) || len(ev.Groups) != len(d.hists) ||
 		len(ev.Drops) != len(d.hists) || len(ev.Vectors) != len(d.hists) ||
-		len(ev.slots) != len(d.fields) || len(ev.scratch) < d.scratchSz {
+		len(ev.slots) != len(d.fields) || len(ev.ext) != len(d.fields) || len(ev.scratch) < d.scratchSz {
 		return false
 	}
 	for h := range d.hists {
@@ -448,13 +450,15 @@ func (d *Decoder) decode(rec *Record, ev *Event) Reason {
 		}
 		msg = payload
 	}
-	d.recordFields(rec, ev.slots)
+	if d.keySlot >= 0 || d.tsSlot >= 0 || len(d.headers) > 0 {
+		d.recordFields(rec, ev.slots, ev.ext)
+	}
 	return d.extract(msg, ev)
 }
 
 // recordFields fills the slots of the record fields ($key, $timestamp,
 // $header.<name>).
-func (d *Decoder) recordFields(rec *Record, slots []span) {
+func (d *Decoder) recordFields(rec *Record, slots []span, ext [][]byte) {
 	if d.keySlot >= 0 {
 		switch k := rec.Key; {
 		case k == nil:
@@ -465,11 +469,11 @@ func (d *Decoder) recordFields(rec *Record, slots []span) {
 			// user in two. Refused (wrong_type).
 			slots[d.keySlot] = span{kind: kindObject}
 		default:
-			slots[d.keySlot] = span{kind: kindString, ext: k, end: len(k)}
+			slots[d.keySlot], ext[d.keySlot] = extSpan(kindString, k), k
 		}
 	}
 	if d.tsSlot >= 0 {
-		slots[d.tsSlot] = span{kind: kindTimeMs, num: rec.TimestampMs}
+		slots[d.tsSlot] = numSpan(kindTimeMs, rec.TimestampMs)
 	}
 	for _, h := range d.headers {
 		sp := span{}
@@ -478,7 +482,7 @@ func (d *Decoder) recordFields(rec *Record, slots []span) {
 				if v := rec.Headers[i].Value; v == nil {
 					sp = span{kind: kindNull}
 				} else {
-					sp = span{kind: kindString, ext: v, end: len(v)}
+					sp, ext[h.slot] = extSpan(kindString, v), v
 				}
 			}
 		}
@@ -487,10 +491,11 @@ func (d *Decoder) recordFields(rec *Record, slots []span) {
 }
 
 // bytesOf returns the bytes of a string, number or literal value: in its
-// own buffer (ext: the record key, a header, a static string) or in msg.
-func bytesOf(msg []byte, sp span) []byte {
-	if sp.ext != nil {
-		return sp.ext[sp.start:sp.end]
+// own buffer x (an ext span: the record key, a header, a static string) or
+// in msg.
+func bytesOf(msg []byte, sp span, x []byte) []byte {
+	if sp.ext {
+		return x[sp.start:sp.end]
 	}
 	return msg[sp.start:sp.end]
 }
@@ -517,7 +522,7 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 		}
 		ev.TimeMs = t
 	case kindString:
-		v := bytesOf(msg, ts)
+		v := bytesOf(msg, ts, ev.ext[d.timeSlot])
 		if ts.esc {
 			var tb [64]byte // longer than any valid time
 			n, ok := unescape(tb[:], v)
@@ -532,17 +537,17 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 		}
 		ev.TimeMs = t
 	case kindInt, kindTimeMs:
-		if ts.num < MinTimeMs || ts.num > MaxTimeMs {
+		if ts.num() < MinTimeMs || ts.num() > MaxTimeMs {
 			return ReasonBadTime
 		}
-		ev.TimeMs = ts.num
+		ev.TimeMs = ts.num()
 	case kindUint:
-		if uint64(ts.num) > uint64(MaxTimeMs) {
+		if uint64(ts.num()) > uint64(MaxTimeMs) {
 			return ReasonBadTime
 		}
-		ev.TimeMs = ts.num
+		ev.TimeMs = ts.num()
 	case kindFloat:
-		f := math.Float64frombits(uint64(ts.num))
+		f := math.Float64frombits(uint64(ts.num()))
 		if !(f >= float64(MinTimeMs) && f < float64(MaxTimeMs)+1) {
 			return ReasonBadTime
 		}
@@ -557,7 +562,7 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 	case kindNone, kindNull:
 		return ReasonMissingUser
 	case kindString:
-		v := bytesOf(msg, us)
+		v := bytesOf(msg, us, ev.ext[d.userSlot])
 		if len(v) == 0 {
 			return ReasonMissingUser
 		}
@@ -600,7 +605,7 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 			ev.Drops[h] = vector(msg, ev.slots[hs.binSlot], ev.Vectors[h])
 			continue
 		}
-		v, r := value(msg, ev.slots[hs.binSlot], tmp)
+		v, r := value(msg, ev.slots[hs.binSlot], ev.ext[hs.binSlot], tmp)
 		if r != ReasonNone {
 			ev.Drops[h] = r
 			continue
@@ -615,7 +620,7 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 		}
 		g := int32(0)
 		if hs.groupSlot >= 0 {
-			v, r := value(msg, ev.slots[hs.groupSlot], tmp)
+			v, r := value(msg, ev.slots[hs.groupSlot], ev.ext[hs.groupSlot], tmp)
 			if r != ReasonNone {
 				ev.Drops[h] = r
 				continue
@@ -633,9 +638,9 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 // appendInt appends the decimal text of a kindInt or kindUint value.
 func appendInt(b []byte, sp span) []byte {
 	if sp.kind == kindUint {
-		return strconv.AppendUint(b, uint64(sp.num), 10)
+		return strconv.AppendUint(b, uint64(sp.num()), 10)
 	}
-	return strconv.AppendInt(b, sp.num, 10)
+	return strconv.AppendInt(b, sp.num(), 10)
 }
 
 // parseTimeString parses the unescaped content of a string time field.
@@ -657,7 +662,7 @@ func parseTimeString(v []byte) (int64, bool) {
 // representation (strconv 'g', -1: 2.0 is "2", 0.5 is "0.5"), a boolean as
 // "true" or "false", an enum by its symbol's name (written into tmp or
 // pointing to static text).
-func value(msg []byte, sp span, tmp []byte) ([]byte, Reason) {
+func value(msg []byte, sp span, x, tmp []byte) ([]byte, Reason) {
 	switch sp.kind {
 	case kindNone, kindNull:
 		return nil, ReasonMissingField
@@ -666,9 +671,9 @@ func value(msg []byte, sp span, tmp []byte) ([]byte, Reason) {
 	case kindInt, kindUint, kindTimeMs:
 		return appendInt(tmp[:0], sp), ReasonNone
 	case kindFloat:
-		return strconv.AppendFloat(tmp[:0], math.Float64frombits(uint64(sp.num)), 'g', -1, 64), ReasonNone
+		return strconv.AppendFloat(tmp[:0], math.Float64frombits(uint64(sp.num())), 'g', -1, 64), ReasonNone
 	}
-	v := bytesOf(msg, sp)
+	v := bytesOf(msg, sp, x)
 	if sp.esc {
 		if n, ok := unescape(tmp, v); ok {
 			return tmp[:n], ReasonNone

@@ -419,3 +419,31 @@ func TestProtobuf(t *testing.T) {
 		t.Errorf("unknown message: %v", err)
 	}
 }
+
+// TestFormatsZeroAllocs: a schema-encoded record whose schema is resolved
+// decodes without allocating, as JSON does.
+func TestFormatsZeroAllocs(t *testing.T) {
+	cfg, schema := avroConfig(t)
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	msg := wire(7, mustAvro(t, schema, avroEvent("u1", t0, "DE", "cart", "desktop", 2, []float64{0.5, 0.25, 0.25})))
+	rec := Record{Key: []byte("k"), Value: msg, TimestampMs: 1, Headers: []Header{{Key: "h", Value: []byte("v")}}}
+	if n := testing.AllocsPerRun(200, func() { d.DecodeRecord(&rec, ev) }); n != 0 {
+		t.Errorf("avro: %v allocs per record", n)
+	}
+	text := readTestdata(t, "event.proto")
+	fd := protoSchema(t, text)
+	pc := nestedConfig("protobuf", []string{"HOME", "SEARCH", "CART"})
+	pc.Events.UserField, pc.Events.TimeField = "$key", "$timestamp"
+	pc.Histograms[1].Field = "$header.h"
+	withSchemaFile(t, pc, 3, "event.proto", text)
+	d = mustNew(pc)
+	ev = d.NewEvent()
+	rec.Value = confluent(t, 3, []int{0}, protoEvent(t, fd, fullProtoEvent(fd)))
+	if r := d.DecodeRecord(&rec, ev); r != ReasonNone {
+		t.Fatal(r)
+	}
+	if n := testing.AllocsPerRun(200, func() { d.DecodeRecord(&rec, ev) }); n != 0 {
+		t.Errorf("protobuf: %v allocs per record", n)
+	}
+}

@@ -139,21 +139,25 @@ func scanObject(msg []byte, i int, node *pathNode, slots []span, depth int) (int
 		if i >= len(msg) {
 			return i, ReasonBadJSON
 		}
+		var sub *pathNode
+		if c >= 0 {
+			sub = node.sub[c]
+		}
 		var sp span
 		if ch := msg[i]; ch == '{' || ch == '[' {
-			if c >= 0 && node.sub[c] != nil {
+			if sub == nil {
+				end, r = skipContainer(msg, i, depth)
+			} else {
 				for _, s := range node.under[c] {
 					slots[s] = span{}
 				}
-			}
-			if ch == '{' && c >= 0 && node.sub[c] != nil {
-				if depth+1 > MaxDepth {
-					return i, ReasonBadJSON
-				}
-				end, r = scanObject(msg, i, node.sub[c], slots, depth+1)
-			} else {
-				end, r = skipContainer(msg, i, depth)
-				if c >= 0 && node.sub[c] != nil {
+				if ch == '{' {
+					if depth+1 > MaxDepth {
+						return i, ReasonBadJSON
+					}
+					end, r = scanObject(msg, i, sub, slots, depth+1)
+				} else {
+					end, r = skipContainer(msg, i, depth)
 					for _, s := range node.under[c] {
 						slots[s] = throughNonObject
 					}
@@ -166,7 +170,7 @@ func scanObject(msg []byte, i int, node *pathNode, slots []span, depth int) (int
 			sp = span{start: i, end: end, kind: k}
 		} else {
 			sp, end, r = scanScalar(msg, i)
-			if c >= 0 && node.sub[c] != nil {
+			if sub != nil {
 				mark := throughNonObject
 				if sp.kind == kindNull {
 					mark = span{}

@@ -217,7 +217,7 @@ func (s *schemaSet) decode(msg []byte, ev *Event) ([]byte, Reason) {
 	}
 	if e.avro != nil {
 		payload := msg[wireHeader:]
-		return payload, walkAvro(e.avro, payload, ev.slots)
+		return payload, walkAvro(e.avro, payload, ev.slots, ev.ext)
 	}
 	m, i := e.msg, wireHeader
 	if m == nil {
@@ -226,7 +226,7 @@ func (s *schemaSet) decode(msg []byte, ev *Event) ([]byte, Reason) {
 			return nil, ReasonUndecodable
 		}
 	}
-	return msg, walkProto(m, msg, i, len(msg), ev.slots, 1)
+	return msg, walkProto(m, msg, i, len(msg), ev.slots, ev.ext, 1)
 }
 
 // fetch asks the registry for schema id (once for concurrent callers) and
