@@ -1,23 +1,52 @@
-// Package decode turns one raw event message (a flat JSON object) into the
-// few values the stage needs: event time, a keyed hash of the user id, and
-// for every configured histogram a bin index and a group index (count
-// histograms) or a probability vector (average histograms). It is the
-// first thing hostile input meets, so it validates the whole message, never
-// panics, and never allocates on the hot path.
+// Package decode turns one raw event record — its value (a JSON object, or
+// Avro or Protobuf in the Confluent wire format), key, timestamp and
+// headers — into the few values the stage needs: event time, a keyed hash
+// of the user id, and for every configured histogram a bin index and a
+// group index (count histograms) or a probability vector (average
+// histograms). It is the first thing hostile input meets, so it validates
+// the whole message, never panics, and never allocates on the hot path
+// (JSON, and Avro and Protobuf once a schema id is resolved).
 //
-// # What is accepted
+// # Fields: paths and the record
+//
+// A field key is a dotted path into the value ("user.id",
+// "context.geo.country": a dot separates the levels of nested JSON objects,
+// Avro records or protobuf messages; a key containing a dot cannot be
+// named), or a part of the record: "$key" (the key's bytes; a key starting
+// with the wire format's magic byte 0 is wrong_type, since hashing a
+// schema-encoded key would split a user whenever the key schema's id
+// changes), "$timestamp" (the record timestamp, time field only) or
+// "$header.<name>" (the last header of that name, as text). A path whose
+// level is null or absent leaves the field missing; a level that is a list,
+// a map or a scalar makes it wrong_type (config's validation refuses list
+// and map syntax, "items[0]", with a line). [Decoder.DecodeRecord] reads a
+// [Record]; [Decoder.Decode] is the value-only form. The Event may keep
+// references to the record's key and header bytes until the next decode
+// (it never reads them after DecodeRecord returns).
+//
+// A $timestamp event time keeps the window rule's "an event counts on its
+// own merits" (package window, Rule.Decide): with watermark arrival the
+// event time equals the record time, so the event is never
+// time_too_far_ahead and never late by its own times, and falls in the
+// window of its own record time; with window.record_times broker (checked:
+// LogAppendTime) that time is the broker's, which no user or producer
+// sets. See docs/formats.md.
+//
+// # What is accepted (JSON)
 //
 //   - The message is exactly one JSON object (RFC 8259) with optional
 //     surrounding whitespace. Values of keys that are not configured may be
-//     anything, nested up to [MaxDepth]; they are validated and skipped. Only
-//     top-level keys are looked at. Keys are matched exactly
+//     anything, nested up to [MaxDepth]; they are validated and skipped.
+//     Nested objects on a configured path are followed (and count toward
+//     MaxDepth like any other). Keys are matched exactly
 //     (case-sensitively) after unescaping, so "p\u0061ge" is "page".
 //   - Every string in the message must be valid UTF-8, and \u escapes must
 //     not encode unpaired surrogates; otherwise the event is invalid_utf8
 //     (encoding/json would silently substitute U+FFFD instead).
-//   - Duplicate keys: the last occurrence wins, as in encoding/json. One
-//     message is one event whatever its keys say, so a duplicate cannot make
-//     a user count twice.
+//   - Duplicate keys: the last occurrence wins, as in encoding/json (for a
+//     nested level as a whole: {"user":{"id":1},"user":{}} has no user.id).
+//     One message is one event whatever its keys say, so a duplicate cannot
+//     make a user count twice.
 //   - Time field: a JSON number of Unix epoch milliseconds (any number form,
 //     "1.7e12" included; fractions of a millisecond are floored); a JSON
 //     string of ASCII digits only, read as epoch milliseconds
@@ -48,6 +77,66 @@
 //     another length, an element that is a string, literal, object or array,
 //     a negative or infinite element, a sum outside the tolerance. null or
 //     absent is missing_field; a value that is not an array is wrong_type.
+//
+// # Avro and Protobuf
+//
+// events.format avro or protobuf: the value is the Confluent wire format,
+// magic byte 0, a 4-byte big-endian schema id, for protobuf the message
+// indexes (zig-zag varints; a single 0 for the first message; or none with
+// events.protobuf.message_indexes none, as @kafkajs/confluent-schema-registry
+// writes), then the payload. Anything else is unknown_magic_byte. The
+// writer schema of each id comes from events.schema_files, else from the
+// Schema Registry ([Registry]: GET /schemas/ids/{id}, and GET
+// /subjects/{s}/versions/{v} for references), is compiled against the
+// configured paths and cached for good (a schema id names one immutable
+// schema), so a new version registered mid-stream is read without a
+// restart. An id the registry does not have (404), or whose schema is of
+// another type or does not compile, is unknown_schema_id (the registry is
+// asked again after 30 s). Bytes that do not decode under their schema
+// (truncated, trailing bytes, a bad length, varint, union branch, enum or
+// message index) are undecodable; invalid UTF-8 in a string the stage reads
+// is invalid_utf8.
+//
+// Values: Avro string, bytes, fixed and enum (by symbol), int and long
+// (decimal text; with logical type timestamp-millis or timestamp-micros an
+// event time in ms, micros floored), float and double, boolean; a union
+// takes its branch (null: missing). Protobuf: every scalar kind, enums by
+// value name (an unknown number by its decimal text),
+// google.protobuf.Timestamp as an event time (floored to ms); a proto3
+// scalar without presence absent on the wire takes its default (0, false,
+// "", the enum's zero value), except the user and time fields, for which
+// absent is missing. A message field given twice merges (the later one's
+// fields win), as protobuf parsers do. An average histogram's vector is an
+// Avro array of double, float, int or long, or a packed repeated
+// double/float. Only the fields on a configured path are decoded: the rest
+// of a protobuf message is checked for wire structure, the rest of an Avro
+// record walked in schema order.
+//
+// The libraries: schemas are parsed by github.com/hamba/avro/v2 (Avro; the
+// maintained Go Avro library, also the stage's Arrow dependency's) and
+// compiled by github.com/bufbuild/protocompile into
+// google.golang.org/protobuf descriptors (Protobuf), and the registry is
+// read with franz-go's pkg/sr (the family of the kgo client; stdlib only
+// below it). The payloads are walked by this package's own allocation-free
+// walkers (avro.go, proto.go; protowire for the protobuf wire), because the
+// libraries' generic decoding is an order of magnitude slower
+// (BenchmarkFormats, this 2-core machine under load: avro 0.87 µs/record
+// and 0 allocations here, against 19 µs and 54 allocations for hamba into a
+// map, or 2.4 µs and 8 allocations into a Go struct — which needs the
+// schema at compile time; protobuf 0.65 µs here against 15.8 µs and 58
+// allocations for dynamicpb). `stage bench` keeps both within 1.5× of
+// JSON's CPU per event.
+//
+// # Holding a partition
+//
+// A Schema Registry that cannot be reached, times out
+// (events.schema_registry.timeout, default 10 s) or answers an error other
+// than 404 (a 5xx, a 401) is not bad input. DecodeRecord then returns
+// [ReasonSchemaUnavailable], whose [Reason.Hold] is true, with the error in
+// Event.Err: the caller must not count, drop, dead-letter or commit the
+// record, but hold its partition (and its windows open) and decode the same
+// record again after a back-off; each attempt makes one request. Records
+// whose schema id is cached keep decoding during an outage.
 //
 // # The user hash
 //
