@@ -11,6 +11,8 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
 )
@@ -32,6 +34,14 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 	cfg, pl, code := loadPlan(*path, stderr)
 	if pl == nil {
 		return code
+	}
+	// The schema files of avro and protobuf are compiled against the
+	// configured fields, as the stage will at start (nothing is fetched).
+	if cfg.Events.Format != config.FormatJSON && len(cfg.Events.SchemaFiles) > 0 {
+		if _, err := decode.New(cfg, siphash.Key{}); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", *path, err)
+			return 2
+		}
 	}
 	printPlan(stdout, cfg, pl)
 	if ws := append(cfg.Warnings(), plan.Warnings(cfg, pl)...); len(ws) > 0 {
