@@ -90,7 +90,9 @@
 // /subjects/{s}/versions/{v} for references), is compiled against the
 // configured paths and cached for good (a schema id names one immutable
 // schema), so a new version registered mid-stream is read without a
-// restart. An id the registry does not have (404), or whose schema is of
+// restart. The decoders built from one configuration (one per input
+// partition) share that cache: a new id is fetched once per process, and
+// schema files are read when the first of them is built. An id the registry does not have (404), or whose schema is of
 // another type or does not compile, is unknown_schema_id (the registry is
 // asked again after 30 s). Bytes that do not decode under their schema
 // (truncated, trailing bytes, a bad length, varint, union branch, enum or

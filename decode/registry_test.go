@@ -173,3 +173,32 @@ func TestRegistryConcurrentFetch(t *testing.T) {
 		t.Errorf("%d fetches, want 1", n)
 	}
 }
+
+// TestRegistrySharedAcrossDecoders: the decoders of one configuration (one
+// per input partition) share their schemas: a new id is fetched once.
+func TestRegistrySharedAcrossDecoders(t *testing.T) {
+	t.Parallel()
+	reg, err := srtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	id, _ := reg.Register("events-value", srtest.Avro, regV1)
+	cfg := registryConfig(reg.URL())
+	cfg.Events.SchemaRegistry.Username, cfg.Events.SchemaRegistry.Password = "", ""
+	rec := wire(uint32(id), mustAvro(t, avro.MustParse(regV1), map[string]any{"user": map[string]any{"id": "u"}, "ts": t0, "page": "home"}))
+	for p := range 4 {
+		d := mustNew(cfg)
+		if p > 0 {
+			var err error
+			if d, err = d.WithPartitionCheck(PartitionerMurmur2, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ev := d.NewEvent()
+		want{timeMs: t0.UnixMilli(), user: "u", bins: []int32{0}}.check(t, "partition decoder", d.Decode(rec, ev), ev)
+	}
+	if n := reg.IDLookups(); n != 1 {
+		t.Errorf("%d lookups by 4 decoders of one config, want 1", n)
+	}
+}

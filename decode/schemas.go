@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -90,7 +91,44 @@ type schemaSet struct {
 	fetchHook func(id int)                         // tests: called before each fetch
 }
 
+// sharedSets are the schema sets of the decoders built so far, by
+// schemaSetKey: the stage builds one decoder per input partition, and
+// decoders of one configuration share their schemas (one registry request
+// per new id, not one per partition).
+var sharedSets sync.Map // string → *schemaSet
+
+// schemaSetKey is what a schema set's compiled schemas depend on: the
+// events section and the fields and kinds of the histograms (the slots).
+func schemaSetKey(cfg *config.Config) string {
+	type hist struct{ Field, GroupBy, Kind string }
+	hs := make([]hist, len(cfg.Histograms))
+	for i, h := range cfg.Histograms {
+		hs[i] = hist{h.Field, h.GroupBy, h.Kind}
+	}
+	b, err := json.Marshal(struct {
+		Events     config.Events
+		Histograms []hist
+	}{cfg.Events, hs})
+	if err != nil {
+		return "" // plain data: cannot fail; "" is never shared
+	}
+	return string(b)
+}
+
 func newSchemaSet(d *Decoder, cfg *config.Config) (*schemaSet, error) {
+	key := schemaSetKey(cfg)
+	if s, ok := sharedSets.Load(key); ok && key != "" {
+		return s.(*schemaSet), nil
+	}
+	s, err := buildSchemaSet(d, cfg)
+	if err != nil || key == "" {
+		return s, err
+	}
+	actual, _ := sharedSets.LoadOrStore(key, s)
+	return actual.(*schemaSet), nil
+}
+
+func buildSchemaSet(d *Decoder, cfg *config.Config) (*schemaSet, error) {
 	ev := cfg.Events
 	s := &schemaSet{
 		d:        d,
