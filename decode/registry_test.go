@@ -202,3 +202,60 @@ func TestRegistrySharedAcrossDecoders(t *testing.T) {
 		t.Errorf("%d lookups by 4 decoders of one config, want 1", n)
 	}
 }
+
+// TestRegistryReferences: a protobuf schema importing another registered
+// one, and an Avro schema using a named type of another, are compiled with
+// their references (GET /subjects/{s}/versions/{v}); a new protobuf version
+// mid-stream is read without a restart.
+func TestRegistryReferences(t *testing.T) {
+	t.Parallel()
+	reg, err := srtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if _, err := reg.Register("geo", srtest.Protobuf, "syntax = \"proto3\";\npackage shop.v1;\nmessage Geo { string country = 1; }\n"); err != nil {
+		t.Fatal(err)
+	}
+	ref := srtest.Reference{Name: "shop/geo.proto", Subject: "geo", Version: 1}
+	v1 := "syntax = \"proto3\";\npackage shop.v1;\nimport \"shop/geo.proto\";\nmessage E { string user = 1; int64 ts = 2; Geo geo = 3; }\n"
+	v2 := "syntax = \"proto3\";\npackage shop.v1;\nimport \"shop/geo.proto\";\nmessage Other { string x = 1; }\nmessage E { string user = 1; int64 ts = 2; Geo geo = 3; string page = 4; }\n"
+	id1, err := reg.Register("events-value", srtest.Protobuf, v1, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{
+		Events: config.Events{Format: "protobuf", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
+		Histograms: []config.Histogram{{Name: "c", Field: "geo.country", Bins: []string{"US", "DE"}}},
+	}
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	// E{user: "u", ts: 5, geo: {country: "DE"}} by hand: 0a 01 'u' 10 05 1a 04 (0a 02 'D' 'E').
+	payload := []byte{0x0a, 0x01, 'u', 0x10, 0x05, 0x1a, 0x04, 0x0a, 0x02, 'D', 'E'}
+	want{timeMs: 5, user: "u", bins: []int32{1}}.check(t, "v1 with a reference", d.Decode(confluent(t, id1, []int{0}, payload), ev), ev)
+	id2, err := reg.Register("events-value", srtest.Protobuf, v2, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In v2, E is the second message: index [1].
+	want{timeMs: 5, user: "u", bins: []int32{1}}.check(t, "v2 mid-stream", d.Decode(confluent(t, id2, []int{1}, payload), ev), ev)
+	want{reason: ReasonMissingTime}.check(t, "v2, index of Other", d.Decode(confluent(t, id2, []int{0}, payload), ev), ev)
+
+	// Avro: a record type defined in another registered schema.
+	if _, err := reg.Register("geo-avro", srtest.Avro, `{"type":"record","name":"Geo","namespace":"shop","fields":[{"name":"country","type":"string"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	aid, err := reg.Register("events-avro", srtest.Avro,
+		`{"type":"record","name":"E","namespace":"shop","fields":[{"name":"user","type":"string"},{"name":"ts","type":"long"},{"name":"geo","type":"shop.Geo"}]}`,
+		srtest.Reference{Name: "shop.Geo", Subject: "geo-avro", Version: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg := &config.Config{
+		Events: config.Events{Format: "avro", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
+		Histograms: []config.Histogram{{Name: "c", Field: "geo.country", Bins: []string{"US", "DE"}}},
+	}
+	ad := mustNew(acfg)
+	// {user: "u", ts: 5, geo: {country: "US"}}: 02 'u' 0a 04 'U' 'S'.
+	want{timeMs: 5, user: "u", bins: []int32{0}}.check(t, "avro with a reference", ad.Decode(wire(uint32(aid), []byte{0x02, 'u', 0x0a, 0x04, 'U', 'S'}), ev), ev)
+}
