@@ -225,7 +225,7 @@ func TestRegistryReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := &config.Config{
-		Events: config.Events{Format: "protobuf", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
+		Events:     config.Events{Format: "protobuf", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
 		Histograms: []config.Histogram{{Name: "c", Field: "geo.country", Bins: []string{"US", "DE"}}},
 	}
 	d := mustNew(cfg)
@@ -252,7 +252,7 @@ func TestRegistryReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	acfg := &config.Config{
-		Events: config.Events{Format: "avro", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
+		Events:     config.Events{Format: "avro", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
 		Histograms: []config.Histogram{{Name: "c", Field: "geo.country", Bins: []string{"US", "DE"}}},
 	}
 	ad := mustNew(acfg)
