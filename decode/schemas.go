@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -181,9 +182,22 @@ func (s *schemaSet) compile(text, typ string, refs map[string]string) (*schemaEn
 		return nil, fmt.Errorf("a %s schema, not AVRO", typ)
 	}
 	cache := &avro.SchemaCache{}
-	for name, ref := range refs {
-		if _, err := avro.ParseWithCache(ref, "", cache); err != nil {
-			return nil, fmt.Errorf("the referenced schema %q: %w", name, err)
+	// References may use each other: parse them in passes until none is
+	// left or a pass makes no progress.
+	left := maps.Clone(refs)
+	for len(left) > 0 {
+		progress := false
+		var lastErr error
+		for name, ref := range left {
+			if _, err := avro.ParseWithCache(ref, "", cache); err != nil {
+				lastErr = fmt.Errorf("the referenced schema %q: %w", name, err)
+				continue
+			}
+			delete(left, name)
+			progress = true
+		}
+		if !progress {
+			return nil, lastErr
 		}
 	}
 	parsed, err := avro.ParseWithCache(text, "", cache)
