@@ -116,7 +116,8 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 			fl, fu := -1, []int(nil)
 			if node != nil {
 				if i := node.index(f.Name()); i >= 0 {
-					sub, fl, fu = node.sub[i], node.leaf[i], node.under[i]
+					k := node.kids[i]
+					sub, fl, fu = k.sub, k.leaf, k.under
 				}
 			}
 			fo := c.compile(f.Type(), sub, fl, fu)

@@ -473,8 +473,7 @@ func (d *Decoder) NewEvent() *Event {
 // $timestamp time field is then bad_time). For the JSON callers that have
 // only the value.
 func (d *Decoder) Decode(msg []byte, ev *Event) Reason {
-	rec := Record{Value: msg, TimestampMs: -1}
-	return d.DecodeRecord(&rec, ev)
+	return d.run(msg, nil, ev)
 }
 
 // DecodeRecord decodes rec into ev and returns ReasonNone when the event as
@@ -496,11 +495,16 @@ func (d *Decoder) Decode(msg []byte, ev *Event) Reason {
 // DecodeRecord never retains rec or its slices and never panics on any
 // input.
 func (d *Decoder) DecodeRecord(rec *Record, ev *Event) Reason {
+	return d.run(rec.Value, rec, ev)
+}
+
+// run decodes the value msg of rec (nil: a record with only that value).
+func (d *Decoder) run(msg []byte, rec *Record, ev *Event) Reason {
 	if !d.fits(ev) {
 		*ev = *d.NewEvent() // an Event from another decoder
 	}
 	ev.Err = nil
-	r := d.decode(rec, ev)
+	r := d.decode(msg, rec, ev)
 	if r != ReasonNone {
 		for h := range ev.Bins {
 			ev.Bins[h], ev.Groups[h], ev.Drops[h] = -1, -1, ReasonNone
@@ -524,9 +528,8 @@ func (d *Decoder) fits(ev *Event) bool {
 	return true
 }
 
-func (d *Decoder) decode(rec *Record, ev *Event) Reason {
+func (d *Decoder) decode(msg []byte, rec *Record, ev *Event) Reason {
 	ev.TimeMs, ev.User = 0, 0
-	msg := rec.Value
 	if len(msg) > d.maxBytes {
 		return ReasonOversized
 	}
@@ -542,6 +545,9 @@ func (d *Decoder) decode(rec *Record, ev *Event) Reason {
 		msg = payload
 	}
 	if d.keySlot >= 0 || d.tsSlot >= 0 || len(d.headers) > 0 {
+		if rec == nil {
+			rec = &Record{TimestampMs: -1}
+		}
 		d.recordFields(rec, ev.slots, ev.ext)
 	}
 	return d.extract(msg, ev)
@@ -696,7 +702,13 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 			ev.Drops[h] = vector(msg, ev.slots[hs.binSlot], ev.Vectors[h])
 			continue
 		}
-		v, r := value(msg, ev.slots[hs.binSlot], ev.ext[hs.binSlot], tmp)
+		var v []byte
+		r := ReasonNone
+		if sp := ev.slots[hs.binSlot]; sp.kind == kindString && !sp.esc && !sp.ext {
+			v = msg[sp.start:sp.end]
+		} else {
+			v, r = value(msg, sp, ev.ext[hs.binSlot], tmp)
+		}
 		if r != ReasonNone {
 			ev.Drops[h] = r
 			continue
@@ -711,7 +723,13 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 		}
 		g := int32(0)
 		if hs.groupSlot >= 0 {
-			v, r := value(msg, ev.slots[hs.groupSlot], ev.ext[hs.groupSlot], tmp)
+			var v []byte
+			r := ReasonNone
+			if sp := ev.slots[hs.groupSlot]; sp.kind == kindString && !sp.esc && !sp.ext {
+				v = msg[sp.start:sp.end]
+			} else {
+				v, r = value(msg, sp, ev.ext[hs.groupSlot], tmp)
+			}
 			if r != ReasonNone {
 				ev.Drops[h] = r
 				continue
@@ -753,6 +771,9 @@ func parseTimeString(v []byte) (int64, bool) {
 // representation (strconv 'g', -1: 2.0 is "2", 0.5 is "0.5"), a boolean as
 // "true" or "false", an enum by its symbol's name (written into tmp or
 // pointing to static text).
+//
+// extract handles a plain string in msg itself (the common case) before
+// calling value.
 func value(msg []byte, sp span, x, tmp []byte) ([]byte, Reason) {
 	switch sp.kind {
 	case kindNone, kindNull:

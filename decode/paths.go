@@ -12,9 +12,14 @@ type pathNode struct {
 	names   []string       // the keys of this level
 	m       map[string]int // names → index, when there are more than linearFields
 	maxName int            // longest name
-	leaf    []int          // leaf[i]: slot of the field ending at names[i], or -1
-	sub     []*pathNode    // sub[i]: the next level under names[i], or nil
-	under   [][]int        // under[i]: every slot below names[i] (nil when sub[i] is)
+	kids    []pathChild    // kids[i]: what is configured under names[i]
+}
+
+// pathChild is one key of a level.
+type pathChild struct {
+	leaf  int       // slot of the field ending at this key, or -1
+	sub   *pathNode // the next level under this key, or nil
+	under []int     // every slot below this key (nil when sub is)
 }
 
 // add inserts the path segs ending in slot.
@@ -23,20 +28,19 @@ func (n *pathNode) add(segs []string, slot int) {
 	if i < 0 {
 		i = len(n.names)
 		n.names = append(n.names, segs[0])
-		n.leaf = append(n.leaf, -1)
-		n.sub = append(n.sub, nil)
-		n.under = append(n.under, nil)
+		n.kids = append(n.kids, pathChild{leaf: -1})
 		n.maxName = max(n.maxName, len(segs[0]))
 	}
+	k := &n.kids[i]
 	if len(segs) == 1 {
-		n.leaf[i] = slot
+		k.leaf = slot
 		return
 	}
-	if n.sub[i] == nil {
-		n.sub[i] = &pathNode{}
+	if k.sub == nil {
+		k.sub = &pathNode{}
 	}
-	n.under[i] = append(n.under[i], slot)
-	n.sub[i].add(segs[1:], slot)
+	k.under = append(k.under, slot)
+	k.sub.add(segs[1:], slot)
 }
 
 func (n *pathNode) index(name string) int {
@@ -56,9 +60,9 @@ func (n *pathNode) finish() {
 			n.m[x] = i
 		}
 	}
-	for _, s := range n.sub {
-		if s != nil {
-			s.finish()
+	for _, k := range n.kids {
+		if k.sub != nil {
+			k.sub.finish()
 		}
 	}
 }
@@ -139,43 +143,43 @@ func scanObject(msg []byte, i int, node *pathNode, slots []span, depth int) (int
 		if i >= len(msg) {
 			return i, ReasonBadJSON
 		}
-		var sub *pathNode
+		var k *pathChild // nil: not configured
 		if c >= 0 {
-			sub = node.sub[c]
+			k = &node.kids[c]
 		}
 		var sp span
 		if ch := msg[i]; ch == '{' || ch == '[' {
-			if sub == nil {
+			if k == nil || k.sub == nil {
 				end, r = skipContainer(msg, i, depth)
 			} else {
-				for _, s := range node.under[c] {
+				for _, s := range k.under {
 					slots[s] = span{}
 				}
 				if ch == '{' {
 					if depth+1 > MaxDepth {
 						return i, ReasonBadJSON
 					}
-					end, r = scanObject(msg, i, sub, slots, depth+1)
+					end, r = scanObject(msg, i, k.sub, slots, depth+1)
 				} else {
 					end, r = skipContainer(msg, i, depth)
-					for _, s := range node.under[c] {
+					for _, s := range k.under {
 						slots[s] = throughNonObject
 					}
 				}
 			}
-			k := kindObject
+			kd := kindObject
 			if ch == '[' {
-				k = kindArray
+				kd = kindArray
 			}
-			sp = span{start: i, end: end, kind: k}
+			sp = span{start: i, end: end, kind: kd}
 		} else {
 			sp, end, r = scanScalar(msg, i)
-			if sub != nil {
+			if k != nil && k.sub != nil {
 				mark := throughNonObject
 				if sp.kind == kindNull {
 					mark = span{}
 				}
-				for _, s := range node.under[c] {
+				for _, s := range k.under {
 					slots[s] = mark
 				}
 			}
@@ -183,8 +187,8 @@ func scanObject(msg []byte, i int, node *pathNode, slots []span, depth int) (int
 		if r != ReasonNone {
 			return end, r
 		}
-		if c >= 0 && node.leaf[c] >= 0 {
-			slots[node.leaf[c]] = sp
+		if k != nil && k.leaf >= 0 {
+			slots[k.leaf] = sp
 		}
 		i = skipWS(msg, end)
 		if i >= len(msg) {

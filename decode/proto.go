@@ -83,13 +83,14 @@ func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode)
 		if j < 0 {
 			continue
 		}
-		f := &protoField{kind: fd.Kind(), list: fd.IsList() || fd.IsMap(), slot: node.leaf[j]}
+		k := node.kids[j]
+		f := &protoField{kind: fd.Kind(), list: fd.IsList() || fd.IsMap(), slot: k.leaf}
 		msgKind := fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind
-		if node.sub[j] != nil {
+		if k.sub != nil {
 			if msgKind && !f.list {
-				f.sub = compileProto(d, fd.Message(), node.sub[j])
+				f.sub = compileProto(d, fd.Message(), k.sub)
 			} else {
-				f.wrong = node.under[j]
+				f.wrong = k.under
 			}
 		}
 		if f.slot >= 0 {
