@@ -115,7 +115,14 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 			var sub *pathNode
 			fl, fu := -1, []int(nil)
 			if node != nil {
-				if i := node.index(f.Name()); i >= 0 {
+				i := node.index(f.Name())
+				for _, a := range f.Aliases() { // a field renamed in a later version keeps its old name as an alias
+					if i >= 0 {
+						break
+					}
+					i = node.index(a)
+				}
+				if i >= 0 {
 					k := node.kids[i]
 					sub, fl, fu = k.sub, k.leaf, k.under
 				}

@@ -99,7 +99,9 @@
 // message index) are undecodable; invalid UTF-8 in a string the stage reads
 // is invalid_utf8.
 //
-// Values: Avro string, bytes, fixed and enum (by symbol), int and long
+// Avro fields are found by name in the writer's schema, or by one of its
+// aliases (a field renamed in a later version keeps working under its old
+// name). Values: Avro string, bytes, fixed and enum (by symbol), int and long
 // (decimal text; with logical type timestamp-millis or timestamp-micros an
 // event time in ms, micros floored), float and double, boolean; a union
 // takes its branch (null: missing). Protobuf: every scalar kind, enums by

@@ -447,3 +447,16 @@ func TestFormatsZeroAllocs(t *testing.T) {
 		t.Errorf("protobuf: %v allocs per record", n)
 	}
 }
+
+// TestAvroAliases: a field renamed in a later schema version, keeping its
+// old name as an alias, is still found under the configured old name.
+func TestAvroAliases(t *testing.T) {
+	text := `{"type":"record","name":"T","fields":[{"name":"uid","aliases":["user_id"],"type":"string"},{"name":"ts","type":"long"}]}`
+	cfg := &config.Config{Events: config.Events{Format: "avro", TimeField: "ts", UserField: "user_id"},
+		Histograms: []config.Histogram{{Name: "h", Field: "x", Bins: []string{"a", "b"}}}}
+	withSchemaFile(t, cfg, 1, "t.avsc", text)
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	msg := wire(1, mustAvro(t, avro.MustParse(text), map[string]any{"uid": "u9", "ts": int64(7)}))
+	want{timeMs: 7, user: "u9"}.check(t, "alias", d.Decode(msg, ev), ev)
+}
