@@ -117,11 +117,14 @@
 // record walked in schema order.
 //
 // The libraries: schemas are parsed by github.com/hamba/avro/v2 (Avro; the
-// maintained Go Avro library, also the stage's Arrow dependency's) and
-// compiled by github.com/bufbuild/protocompile into
-// google.golang.org/protobuf descriptors (Protobuf), and the registry is
-// read with franz-go's pkg/sr (the family of the kgo client; stdlib only
-// below it). The payloads are walked by this package's own allocation-free
+// actively maintained Go Avro library, already in the module graph through
+// Arrow, handles named types, namespaces, aliases and logical types) and
+// compiled by github.com/bufbuild/protocompile (Buf's pure-Go protobuf
+// compiler, the one behind the buf CLI; imports of the well-known types
+// built in) into google.golang.org/protobuf descriptors, and the registry
+// is read with franz-go's pkg/sr (the family of the kgo client the stage
+// already uses; only the standard library below it, so package decode
+// stays free of Kafka clients). The payloads are walked by this package's own allocation-free
 // walkers (avro.go, proto.go; protowire for the protobuf wire), because the
 // libraries' generic decoding is an order of magnitude slower
 // (BenchmarkFormats, this 2-core machine under load: avro 0.87 µs/record
