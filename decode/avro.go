@@ -77,18 +77,20 @@ var (
 // avroCompiler compiles one schema; skip memoizes the ops of named types
 // walked without any slot (recursive types compile once).
 type avroCompiler struct {
-	d    *Decoder
-	skip map[avro.Schema]*avroOp
+	d     *Decoder
+	skip  map[avro.Schema]*avroOp
+	check pathCheck
 }
 
-// compileAvro compiles the parsed schema s for the decoder's paths.
-func compileAvro(d *Decoder, s avro.Schema) (*avroOp, error) {
-	c := &avroCompiler{d: d, skip: map[avro.Schema]*avroOp{}}
+// compileAvroNote compiles the parsed schema s for the decoder's paths,
+// and says what the compilation found.
+func compileAvroNote(d *Decoder, s avro.Schema) (*avroOp, SchemaNote, error) {
+	c := &avroCompiler{d: d, skip: map[avro.Schema]*avroOp{}, check: pathCheck{}}
 	op := c.compile(s, d.root, -1, nil)
 	if op.k != aRecord {
-		return nil, fmt.Errorf("the schema is a %s, not a record", s.Type())
+		return nil, SchemaNote{}, fmt.Errorf("the schema is a %s, not a record", s.Type())
 	}
-	return op, nil
+	return op, c.check.note(d), nil
 }
 
 // compile builds the op of schema s, found where the path node (nil: no
@@ -104,6 +106,9 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 		}
 	}
 	op := &avroOp{slot: leaf}
+	if leaf >= 0 {
+		c.check.reached(leaf)
+	}
 	switch t := s.(type) {
 	case *avro.RecordSchema:
 		op.k = aRecord
@@ -195,6 +200,7 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 	}
 	if node != nil {
 		op.wrong = under
+		c.check.through(under)
 	}
 	return op
 }

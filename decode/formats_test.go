@@ -460,3 +460,29 @@ func TestAvroAliases(t *testing.T) {
 	msg := wire(1, mustAvro(t, avro.MustParse(text), map[string]any{"uid": "u9", "ts": int64(7)}))
 	want{timeMs: 7, user: "u9"}.check(t, "alias", d.Decode(msg, ev), ev)
 }
+
+// TestProtobufMergedMessage: a message field given twice is merged as
+// protobuf parsers do: fields absent from the second occurrence keep the
+// first's values (proto3 defaults do not overwrite them).
+func TestProtobufMergedMessage(t *testing.T) {
+	text := readTestdata(t, "event.proto")
+	fd := protoSchema(t, text)
+	cfg := nestedConfig("protobuf", []string{"HOME", "SEARCH", "CART"})
+	withSchemaFile(t, cfg, 3, "event.proto", text)
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	payload := []byte{
+		0x0a, 0x03, 0x0a, 0x01, 'u', // user {id: "u"}
+		0x12, 0x0a, 0x0a, 0x02, 0x08, 0x05, 0x12, 0x04, 0x0a, 0x02, 'D', 'E', // context {ts {seconds: 5}, geo {country: "DE"}}
+		0x12, 0x02, 0x12, 0x00, // context {geo {}}
+	}
+	m := dynamicpb.NewMessage(fd.Messages().ByName("Event"))
+	if err := proto.Unmarshal(payload, m); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Get(fd.Messages().ByName("Event").Fields().ByName("context")).Message(); c.Get(c.Descriptor().Fields().ByName("geo")).Message().Get(fd.Messages().ByName("Geo").Fields().ByName("country")).String() != "DE" {
+		t.Fatal("the reference parser does not merge as assumed")
+	}
+	want{timeMs: 5000, user: "u", groups: []int32{1, -1, -1, -1, -1}, drops: []Reason{0, ReasonOutOfDomain, ReasonOutOfDomain, ReasonMissingField, ReasonMissingField}}. // device "" and code 0: proto3 defaults
+																						check(t, "merged", d.Decode(confluent(t, 3, []int{0}, payload), ev), ev)
+}

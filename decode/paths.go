@@ -226,3 +226,40 @@ func parseField(f string) (fieldKind, string) {
 	}
 	return fieldValue, f
 }
+
+// pathCheck collects, while a schema is compiled, which value-path slots
+// it reaches (the leaf is in the schema) and which go through a list, a
+// map or a scalar.
+type pathCheck map[int]uint8
+
+const (
+	pathReached uint8 = 1 << iota
+	pathThrough
+)
+
+func (c pathCheck) reached(slot int) { c[slot] |= pathReached }
+
+func (c pathCheck) through(slots []int) {
+	for _, s := range slots {
+		c[s] |= pathThrough
+	}
+}
+
+// note lists the value-path fields of d the schema does not have, and
+// those it only has through a list, a map or a scalar.
+func (c pathCheck) note(d *Decoder) SchemaNote {
+	var n SchemaNote
+	for slot, f := range d.fields {
+		if k, _ := parseField(f); k != fieldValue {
+			continue
+		}
+		switch st := c[slot]; {
+		case st&pathReached != 0:
+		case st&pathThrough != 0:
+			n.ThroughList = append(n.ThroughList, f)
+		default:
+			n.Unresolved = append(n.Unresolved, f)
+		}
+	}
+	return n
+}

@@ -62,17 +62,24 @@ type protoNode struct {
 	nested []*protoNode
 }
 
-func compileProtoTree(d *Decoder, msgs protoreflect.MessageDescriptors) []*protoNode {
+// compileProtoTree compiles every message of msgs (and the messages nested
+// in them); check, when not nil, collects what the first one resolves.
+func compileProtoTree(d *Decoder, msgs protoreflect.MessageDescriptors, check pathCheck) []*protoNode {
 	out := make([]*protoNode, msgs.Len())
 	for i := range msgs.Len() {
 		md := msgs.Get(i)
-		out[i] = &protoNode{msg: compileProto(d, md, d.root), nested: compileProtoTree(d, md.Messages())}
+		var c pathCheck
+		if i == 0 {
+			c = check
+		}
+		out[i] = &protoNode{msg: compileProto(d, md, d.root, c), nested: compileProtoTree(d, md.Messages(), nil)}
 	}
 	return out
 }
 
-// compileProto compiles message md for the paths of node.
-func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode) *protoMsg {
+// compileProto compiles message md for the paths of node; check, when not
+// nil, collects which paths it resolves.
+func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode, check pathCheck) *protoMsg {
 	m := &protoMsg{}
 	fields := map[protowire.Number]*protoField{}
 	maxNum := protowire.Number(0)
@@ -86,11 +93,17 @@ func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode)
 		k := node.kids[j]
 		f := &protoField{kind: fd.Kind(), list: fd.IsList() || fd.IsMap(), slot: k.leaf}
 		msgKind := fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind
+		if k.leaf >= 0 && check != nil {
+			check.reached(k.leaf)
+		}
 		if k.sub != nil {
 			if msgKind && !f.list {
-				f.sub = compileProto(d, fd.Message(), k.sub)
+				f.sub = compileProto(d, fd.Message(), k.sub, check)
 			} else {
 				f.wrong = k.under
+				if check != nil {
+					check.through(k.under)
+				}
 			}
 		}
 		if f.slot >= 0 {
@@ -172,6 +185,11 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, ext [][]byte, de
 		return ReasonUndecodable
 	}
 	for _, s := range m.defaults {
+		// Only where the field is still absent: a message given twice
+		// merges, and its first occurrence's values stay.
+		if slots[s.slot].kind != kindNone {
+			continue
+		}
 		slots[s.slot] = s.sp
 		if s.sp.ext {
 			ext[s.slot] = s.ext

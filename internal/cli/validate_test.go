@@ -113,11 +113,16 @@ func TestValidateSchemaFiles(t *testing.T) {
 	bad := filepath.Join(dir, "bad.avsc")
 	os.WriteFile(good, []byte(`{"type":"record","name":"E","fields":[{"name":"user","type":{"type":"record","name":"U","fields":[{"name":"id","type":"string"}]}},{"name":"ts","type":"long"},{"name":"page","type":"string"}]}`), 0o600)
 	os.WriteFile(bad, []byte(`{"type":"record","name":"E","fields":[{"name":"page","type":"nonsense"}]}`), 0o600)
+	list := filepath.Join(dir, "list.avsc")
+	os.WriteFile(list, []byte(`{"type":"record","name":"E","fields":[{"name":"user","type":{"type":"array","items":{"type":"record","name":"U","fields":[{"name":"id","type":"string"}]}}},{"name":"ts","type":"long"},{"name":"page","type":"string"}]}`), 0o600)
+	lacks := filepath.Join(dir, "lacks.avsc")
+	os.WriteFile(lacks, []byte(`{"type":"record","name":"E","fields":[{"name":"uid","type":"string"},{"name":"ts","type":"long"},{"name":"page","type":"string"}]}`), 0o600)
 	for _, tc := range []struct {
 		file string
 		code int
 		frag string
-	}{{good, 0, "config OK"}, {bad, 2, "events.schema_files[0] (id 3)"}} {
+	}{{good, 0, "config OK"}, {bad, 2, "events.schema_files[0] (id 3)"},
+		{list, 2, "events.schema_files[0] (id 3): user.id goes through a list"}, {lacks, 0, "schema id 3 has no field user.id"}} {
 		cfg := filepath.Join(dir, "stage.yaml")
 		os.WriteFile(cfg, []byte(`events:
   format: avro
