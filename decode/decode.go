@@ -93,8 +93,15 @@
 // restart. The decoders built from one configuration (one per input
 // partition) share that cache: a new id is fetched once per process, and
 // schema files are read when the first of them is built. An id the registry does not have (404), or whose schema is of
-// another type or does not compile, is unknown_schema_id (the registry is
-// asked again after 30 s). Bytes that do not decode under their schema
+// another type or does not compile, is unknown_schema_id (a 404 is asked
+// again after 30 s). Unseen ids are looked up once each however many
+// workers meet them, at most 50 per second on average (bursts of 100; a
+// lookup over the limit waits: garbage records carrying fresh ids cannot
+// flood the registry), and the ids the registry does not have are
+// remembered in a bounded set (100,000) apart from the schema cache. When
+// an id is first resolved, the fields the schema lacks or reaches only
+// through a list are reported once ([Decoder.OnSchema]; the stage logs
+// them): a renamed user or time field shows at once, not only as drops. Bytes that do not decode under their schema
 // (truncated, trailing bytes, a bad length, varint, union branch, enum or
 // message index) are undecodable; invalid UTF-8 in a string the stage reads
 // is invalid_utf8.
