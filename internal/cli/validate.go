@@ -7,11 +7,14 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
 )
@@ -34,10 +37,40 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 	if pl == nil {
 		return code
 	}
+	// The schema files of avro and protobuf are compiled against the
+	// configured fields, as the stage will at start (nothing is fetched).
+	// A path through a list or map in a local schema is refused; a field a
+	// schema does not have is a warning (its records would miss it).
+	var schemaWarnings []string
+	if cfg.Events.Format != config.FormatJSON && len(cfg.Events.SchemaFiles) > 0 {
+		dec, err := decode.New(cfg, siphash.Key{})
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", *path, err)
+			return 2
+		}
+		bad := false
+		for i, n := range dec.SchemaFileNotes() {
+			if len(n.ThroughList) > 0 {
+				fmt.Fprintf(stderr, "%s: events.schema_files[%d] (id %d): %s goes through a list, a map or a scalar of the schema: a path can only name fields of nested records\n",
+					*path, i, n.ID, strings.Join(n.ThroughList, ", "))
+				bad = true
+			}
+			if len(n.Unresolved) > 0 {
+				schemaWarnings = append(schemaWarnings, fmt.Sprintf("events.schema_files[%d]: schema id %d has no field %s: its records will miss it", i, n.ID, strings.Join(n.Unresolved, ", ")))
+			}
+		}
+		if bad {
+			return 2
+		}
+	}
 	printPlan(stdout, cfg, pl)
-	if ws := append(cfg.Warnings(), plan.Warnings(cfg, pl)...); len(ws) > 0 {
+	ws := append(cfg.Warnings(), plan.Warnings(cfg, pl)...)
+	if len(ws)+len(schemaWarnings) > 0 {
 		fmt.Fprintf(stdout, "\nwarnings\n")
 		for _, w := range ws {
+			fmt.Fprintf(stdout, "  %s\n", w)
+		}
+		for _, w := range schemaWarnings {
 			fmt.Fprintf(stdout, "  %s\n", w)
 		}
 	}
