@@ -50,6 +50,7 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 		s.Fail(fmt.Errorf("build decoder: %w", err))
 		return
 	}
+	watchSchemas(s, dec)
 	ev := dec.NewEvent()
 	var rec decode.Record
 	tracker := sess.Trackers[p]

@@ -66,3 +66,20 @@ func decodeHeld(ctx context.Context, s *node.Node, sess *Session, p int, dec *de
 	s.Log.Info("schema registry reachable again: the partition resumes", zap.Int("partition", p))
 	return r, true
 }
+
+// watchSchemas logs, once per schema id the registry resolves, the
+// configured fields its schema lacks or reaches only through a list (a
+// renamed user or time field would otherwise show only as drops), and why
+// a schema is unusable.
+func watchSchemas(s *node.Node, dec *decode.Decoder) {
+	dec.OnSchema(func(n decode.SchemaNote) {
+		switch {
+		case n.Err != nil:
+			s.Log.Error("schema registry: schema not usable; its records are dropped as unknown_schema_id",
+				zap.Int("schema_id", n.ID), zap.Error(n.Err))
+		case len(n.Unresolved) > 0 || len(n.ThroughList) > 0:
+			s.Log.Warn("schema registry: a new schema lacks configured fields; its records will miss them (renamed? add the old name as an Avro alias, or change the config at a budget period's boundary)",
+				zap.Int("schema_id", n.ID), zap.Strings("missing_fields", n.Unresolved), zap.Strings("fields_through_a_list", n.ThroughList))
+		}
+	})
+}

@@ -77,18 +77,20 @@ var (
 // avroCompiler compiles one schema; skip memoizes the ops of named types
 // walked without any slot (recursive types compile once).
 type avroCompiler struct {
-	d    *Decoder
-	skip map[avro.Schema]*avroOp
+	d     *Decoder
+	skip  map[avro.Schema]*avroOp
+	check pathCheck
 }
 
-// compileAvro compiles the parsed schema s for the decoder's paths.
-func compileAvro(d *Decoder, s avro.Schema) (*avroOp, error) {
-	c := &avroCompiler{d: d, skip: map[avro.Schema]*avroOp{}}
+// compileAvroNote compiles the parsed schema s for the decoder's paths,
+// and says what the compilation found.
+func compileAvroNote(d *Decoder, s avro.Schema) (*avroOp, SchemaNote, error) {
+	c := &avroCompiler{d: d, skip: map[avro.Schema]*avroOp{}, check: pathCheck{}}
 	op := c.compile(s, d.root, -1, nil)
 	if op.k != aRecord {
-		return nil, fmt.Errorf("the schema is a %s, not a record", s.Type())
+		return nil, SchemaNote{}, fmt.Errorf("the schema is a %s, not a record", s.Type())
 	}
-	return op, nil
+	return op, c.check.note(d), nil
 }
 
 // compile builds the op of schema s, found where the path node (nil: no
@@ -104,6 +106,9 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 		}
 	}
 	op := &avroOp{slot: leaf}
+	if leaf >= 0 {
+		c.check.reached(leaf)
+	}
 	switch t := s.(type) {
 	case *avro.RecordSchema:
 		op.k = aRecord
@@ -115,8 +120,16 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 			var sub *pathNode
 			fl, fu := -1, []int(nil)
 			if node != nil {
-				if i := node.index(f.Name()); i >= 0 {
-					sub, fl, fu = node.sub[i], node.leaf[i], node.under[i]
+				i := node.index(f.Name())
+				for _, a := range f.Aliases() { // a field renamed in a later version keeps its old name as an alias
+					if i >= 0 {
+						break
+					}
+					i = node.index(a)
+				}
+				if i >= 0 {
+					k := node.kids[i]
+					sub, fl, fu = k.sub, k.leaf, k.under
 				}
 			}
 			fo := c.compile(f.Type(), sub, fl, fu)
@@ -187,6 +200,7 @@ func (c *avroCompiler) compile(s avro.Schema, node *pathNode, leaf int, under []
 	}
 	if node != nil {
 		op.wrong = under
+		c.check.through(under)
 	}
 	return op
 }
@@ -213,15 +227,15 @@ func avroLong(b []byte, i int) (int64, int, bool) {
 
 // walkAvro walks the record payload b with the compiled root op, filling
 // slots (cleared by the caller).
-func walkAvro(op *avroOp, b []byte, slots []span) Reason {
-	end, r := avroWalk(op, b, 0, slots, 1)
+func walkAvro(op *avroOp, b []byte, slots []span, ext [][]byte) Reason {
+	end, r := avroWalk(op, b, 0, slots, ext, 1)
 	if r == ReasonNone && end != len(b) {
 		return ReasonUndecodable // trailing bytes
 	}
 	return r
 }
 
-func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason) {
+func avroWalk(op *avroOp, b []byte, i int, slots []span, ext [][]byte, depth int) (int, Reason) {
 	if depth > MaxDepth {
 		return i, ReasonUndecodable
 	}
@@ -240,9 +254,9 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 		}
 		if op.slot >= 0 {
 			if b[i] == 1 {
-				slots[op.slot] = span{kind: kindTrue, ext: trueText, end: 4}
+				slots[op.slot], ext[op.slot] = extSpan(kindTrue, trueText), trueText
 			} else {
-				slots[op.slot] = span{kind: kindFalse, ext: falseText, end: 5}
+				slots[op.slot], ext[op.slot] = extSpan(kindFalse, falseText), falseText
 			}
 		}
 		return i + 1, ReasonNone
@@ -254,15 +268,15 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 		if op.slot >= 0 {
 			switch op.unit {
 			case 0:
-				slots[op.slot] = span{kind: kindInt, num: v}
+				slots[op.slot] = numSpan(kindInt, v)
 			case 1:
-				slots[op.slot] = span{kind: kindTimeMs, num: v}
+				slots[op.slot] = numSpan(kindTimeMs, v)
 			default:
 				q := v / op.unit
 				if v%op.unit < 0 {
 					q-- // floor
 				}
-				slots[op.slot] = span{kind: kindTimeMs, num: q}
+				slots[op.slot] = numSpan(kindTimeMs, q)
 			}
 		}
 		return j, ReasonNone
@@ -272,7 +286,7 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 		}
 		if op.slot >= 0 {
 			f := float64(math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
-			slots[op.slot] = span{kind: kindFloat, num: int64(math.Float64bits(f))}
+			slots[op.slot] = numSpan(kindFloat, int64(math.Float64bits(f)))
 		}
 		return i + 4, ReasonNone
 	case aDouble:
@@ -280,7 +294,7 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 			return i, ReasonUndecodable
 		}
 		if op.slot >= 0 {
-			slots[op.slot] = span{kind: kindFloat, num: int64(binary.LittleEndian.Uint64(b[i:]))}
+			slots[op.slot] = numSpan(kindFloat, int64(binary.LittleEndian.Uint64(b[i:])))
 		}
 		return i + 8, ReasonNone
 	case aBytes, aString:
@@ -311,7 +325,7 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 		}
 		if op.slot >= 0 {
 			sym := op.symbols[v]
-			slots[op.slot] = span{kind: kindString, ext: sym, end: len(sym)}
+			slots[op.slot], ext[op.slot] = extSpan(kindString, sym), sym
 		}
 		return j, ReasonNone
 	case aUnion:
@@ -319,11 +333,11 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 		if !ok || v < 0 || v >= int64(len(op.branches)) {
 			return j, ReasonUndecodable
 		}
-		return avroWalk(op.branches[v], b, j, slots, depth+1)
+		return avroWalk(op.branches[v], b, j, slots, ext, depth+1)
 	case aRecord:
 		for _, f := range op.fields {
 			var r Reason
-			if i, r = avroWalk(f, b, i, slots, depth+1); r != ReasonNone {
+			if i, r = avroWalk(f, b, i, slots, ext, depth+1); r != ReasonNone {
 				return i, r
 			}
 		}
@@ -372,7 +386,7 @@ func avroWalk(op *avroOp, b []byte, i int, slots []span, depth int) (int, Reason
 					i = j + int(kl)
 				}
 				var r Reason
-				if i, r = avroWalk(op.items, b, i, slots, depth+1); r != ReasonNone {
+				if i, r = avroWalk(op.items, b, i, slots, ext, depth+1); r != ReasonNone {
 					return i, r
 				}
 			}

@@ -769,11 +769,23 @@ func FuzzDecode(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(`{"user":{"id":"u1","tags":["a"]},"context":{"ts":1,"geo":{"country":"DE"}},"page":"cart","interests":[1,0,0]}`))
+	f.Add([]byte(`{"user":{"id":1},"user":null,"context":{"geo":[{"country":"DE"}],"ts":"2023-11-14T22:13:20Z"}}`))
 	cfg := avgConfig()
 	d := mustNew(cfg)
 	ev := d.NewEvent()
+	// The same message through nested paths: the scan validates the
+	// whole message alike, whatever levels it follows.
+	dn := mustNew(nestedConfig("json", []string{"home", "search", "cart"}))
+	evn := dn.NewEvent()
+	malformed := func(r Reason) bool { return r == ReasonBadJSON || r == ReasonInvalidUTF8 || r == ReasonOversized }
 	f.Fuzz(func(t *testing.T, msg []byte) {
+		rn := dn.Decode(msg, evn)
+		checkShape(t, dn, rn, evn)
 		r := d.Decode(msg, ev)
+		if malformed(r) != malformed(rn) {
+			t.Fatalf("%q: flat decoder %v, nested decoder %v", msg, r, rn)
+		}
 		if r > ReasonBadVector || r.PerHistogram() {
 			t.Fatalf("whole-event reason %v", r)
 		}

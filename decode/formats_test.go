@@ -419,3 +419,70 @@ func TestProtobuf(t *testing.T) {
 		t.Errorf("unknown message: %v", err)
 	}
 }
+
+// TestFormatsZeroAllocs: a schema-encoded record whose schema is resolved
+// decodes without allocating, as JSON does.
+func TestFormatsZeroAllocs(t *testing.T) {
+	cfg, schema := avroConfig(t)
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	msg := wire(7, mustAvro(t, schema, avroEvent("u1", t0, "DE", "cart", "desktop", 2, []float64{0.5, 0.25, 0.25})))
+	rec := Record{Key: []byte("k"), Value: msg, TimestampMs: 1, Headers: []Header{{Key: "h", Value: []byte("v")}}}
+	if n := testing.AllocsPerRun(200, func() { d.DecodeRecord(&rec, ev) }); n != 0 {
+		t.Errorf("avro: %v allocs per record", n)
+	}
+	text := readTestdata(t, "event.proto")
+	fd := protoSchema(t, text)
+	pc := nestedConfig("protobuf", []string{"HOME", "SEARCH", "CART"})
+	pc.Events.UserField, pc.Events.TimeField = "$key", "$timestamp"
+	pc.Histograms[1].Field = "$header.h"
+	withSchemaFile(t, pc, 3, "event.proto", text)
+	d = mustNew(pc)
+	ev = d.NewEvent()
+	rec.Value = confluent(t, 3, []int{0}, protoEvent(t, fd, fullProtoEvent(fd)))
+	if r := d.DecodeRecord(&rec, ev); r != ReasonNone {
+		t.Fatal(r)
+	}
+	if n := testing.AllocsPerRun(200, func() { d.DecodeRecord(&rec, ev) }); n != 0 {
+		t.Errorf("protobuf: %v allocs per record", n)
+	}
+}
+
+// TestAvroAliases: a field renamed in a later schema version, keeping its
+// old name as an alias, is still found under the configured old name.
+func TestAvroAliases(t *testing.T) {
+	text := `{"type":"record","name":"T","fields":[{"name":"uid","aliases":["user_id"],"type":"string"},{"name":"ts","type":"long"}]}`
+	cfg := &config.Config{Events: config.Events{Format: "avro", TimeField: "ts", UserField: "user_id"},
+		Histograms: []config.Histogram{{Name: "h", Field: "x", Bins: []string{"a", "b"}}}}
+	withSchemaFile(t, cfg, 1, "t.avsc", text)
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	msg := wire(1, mustAvro(t, avro.MustParse(text), map[string]any{"uid": "u9", "ts": int64(7)}))
+	want{timeMs: 7, user: "u9"}.check(t, "alias", d.Decode(msg, ev), ev)
+}
+
+// TestProtobufMergedMessage: a message field given twice is merged as
+// protobuf parsers do: fields absent from the second occurrence keep the
+// first's values (proto3 defaults do not overwrite them).
+func TestProtobufMergedMessage(t *testing.T) {
+	text := readTestdata(t, "event.proto")
+	fd := protoSchema(t, text)
+	cfg := nestedConfig("protobuf", []string{"HOME", "SEARCH", "CART"})
+	withSchemaFile(t, cfg, 3, "event.proto", text)
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	payload := []byte{
+		0x0a, 0x03, 0x0a, 0x01, 'u', // user {id: "u"}
+		0x12, 0x0a, 0x0a, 0x02, 0x08, 0x05, 0x12, 0x04, 0x0a, 0x02, 'D', 'E', // context {ts {seconds: 5}, geo {country: "DE"}}
+		0x12, 0x02, 0x12, 0x00, // context {geo {}}
+	}
+	m := dynamicpb.NewMessage(fd.Messages().ByName("Event"))
+	if err := proto.Unmarshal(payload, m); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Get(fd.Messages().ByName("Event").Fields().ByName("context")).Message(); c.Get(c.Descriptor().Fields().ByName("geo")).Message().Get(fd.Messages().ByName("Geo").Fields().ByName("country")).String() != "DE" {
+		t.Fatal("the reference parser does not merge as assumed")
+	}
+	want{timeMs: 5000, user: "u", groups: []int32{1, -1, -1, -1, -1}, drops: []Reason{0, ReasonOutOfDomain, ReasonOutOfDomain, ReasonMissingField, ReasonMissingField}}. // device "" and code 0: proto3 defaults
+																						check(t, "merged", d.Decode(confluent(t, 3, []int{0}, payload), ev), ev)
+}

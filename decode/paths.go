@@ -12,9 +12,14 @@ type pathNode struct {
 	names   []string       // the keys of this level
 	m       map[string]int // names → index, when there are more than linearFields
 	maxName int            // longest name
-	leaf    []int          // leaf[i]: slot of the field ending at names[i], or -1
-	sub     []*pathNode    // sub[i]: the next level under names[i], or nil
-	under   [][]int        // under[i]: every slot below names[i] (nil when sub[i] is)
+	kids    []pathChild    // kids[i]: what is configured under names[i]
+}
+
+// pathChild is one key of a level.
+type pathChild struct {
+	leaf  int       // slot of the field ending at this key, or -1
+	sub   *pathNode // the next level under this key, or nil
+	under []int     // every slot below this key (nil when sub is)
 }
 
 // add inserts the path segs ending in slot.
@@ -23,20 +28,19 @@ func (n *pathNode) add(segs []string, slot int) {
 	if i < 0 {
 		i = len(n.names)
 		n.names = append(n.names, segs[0])
-		n.leaf = append(n.leaf, -1)
-		n.sub = append(n.sub, nil)
-		n.under = append(n.under, nil)
+		n.kids = append(n.kids, pathChild{leaf: -1})
 		n.maxName = max(n.maxName, len(segs[0]))
 	}
+	k := &n.kids[i]
 	if len(segs) == 1 {
-		n.leaf[i] = slot
+		k.leaf = slot
 		return
 	}
-	if n.sub[i] == nil {
-		n.sub[i] = &pathNode{}
+	if k.sub == nil {
+		k.sub = &pathNode{}
 	}
-	n.under[i] = append(n.under[i], slot)
-	n.sub[i].add(segs[1:], slot)
+	k.under = append(k.under, slot)
+	k.sub.add(segs[1:], slot)
 }
 
 func (n *pathNode) index(name string) int {
@@ -56,9 +60,9 @@ func (n *pathNode) finish() {
 			n.m[x] = i
 		}
 	}
-	for _, s := range n.sub {
-		if s != nil {
-			s.finish()
+	for _, k := range n.kids {
+		if k.sub != nil {
+			k.sub.finish()
 		}
 	}
 }
@@ -139,39 +143,43 @@ func scanObject(msg []byte, i int, node *pathNode, slots []span, depth int) (int
 		if i >= len(msg) {
 			return i, ReasonBadJSON
 		}
+		var k *pathChild // nil: not configured
+		if c >= 0 {
+			k = &node.kids[c]
+		}
 		var sp span
 		if ch := msg[i]; ch == '{' || ch == '[' {
-			if c >= 0 && node.sub[c] != nil {
-				for _, s := range node.under[c] {
+			if k == nil || k.sub == nil {
+				end, r = skipContainer(msg, i, depth)
+			} else {
+				for _, s := range k.under {
 					slots[s] = span{}
 				}
-			}
-			if ch == '{' && c >= 0 && node.sub[c] != nil {
-				if depth+1 > MaxDepth {
-					return i, ReasonBadJSON
-				}
-				end, r = scanObject(msg, i, node.sub[c], slots, depth+1)
-			} else {
-				end, r = skipContainer(msg, i, depth)
-				if c >= 0 && node.sub[c] != nil {
-					for _, s := range node.under[c] {
+				if ch == '{' {
+					if depth+1 > MaxDepth {
+						return i, ReasonBadJSON
+					}
+					end, r = scanObject(msg, i, k.sub, slots, depth+1)
+				} else {
+					end, r = skipContainer(msg, i, depth)
+					for _, s := range k.under {
 						slots[s] = throughNonObject
 					}
 				}
 			}
-			k := kindObject
+			kd := kindObject
 			if ch == '[' {
-				k = kindArray
+				kd = kindArray
 			}
-			sp = span{start: i, end: end, kind: k}
+			sp = span{start: i, end: end, kind: kd}
 		} else {
 			sp, end, r = scanScalar(msg, i)
-			if c >= 0 && node.sub[c] != nil {
+			if k != nil && k.sub != nil {
 				mark := throughNonObject
 				if sp.kind == kindNull {
 					mark = span{}
 				}
-				for _, s := range node.under[c] {
+				for _, s := range k.under {
 					slots[s] = mark
 				}
 			}
@@ -179,8 +187,8 @@ func scanObject(msg []byte, i int, node *pathNode, slots []span, depth int) (int
 		if r != ReasonNone {
 			return end, r
 		}
-		if c >= 0 && node.leaf[c] >= 0 {
-			slots[node.leaf[c]] = sp
+		if k != nil && k.leaf >= 0 {
+			slots[k.leaf] = sp
 		}
 		i = skipWS(msg, end)
 		if i >= len(msg) {
@@ -217,4 +225,41 @@ func parseField(f string) (fieldKind, string) {
 		return fieldHeader, f[len("$header."):]
 	}
 	return fieldValue, f
+}
+
+// pathCheck collects, while a schema is compiled, which value-path slots
+// it reaches (the leaf is in the schema) and which go through a list, a
+// map or a scalar.
+type pathCheck map[int]uint8
+
+const (
+	pathReached uint8 = 1 << iota
+	pathThrough
+)
+
+func (c pathCheck) reached(slot int) { c[slot] |= pathReached }
+
+func (c pathCheck) through(slots []int) {
+	for _, s := range slots {
+		c[s] |= pathThrough
+	}
+}
+
+// note lists the value-path fields of d the schema does not have, and
+// those it only has through a list, a map or a scalar.
+func (c pathCheck) note(d *Decoder) SchemaNote {
+	var n SchemaNote
+	for slot, f := range d.fields {
+		if k, _ := parseField(f); k != fieldValue {
+			continue
+		}
+		switch st := c[slot]; {
+		case st&pathReached != 0:
+		case st&pathThrough != 0:
+			n.ThroughList = append(n.ThroughList, f)
+		default:
+			n.Unresolved = append(n.Unresolved, f)
+		}
+	}
+	return n
 }

@@ -31,6 +31,7 @@ type protoMsg struct {
 type staticSlot struct {
 	slot int
 	sp   span
+	ext  []byte // the bytes of an ext span
 }
 
 type protoField struct {
@@ -61,17 +62,24 @@ type protoNode struct {
 	nested []*protoNode
 }
 
-func compileProtoTree(d *Decoder, msgs protoreflect.MessageDescriptors) []*protoNode {
+// compileProtoTree compiles every message of msgs (and the messages nested
+// in them); check, when not nil, collects what the first one resolves.
+func compileProtoTree(d *Decoder, msgs protoreflect.MessageDescriptors, check pathCheck) []*protoNode {
 	out := make([]*protoNode, msgs.Len())
 	for i := range msgs.Len() {
 		md := msgs.Get(i)
-		out[i] = &protoNode{msg: compileProto(d, md, d.root), nested: compileProtoTree(d, md.Messages())}
+		var c pathCheck
+		if i == 0 {
+			c = check
+		}
+		out[i] = &protoNode{msg: compileProto(d, md, d.root, c), nested: compileProtoTree(d, md.Messages(), nil)}
 	}
 	return out
 }
 
-// compileProto compiles message md for the paths of node.
-func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode) *protoMsg {
+// compileProto compiles message md for the paths of node; check, when not
+// nil, collects which paths it resolves.
+func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode, check pathCheck) *protoMsg {
 	m := &protoMsg{}
 	fields := map[protowire.Number]*protoField{}
 	maxNum := protowire.Number(0)
@@ -82,13 +90,20 @@ func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode)
 		if j < 0 {
 			continue
 		}
-		f := &protoField{kind: fd.Kind(), list: fd.IsList() || fd.IsMap(), slot: node.leaf[j]}
+		k := node.kids[j]
+		f := &protoField{kind: fd.Kind(), list: fd.IsList() || fd.IsMap(), slot: k.leaf}
 		msgKind := fd.Kind() == protoreflect.MessageKind || fd.Kind() == protoreflect.GroupKind
-		if node.sub[j] != nil {
+		if k.leaf >= 0 && check != nil {
+			check.reached(k.leaf)
+		}
+		if k.sub != nil {
 			if msgKind && !f.list {
-				f.sub = compileProto(d, fd.Message(), node.sub[j])
+				f.sub = compileProto(d, fd.Message(), k.sub, check)
 			} else {
-				f.wrong = node.under[j]
+				f.wrong = k.under
+				if check != nil {
+					check.through(k.under)
+				}
 			}
 		}
 		if f.slot >= 0 {
@@ -108,7 +123,8 @@ func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode)
 				}
 			}
 			if !fd.HasPresence() && !f.list && !msgKind && f.slot != d.timeSlot && f.slot != d.userSlot {
-				m.defaults = append(m.defaults, staticSlot{slot: f.slot, sp: protoDefault(f)})
+				sp, x := protoDefault(f)
+				m.defaults = append(m.defaults, staticSlot{slot: f.slot, sp: sp, ext: x})
 			}
 		}
 		fields[fd.Number()] = f
@@ -128,23 +144,23 @@ func compileProto(d *Decoder, md protoreflect.MessageDescriptor, node *pathNode)
 var emptyText = []byte{}
 
 // protoDefault is the value of an absent field without presence.
-func protoDefault(f *protoField) span {
+func protoDefault(f *protoField) (span, []byte) {
 	switch f.kind {
 	case protoreflect.BoolKind:
-		return span{kind: kindFalse, ext: falseText, end: 5}
+		return extSpan(kindFalse, falseText), falseText
 	case protoreflect.StringKind, protoreflect.BytesKind:
-		return span{kind: kindString, ext: emptyText}
+		return extSpan(kindString, emptyText), emptyText
 	case protoreflect.EnumKind:
 		if name, ok := f.enum[0]; ok {
-			return span{kind: kindString, ext: name, end: len(name)}
+			return extSpan(kindString, name), name
 		}
-		return span{kind: kindInt}
+		return span{kind: kindInt}, nil
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		return span{kind: kindFloat}
+		return span{kind: kindFloat}, nil
 	case protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
-		return span{kind: kindUint}
+		return span{kind: kindUint}, nil
 	}
-	return span{kind: kindInt}
+	return span{kind: kindInt}, nil
 }
 
 // wireType is the wire type a field of kind k is encoded with (packed
@@ -164,12 +180,20 @@ func wireType(k protoreflect.Kind) protowire.Type {
 }
 
 // walkProto walks the message b[i:end] (spans are offsets into b).
-func walkProto(m *protoMsg, b []byte, i, end int, slots []span, depth int) Reason {
+func walkProto(m *protoMsg, b []byte, i, end int, slots []span, ext [][]byte, depth int) Reason {
 	if depth > MaxDepth {
 		return ReasonUndecodable
 	}
 	for _, s := range m.defaults {
+		// Only where the field is still absent: a message given twice
+		// merges, and its first occurrence's values stay.
+		if slots[s.slot].kind != kindNone {
+			continue
+		}
 		slots[s.slot] = s.sp
+		if s.sp.ext {
+			ext[s.slot] = s.ext
+		}
 	}
 	for i < end {
 		num, typ, n := protowire.ConsumeTag(b[i:end])
@@ -221,7 +245,7 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, depth int) Reaso
 			}
 			i += n
 			if f.slot >= 0 {
-				slots[f.slot] = protoVarint(f, v)
+				slots[f.slot], ext[f.slot] = protoVarint(f, v)
 			}
 		case protowire.Fixed32Type:
 			v, n := protowire.ConsumeFixed32(b[i:end])
@@ -233,11 +257,11 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, depth int) Reaso
 				var sp span
 				switch f.kind {
 				case protoreflect.FloatKind:
-					sp = span{kind: kindFloat, num: int64(math.Float64bits(float64(math.Float32frombits(v))))}
+					sp = numSpan(kindFloat, int64(math.Float64bits(float64(math.Float32frombits(v)))))
 				case protoreflect.Sfixed32Kind:
-					sp = span{kind: kindInt, num: int64(int32(v))}
+					sp = numSpan(kindInt, int64(int32(v)))
 				default:
-					sp = span{kind: kindUint, num: int64(v)}
+					sp = numSpan(kindUint, int64(v))
 				}
 				slots[f.slot] = sp
 			}
@@ -251,11 +275,11 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, depth int) Reaso
 				var sp span
 				switch f.kind {
 				case protoreflect.DoubleKind:
-					sp = span{kind: kindFloat, num: int64(v)}
+					sp = numSpan(kindFloat, int64(v))
 				case protoreflect.Sfixed64Kind:
-					sp = span{kind: kindInt, num: int64(v)}
+					sp = numSpan(kindInt, int64(v))
 				default:
-					sp = span{kind: kindUint, num: int64(v)}
+					sp = numSpan(kindUint, int64(v))
 				}
 				slots[f.slot] = sp
 			}
@@ -271,7 +295,7 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, depth int) Reaso
 				if f.sub != nil {
 					// A message field given twice is merged, as protobuf
 					// parsers do: the later one's fields win.
-					if r := walkProto(f.sub, b, start, stop, slots, depth+1); r != ReasonNone {
+					if r := walkProto(f.sub, b, start, stop, slots, ext, depth+1); r != ReasonNone {
 						return r
 					}
 				}
@@ -308,31 +332,32 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, depth int) Reaso
 	return ReasonNone
 }
 
-// protoVarint is the span of a varint-encoded field value v.
-func protoVarint(f *protoField, v uint64) span {
+// protoVarint is the span of a varint-encoded field value v (and its
+// bytes, for an ext span).
+func protoVarint(f *protoField, v uint64) (span, []byte) {
 	switch f.kind {
 	case protoreflect.BoolKind:
 		if v != 0 {
-			return span{kind: kindTrue, ext: trueText, end: 4}
+			return extSpan(kindTrue, trueText), trueText
 		}
-		return span{kind: kindFalse, ext: falseText, end: 5}
+		return extSpan(kindFalse, falseText), falseText
 	case protoreflect.EnumKind:
 		if name, ok := f.enum[int32(v)]; ok {
-			return span{kind: kindString, ext: name, end: len(name)}
+			return extSpan(kindString, name), name
 		}
-		return span{kind: kindInt, num: int64(int32(v))} // an open enum's unknown value: its number
+		return numSpan(kindInt, int64(int32(v))), nil // an open enum's unknown value: its number
 	case protoreflect.Int32Kind:
-		return span{kind: kindInt, num: int64(int32(v))}
+		return numSpan(kindInt, int64(int32(v))), nil
 	case protoreflect.Sint32Kind:
-		return span{kind: kindInt, num: int64(int32(protowire.DecodeZigZag(v & math.MaxUint32)))}
+		return numSpan(kindInt, int64(int32(protowire.DecodeZigZag(v&math.MaxUint32)))), nil
 	case protoreflect.Sint64Kind:
-		return span{kind: kindInt, num: protowire.DecodeZigZag(v)}
+		return numSpan(kindInt, protowire.DecodeZigZag(v)), nil
 	case protoreflect.Uint32Kind:
-		return span{kind: kindUint, num: int64(uint32(v))}
+		return numSpan(kindUint, int64(uint32(v))), nil
 	case protoreflect.Uint64Kind:
-		return span{kind: kindUint, num: int64(v)}
+		return numSpan(kindUint, int64(v)), nil
 	}
-	return span{kind: kindInt, num: int64(v)} // int64
+	return numSpan(kindInt, int64(v)), nil // int64
 }
 
 // protoTimestamp reads a google.protobuf.Timestamp (seconds = 1, nanos =
@@ -365,9 +390,9 @@ func protoTimestamp(b []byte) (span, bool) {
 		i += n
 	}
 	if sec < 0 || sec > MaxTimeMs/1000 || nanos < 0 || nanos >= 1e9 {
-		return span{kind: kindTimeMs, num: -1}, true // bad_time
+		return numSpan(kindTimeMs, -1), true // bad_time
 	}
-	return span{kind: kindTimeMs, num: sec*1000 + nanos/1e6}, true
+	return numSpan(kindTimeMs, sec*1000+nanos/1e6), true
 }
 
 // messageIndexes reads Confluent's protobuf message indexes at b[i:] (a

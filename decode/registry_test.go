@@ -3,7 +3,9 @@ package decode
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +173,168 @@ func TestRegistryConcurrentFetch(t *testing.T) {
 	}
 	if n := fetches.Load(); n != 1 {
 		t.Errorf("%d fetches, want 1", n)
+	}
+}
+
+// TestRegistrySharedAcrossDecoders: the decoders of one configuration (one
+// per input partition) share their schemas: a new id is fetched once.
+func TestRegistrySharedAcrossDecoders(t *testing.T) {
+	t.Parallel()
+	reg, err := srtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	id, _ := reg.Register("events-value", srtest.Avro, regV1)
+	cfg := registryConfig(reg.URL())
+	cfg.Events.SchemaRegistry.Username, cfg.Events.SchemaRegistry.Password = "", ""
+	rec := wire(uint32(id), mustAvro(t, avro.MustParse(regV1), map[string]any{"user": map[string]any{"id": "u"}, "ts": t0, "page": "home"}))
+	for p := range 4 {
+		d := mustNew(cfg)
+		if p > 0 {
+			var err error
+			if d, err = d.WithPartitionCheck(PartitionerMurmur2, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ev := d.NewEvent()
+		want{timeMs: t0.UnixMilli(), user: "u", bins: []int32{0}}.check(t, "partition decoder", d.Decode(rec, ev), ev)
+	}
+	if n := reg.IDLookups(); n != 1 {
+		t.Errorf("%d lookups by 4 decoders of one config, want 1", n)
+	}
+}
+
+// TestRegistryReferences: a protobuf schema importing another registered
+// one, and an Avro schema using a named type of another, are compiled with
+// their references (GET /subjects/{s}/versions/{v}); a new protobuf version
+// mid-stream is read without a restart.
+func TestRegistryReferences(t *testing.T) {
+	t.Parallel()
+	reg, err := srtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if _, err := reg.Register("geo", srtest.Protobuf, "syntax = \"proto3\";\npackage shop.v1;\nmessage Geo { string country = 1; }\n"); err != nil {
+		t.Fatal(err)
+	}
+	ref := srtest.Reference{Name: "shop/geo.proto", Subject: "geo", Version: 1}
+	v1 := "syntax = \"proto3\";\npackage shop.v1;\nimport \"shop/geo.proto\";\nmessage E { string user = 1; int64 ts = 2; Geo geo = 3; }\n"
+	v2 := "syntax = \"proto3\";\npackage shop.v1;\nimport \"shop/geo.proto\";\nmessage Other { string x = 1; }\nmessage E { string user = 1; int64 ts = 2; Geo geo = 3; string page = 4; }\n"
+	id1, err := reg.Register("events-value", srtest.Protobuf, v1, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &config.Config{
+		Events:     config.Events{Format: "protobuf", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
+		Histograms: []config.Histogram{{Name: "c", Field: "geo.country", Bins: []string{"US", "DE"}}},
+	}
+	d := mustNew(cfg)
+	ev := d.NewEvent()
+	// E{user: "u", ts: 5, geo: {country: "DE"}} by hand: 0a 01 'u' 10 05 1a 04 (0a 02 'D' 'E').
+	payload := []byte{0x0a, 0x01, 'u', 0x10, 0x05, 0x1a, 0x04, 0x0a, 0x02, 'D', 'E'}
+	want{timeMs: 5, user: "u", bins: []int32{1}}.check(t, "v1 with a reference", d.Decode(confluent(t, id1, []int{0}, payload), ev), ev)
+	id2, err := reg.Register("events-value", srtest.Protobuf, v2, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In v2, E is the second message: index [1].
+	want{timeMs: 5, user: "u", bins: []int32{1}}.check(t, "v2 mid-stream", d.Decode(confluent(t, id2, []int{1}, payload), ev), ev)
+	want{reason: ReasonMissingTime}.check(t, "v2, index of Other", d.Decode(confluent(t, id2, []int{0}, payload), ev), ev)
+
+	// Avro: a record type defined in another registered schema.
+	if _, err := reg.Register("geo-avro", srtest.Avro, `{"type":"record","name":"Geo","namespace":"shop","fields":[{"name":"country","type":"string"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	aid, err := reg.Register("events-avro", srtest.Avro,
+		`{"type":"record","name":"E","namespace":"shop","fields":[{"name":"user","type":"string"},{"name":"ts","type":"long"},{"name":"geo","type":"shop.Geo"}]}`,
+		srtest.Reference{Name: "shop.Geo", Subject: "geo-avro", Version: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg := &config.Config{
+		Events:     config.Events{Format: "avro", TimeField: "ts", UserField: "user", SchemaRegistry: config.SchemaRegistry{URL: reg.URL()}},
+		Histograms: []config.Histogram{{Name: "c", Field: "geo.country", Bins: []string{"US", "DE"}}},
+	}
+	ad := mustNew(acfg)
+	// {user: "u", ts: 5, geo: {country: "US"}}: 02 'u' 0a 04 'U' 'S'.
+	want{timeMs: 5, user: "u", bins: []int32{0}}.check(t, "avro with a reference", ad.Decode(wire(uint32(aid), []byte{0x02, 'u', 0x0a, 0x04, 'U', 'S'}), ev), ev)
+}
+
+// TestRegistryUnknownIDStorm: records of many distinct ids the registry
+// does not know cost one lookup each, are remembered in a bounded set, do
+// not grow the schema cache, and are rate limited (a lookup over the limit
+// waits and is counted).
+func TestRegistryUnknownIDStorm(t *testing.T) {
+	t.Parallel()
+	reg, err := srtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	cfg := registryConfig(reg.URL())
+	cfg.Events.SchemaRegistry.Username, cfg.Events.SchemaRegistry.Password = "", ""
+	d := mustNew(cfg)
+	s := d.schemas
+	s.mu.Lock()
+	s.rate, s.burst, s.tokens, s.maxUnknown = 1e9, 1e9, 1e9, 500
+	s.mu.Unlock()
+	ev := d.NewEvent()
+	const n = 3000
+	for id := 1000; id < 1000+n; id++ {
+		want{reason: ReasonUnknownSchemaID}.check(t, "garbage id", d.Decode(wire(uint32(id), []byte{2, 'u'}), ev), ev)
+	}
+	st := d.SchemaStats()
+	if st.Lookups != n || st.UnknownIDs != 500 || len(*s.resolved.Load()) != 0 {
+		t.Fatalf("after %d unknown ids: %+v, %d cached schemas; want %d lookups, 500 remembered, none cached", n, st, len(*s.resolved.Load()), n)
+	}
+	// The last 500 are remembered: no new lookup.
+	want{reason: ReasonUnknownSchemaID}.check(t, "remembered id", d.Decode(wire(uint32(1000+n-1), []byte{2, 'u'}), ev), ev)
+	if got := d.SchemaStats().Lookups; got != n {
+		t.Fatalf("a remembered id was looked up again (%d lookups)", got)
+	}
+
+	// The rate limit: a burst of 2, then 20 lookups per second.
+	s.mu.Lock()
+	s.rate, s.burst, s.tokens = 20, 2, 2
+	s.mu.Unlock()
+	start := time.Now()
+	for id := 9000; id < 9006; id++ {
+		d.Decode(wire(uint32(id), []byte{2, 'u'}), ev)
+	}
+	if el, st := time.Since(start), d.SchemaStats(); st.Delayed != 4 || el < 150*time.Millisecond {
+		t.Fatalf("6 lookups at a burst of 2 and 20/s: %+v in %v; want 4 delayed, ≥ 150 ms", st, el)
+	}
+}
+
+// TestRegistrySchemaNotes: the observer hears, once per resolved id, which
+// configured fields the schema lacks (a renamed user field) and which go
+// through a list.
+func TestRegistrySchemaNotes(t *testing.T) {
+	t.Parallel()
+	reg, err := srtest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	renamed := `{"type":"record","name":"E","fields":[{"name":"account","type":{"type":"record","name":"U","fields":[{"name":"id","type":"string"}]}},{"name":"ts","type":"long"},{"name":"page","type":{"type":"array","items":"string"}}]}`
+	id, _ := reg.Register("events-value", srtest.Avro, renamed)
+	cfg := registryConfig(reg.URL())
+	cfg.Events.SchemaRegistry.Username, cfg.Events.SchemaRegistry.Password = "", ""
+	cfg.Histograms[0].Field = "page.name"
+	d := mustNew(cfg)
+	var notes []SchemaNote
+	var mu sync.Mutex
+	d.OnSchema(func(n SchemaNote) { mu.Lock(); notes = append(notes, n); mu.Unlock() })
+	ev := d.NewEvent()
+	rec := wire(uint32(id), mustAvro(t, avro.MustParse(renamed), map[string]any{"account": map[string]any{"id": "u"}, "ts": int64(1), "page": []string{"x"}}))
+	for range 3 {
+		want{reason: ReasonMissingUser}.check(t, "renamed user", d.Decode(rec, ev), ev)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notes) != 1 || notes[0].ID != id || !slices.Equal(notes[0].Unresolved, []string{"user.id"}) || !slices.Equal(notes[0].ThroughList, []string{"page.name"}) {
+		t.Fatalf("notes %+v; want one for id %d: unresolved [user.id], through a list [page.name]", notes, id)
 	}
 }

@@ -34,17 +34,29 @@ const (
 // every other kind it is the raw token.
 //
 // A span of a schema-encoded format or of a record field may instead hold
-// its bytes in ext (the record key, a header value, an enum symbol: the
-// value is then ext[start:end]) or its value in num (kindInt, kindUint,
-// kindFloat, kindTimeMs).
+// its bytes outside the message (ext: the record key, a header value, an
+// enum symbol, in the Event's ext entry of its slot: the value is then
+// ext[slot][start:end]) or a number in start (kindInt, kindUint,
+// kindFloat, kindTimeMs: see num). The span stays three words: the scan
+// copies and clears spans on the hot path.
 type span struct {
 	start, end int
 	kind       kind
 	esc        bool
 	elem       uint8 // kindVector: the element encoding (vecElem*)
-	ext        []byte
-	num        int64
+	ext        bool
 }
+
+// num is the value of a kindInt, kindUint (its bits), kindFloat (its
+// bits) or kindTimeMs span.
+func (sp span) num() int64 { return int64(sp.start) }
+
+// numSpan is a span of kind k holding v.
+func numSpan(k kind, v int64) span { return span{kind: k, start: int(v)} }
+
+// extSpan is a span whose bytes are b, stored by the caller in the slot's
+// ext entry.
+func extSpan(k kind, b []byte) span { return span{kind: k, end: len(b), ext: true} }
 
 // strPlain[c] is true for bytes that may appear in a JSON string without any
 // further check: printable ASCII other than '"' and '\\'.

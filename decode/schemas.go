@@ -4,15 +4,19 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
@@ -57,12 +61,49 @@ type schemaEntry struct {
 	avro  *avroOp      // format avro
 	proto []*protoNode // format protobuf, Confluent framing: the file's messages
 	msg   *protoMsg    // format protobuf without message indexes
-	// unknown: the id is not a usable schema (ReasonUnknownSchemaID); the
-	// registry is asked again after until.
+	// unknown: the id is not a usable schema (ReasonUnknownSchemaID).
 	unknown bool
-	until   time.Time
-	err     error // why it is unknown (for logs)
+	// note is what the compilation found (paths that do not resolve or go
+	// through a list or map), reported once per id to the observer.
+	note SchemaNote
 }
+
+// unknownEntry stands for an id the registry does not have.
+var unknownEntry = &schemaEntry{unknown: true}
+
+// SchemaNote is what the decoder found about one schema id when it first
+// resolved it: the configured fields the schema does not have (every record
+// of that id will miss them: a renamed field?), those whose path goes
+// through a list, a map or a scalar (wrong_type), or why the schema is not
+// usable (Err: its records are unknown_schema_id).
+type SchemaNote struct {
+	ID          int
+	Unresolved  []string // field keys with no such field in the schema
+	ThroughList []string // field keys whose path goes through a list, map or scalar
+	Err         error
+}
+
+// SchemaStats are the counters of a decoder's schema lookups (shared by
+// the decoders of one configuration).
+type SchemaStats struct {
+	// Lookups: registry requests for unseen ids; Delayed: those that
+	// waited for the lookup rate limit; UnknownIDs: ids the registry said
+	// it does not have, remembered now.
+	Lookups, Delayed int64
+	UnknownIDs       int
+}
+
+// The registry lookups of unseen ids are rate limited, so that a stream of
+// garbage records with fresh ids (each starting with the magic byte 0)
+// cannot turn into a flood of registry requests: lookupsPerSec on average,
+// bursts of lookupBurst. A lookup over the limit waits (the partition is
+// delayed, and the delay counted). maxUnknown bounds the ids remembered as
+// unknown (the oldest forgotten first).
+const (
+	lookupsPerSec = 50
+	lookupBurst   = 100
+	maxUnknown    = 100_000
+)
 
 // SchemaFetcher fetches a schema by id from a registry: the text, its type
 // as the registry names it ("" or "AVRO", "PROTOBUF", "JSON") and the texts
@@ -78,27 +119,93 @@ var ErrSchemaNotFound = errors.New("schema not found")
 // schemaSet resolves the schema ids of the records: from
 // events.schema_files (compiled by New), else from the registry, cached.
 type schemaSet struct {
-	d         *Decoder
-	protobuf  bool
-	indexes   bool   // protobuf: Confluent's message indexes follow the id
-	message   string // protobuf without indexes: the message (default: the first)
-	fetcher   SchemaFetcher
-	timeout   time.Duration
-	now       func() time.Time
-	resolved  atomic.Pointer[map[int]*schemaEntry] // copy on write; read without locking
-	fetchMu   sync.Mutex                           // serializes fetches and the writes of resolved
-	fetchHook func(id int)                         // tests: called before each fetch
+	d        *Decoder
+	protobuf bool
+	indexes  bool   // protobuf: Confluent's message indexes follow the id
+	message  string // protobuf without indexes: the message (default: the first)
+	fetcher  SchemaFetcher
+	timeout  time.Duration
+	now      func() time.Time
+	// resolved holds the ids whose schema the registry returned (usable
+	// or not) and the schema files: read without locking, copied on write —
+	// a new entry per schema registered, few.
+	resolved atomic.Pointer[map[int]*schemaEntry]
+	// mu guards unknown, unknownOrder, inflight, the rate limiter's
+	// tokens and last, and the writes of resolved.
+	mu           sync.Mutex
+	unknown      map[int]time.Time // ids the registry said it does not have, until when
+	unknownOrder []int             // unknown's ids, oldest first (with stale duplicates)
+	inflight     map[int]*fetchCall
+	tokens       float64
+	last         time.Time
+	rate, burst  float64 // lookups per second, burst (lookupsPerSec, lookupBurst; tests change them)
+	maxUnknown   int
+	lookups      atomic.Int64
+	delayed      atomic.Int64
+	observer     atomic.Pointer[func(SchemaNote)]
+	fetchHook    func(id int) // tests: called before each fetch
+	fileNotes    []SchemaNote // what the compilation of each schema file found
+}
+
+// fetchCall is one registry lookup that concurrent callers wait for.
+type fetchCall struct {
+	done chan struct{}
+	e    *schemaEntry
+	err  error
+}
+
+// sharedSets are the schema sets of the decoders built so far, by
+// schemaSetKey: the stage builds one decoder per input partition, and
+// decoders of one configuration share their schemas (one registry request
+// per new id, not one per partition).
+var sharedSets sync.Map // string → *schemaSet
+
+// schemaSetKey is what a schema set's compiled schemas depend on: the
+// events section and the fields and kinds of the histograms (the slots).
+func schemaSetKey(cfg *config.Config) string {
+	type hist struct{ Field, GroupBy, Kind string }
+	hs := make([]hist, len(cfg.Histograms))
+	for i, h := range cfg.Histograms {
+		hs[i] = hist{h.Field, h.GroupBy, h.Kind}
+	}
+	b, err := json.Marshal(struct {
+		Events     config.Events
+		Histograms []hist
+	}{cfg.Events, hs})
+	if err != nil {
+		return "" // plain data: cannot fail; "" is never shared
+	}
+	return string(b)
 }
 
 func newSchemaSet(d *Decoder, cfg *config.Config) (*schemaSet, error) {
+	key := schemaSetKey(cfg)
+	if s, ok := sharedSets.Load(key); ok && key != "" {
+		return s.(*schemaSet), nil
+	}
+	s, err := buildSchemaSet(d, cfg)
+	if err != nil || key == "" {
+		return s, err
+	}
+	actual, _ := sharedSets.LoadOrStore(key, s)
+	return actual.(*schemaSet), nil
+}
+
+func buildSchemaSet(d *Decoder, cfg *config.Config) (*schemaSet, error) {
 	ev := cfg.Events
 	s := &schemaSet{
-		d:        d,
-		protobuf: ev.Format == config.FormatProtobuf,
-		indexes:  ev.Protobuf.MessageIndexes != config.MessageIndexesNone,
-		message:  ev.Protobuf.Message,
-		timeout:  ev.SchemaRegistry.Timeout.D(),
-		now:      time.Now,
+		d:          d,
+		protobuf:   ev.Format == config.FormatProtobuf,
+		indexes:    ev.Protobuf.MessageIndexes != config.MessageIndexesNone,
+		message:    ev.Protobuf.Message,
+		timeout:    ev.SchemaRegistry.Timeout.D(),
+		now:        time.Now,
+		unknown:    map[int]time.Time{},
+		inflight:   map[int]*fetchCall{},
+		tokens:     lookupBurst,
+		rate:       lookupsPerSec,
+		burst:      lookupBurst,
+		maxUnknown: maxUnknown,
 	}
 	if ev.SchemaRegistry.URL == "" && len(ev.SchemaFiles) == 0 {
 		return nil, fmt.Errorf("decode: events.format %s needs events.schema_registry.url or events.schema_files", ev.Format)
@@ -114,8 +221,10 @@ func newSchemaSet(d *Decoder, cfg *config.Config) (*schemaSet, error) {
 		}
 		e, err := s.compile(string(text), "", nil)
 		if err != nil {
-			return nil, fmt.Errorf("decode: events.schema_files[%d] (id %d): %w", i, f.ID, err)
+			return nil, fmt.Errorf("decode: events.schema_files[%d] (id %d): %w", i, f.ID, shortError(err))
 		}
+		e.note.ID = f.ID
+		s.fileNotes = append(s.fileNotes, e.note)
 		m[f.ID] = e
 	}
 	s.resolved.Store(&m)
@@ -143,20 +252,33 @@ func (s *schemaSet) compile(text, typ string, refs map[string]string) (*schemaEn
 		return nil, fmt.Errorf("a %s schema, not AVRO", typ)
 	}
 	cache := &avro.SchemaCache{}
-	for name, ref := range refs {
-		if _, err := avro.ParseWithCache(ref, "", cache); err != nil {
-			return nil, fmt.Errorf("the referenced schema %q: %w", name, err)
+	// References may use each other: parse them in passes until none is
+	// left or a pass makes no progress.
+	left := maps.Clone(refs)
+	for len(left) > 0 {
+		progress := false
+		var lastErr error
+		for name, ref := range left {
+			if _, err := avro.ParseWithCache(ref, "", cache); err != nil {
+				lastErr = fmt.Errorf("the referenced schema %q: %w", name, err)
+				continue
+			}
+			delete(left, name)
+			progress = true
+		}
+		if !progress {
+			return nil, lastErr
 		}
 	}
 	parsed, err := avro.ParseWithCache(text, "", cache)
 	if err != nil {
 		return nil, err
 	}
-	op, err := compileAvro(s.d, parsed)
+	op, note, err := compileAvroNote(s.d, parsed)
 	if err != nil {
 		return nil, err
 	}
-	return &schemaEntry{avro: op}, nil
+	return &schemaEntry{avro: op, note: note}, nil
 }
 
 // protoRoot is the name the schema itself is compiled under.
@@ -178,8 +300,10 @@ func (s *schemaSet) compileProto(text string, refs map[string]string) (*schemaEn
 	if fd.Messages().Len() == 0 {
 		return nil, errors.New("the schema declares no message")
 	}
+	check := pathCheck{}
 	if s.indexes {
-		return &schemaEntry{proto: compileProtoTree(s.d, fd.Messages())}, nil
+		tree := compileProtoTree(s.d, fd.Messages(), check)
+		return &schemaEntry{proto: tree, note: check.note(s.d)}, nil
 	}
 	md := fd.Messages().Get(0)
 	if s.message != "" {
@@ -190,7 +314,8 @@ func (s *schemaSet) compileProto(text string, refs map[string]string) (*schemaEn
 		}
 		md = m
 	}
-	return &schemaEntry{msg: compileProto(s.d, md, s.d.root)}, nil
+	m := compileProto(s.d, md, s.d.root, check)
+	return &schemaEntry{msg: m, note: check.note(s.d)}, nil
 }
 
 // decode reads the wire-format header of msg, resolves its schema and walks
@@ -205,9 +330,9 @@ func (s *schemaSet) decode(msg []byte, ev *Event) ([]byte, Reason) {
 		return nil, ReasonUnknownSchemaID
 	}
 	e := (*s.resolved.Load())[int(id)]
-	if e == nil || (e.unknown && s.now().After(e.until)) {
+	if e == nil {
 		var err error
-		if e, err = s.fetch(int(id)); err != nil {
+		if e, err = s.lookup(int(id)); err != nil {
 			ev.Err = err
 			return nil, ReasonSchemaUnavailable
 		}
@@ -217,7 +342,7 @@ func (s *schemaSet) decode(msg []byte, ev *Event) ([]byte, Reason) {
 	}
 	if e.avro != nil {
 		payload := msg[wireHeader:]
-		return payload, walkAvro(e.avro, payload, ev.slots)
+		return payload, walkAvro(e.avro, payload, ev.slots, ev.ext)
 	}
 	m, i := e.msg, wireHeader
 	if m == nil {
@@ -226,47 +351,178 @@ func (s *schemaSet) decode(msg []byte, ev *Event) ([]byte, Reason) {
 			return nil, ReasonUndecodable
 		}
 	}
-	return msg, walkProto(m, msg, i, len(msg), ev.slots, 1)
+	return msg, walkProto(m, msg, i, len(msg), ev.slots, ev.ext, 1)
 }
 
-// fetch asks the registry for schema id (once for concurrent callers) and
-// stores the outcome. An error means the registry could not answer: the
-// caller holds.
-func (s *schemaSet) fetch(id int) (*schemaEntry, error) {
-	s.fetchMu.Lock()
-	defer s.fetchMu.Unlock()
-	if e := (*s.resolved.Load())[id]; e != nil && !(e.unknown && s.now().After(e.until)) {
-		return e, nil // fetched by another worker meanwhile
-	}
-	var e *schemaEntry
+// lookup resolves an id not in resolved: an id remembered as unknown, or
+// one registry request per id however many callers wait for it. An error
+// means the registry could not answer: the caller holds.
+func (s *schemaSet) lookup(id int) (*schemaEntry, error) {
 	if s.fetcher == nil {
-		e = &schemaEntry{unknown: true, until: s.now().Add(unknownRetry), err: errors.New("not in events.schema_files and no schema registry configured")}
-	} else {
-		if s.fetchHook != nil {
-			s.fetchHook(id)
+		return unknownEntry, nil // not in events.schema_files, and no registry
+	}
+	s.mu.Lock()
+	if until, ok := s.unknown[id]; ok {
+		if s.now().Before(until) {
+			s.mu.Unlock()
+			return unknownEntry, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		text, typ, refs, err := s.fetcher.FetchSchema(ctx, id)
-		cancel()
-		switch {
-		case errors.Is(err, ErrSchemaNotFound):
-			e = &schemaEntry{unknown: true, until: s.now().Add(unknownRetry), err: err}
-		case err != nil:
-			return nil, fmt.Errorf("decode: fetching schema id %d: %w", id, err)
-		default:
-			if e, err = s.compile(text, typ, refs); err != nil {
-				e = &schemaEntry{unknown: true, until: s.now().Add(unknownRetry), err: fmt.Errorf("schema id %d: %w", id, err)}
+		delete(s.unknown, id)
+	}
+	if e := (*s.resolved.Load())[id]; e != nil {
+		s.mu.Unlock()
+		return e, nil
+	}
+	if c := s.inflight[id]; c != nil {
+		s.mu.Unlock()
+		<-c.done
+		return c.e, c.err
+	}
+	c := &fetchCall{done: make(chan struct{})}
+	s.inflight[id] = c
+	wait := s.take()
+	s.mu.Unlock()
+
+	if wait > 0 {
+		s.delayed.Add(1)
+		time.Sleep(wait)
+	}
+	c.e, c.err = s.fetch(id)
+
+	s.mu.Lock()
+	delete(s.inflight, id)
+	switch {
+	case c.err != nil:
+	case c.e == unknownEntry:
+		s.unknown[id] = s.now().Add(unknownRetry)
+		s.unknownOrder = append(s.unknownOrder, id)
+		s.evictUnknown()
+	default:
+		old := *s.resolved.Load()
+		m := make(map[int]*schemaEntry, len(old)+1)
+		maps.Copy(m, old)
+		m[id] = c.e
+		s.resolved.Store(&m)
+	}
+	s.mu.Unlock()
+	close(c.done)
+	if c.err == nil && c.e != unknownEntry {
+		if f := s.observer.Load(); f != nil {
+			(*f)(c.e.note)
+		}
+	}
+	return c.e, c.err
+}
+
+// take takes a lookup token and returns how long to wait for it (0: one
+// was there); mu held.
+func (s *schemaSet) take() time.Duration {
+	now := s.now()
+	if el := now.Sub(s.last); el > 0 { // a clock stepping back adds nothing
+		if !s.last.IsZero() {
+			s.tokens = min(s.burst, s.tokens+el.Seconds()*s.rate)
+		}
+		s.last = now
+	}
+	s.tokens--
+	if s.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-s.tokens / s.rate * float64(time.Second))
+}
+
+// evictUnknown forgets the oldest unknown ids past maxUnknown; mu held.
+func (s *schemaSet) evictUnknown() {
+	for len(s.unknown) > s.maxUnknown && len(s.unknownOrder) > 0 {
+		delete(s.unknown, s.unknownOrder[0])
+		s.unknownOrder = s.unknownOrder[1:]
+	}
+	if len(s.unknownOrder) > 2*s.maxUnknown { // stale duplicates: compact
+		kept := s.unknownOrder[:0]
+		seen := map[int]bool{}
+		for _, id := range s.unknownOrder {
+			if _, ok := s.unknown[id]; ok && !seen[id] {
+				seen[id] = true
+				kept = append(kept, id)
 			}
 		}
+		s.unknownOrder = slices.Clone(kept)
 	}
-	old := *s.resolved.Load()
-	m := make(map[int]*schemaEntry, len(old)+1)
-	for k, v := range old {
-		m[k] = v
+}
+
+// fetch asks the registry for schema id and compiles it: unknownEntry for
+// a 404, an unknown entry with its note for a schema that is not usable.
+func (s *schemaSet) fetch(id int) (*schemaEntry, error) {
+	s.lookups.Add(1)
+	if s.fetchHook != nil {
+		s.fetchHook(id)
 	}
-	m[id] = e
-	s.resolved.Store(&m)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	text, typ, refs, err := s.fetcher.FetchSchema(ctx, id)
+	cancel()
+	switch {
+	case errors.Is(err, ErrSchemaNotFound):
+		return unknownEntry, nil
+	case err != nil:
+		return nil, fmt.Errorf("decode: fetching schema id %d: %w", id, shortError(err))
+	}
+	e, err := s.compile(text, typ, refs)
+	if err != nil {
+		return &schemaEntry{unknown: true, note: SchemaNote{ID: id, Err: shortError(err)}}, nil
+	}
+	e.note.ID = id
 	return e, nil
+}
+
+// maxErrorLen bounds the text of a schema or registry error kept (a parse
+// error may quote a whole multi-megabyte schema).
+const maxErrorLen = 300
+
+// shortError cuts err's text to maxErrorLen bytes.
+func shortError(err error) error {
+	if err == nil || len(err.Error()) <= maxErrorLen {
+		return err
+	}
+	m := err.Error()[:maxErrorLen]
+	for len(m) > 0 && !utf8.ValidString(m) {
+		m = m[:len(m)-1]
+	}
+	return errors.New(m + "… (cut)")
+}
+
+// OnSchema sets fn to be called once for each schema id the registry
+// resolves, with what the decoder found (see [SchemaNote]), so that the
+// caller can log a schema that misses configured fields — a renamed user
+// or time field would otherwise only show as drops. The decoders of one
+// configuration share it (the last one set wins). fn must be fast and safe
+// for concurrent use.
+func (d *Decoder) OnSchema(fn func(SchemaNote)) {
+	if d.schemas != nil {
+		d.schemas.observer.Store(&fn)
+	}
+}
+
+// SchemaFileNotes returns what the compilation of each of
+// events.schema_files found (in their order): `stage validate` refuses a
+// path through a list, a map or a scalar, and reports fields a schema does
+// not have.
+func (d *Decoder) SchemaFileNotes() []SchemaNote {
+	if d.schemas == nil {
+		return nil
+	}
+	return slices.Clone(d.schemas.fileNotes)
+}
+
+// SchemaStats returns the counters of the schema lookups (zero for json).
+func (d *Decoder) SchemaStats() SchemaStats {
+	s := d.schemas
+	if s == nil {
+		return SchemaStats{}
+	}
+	s.mu.Lock()
+	n := len(s.unknown)
+	s.mu.Unlock()
+	return SchemaStats{Lookups: s.lookups.Load(), Delayed: s.delayed.Load(), UnknownIDs: n}
 }
 
 // Registry is a [SchemaFetcher] over a Confluent-compatible Schema

@@ -69,6 +69,26 @@ import (
 // per-release calibration for K under the same (ε, δ) per period — the
 // per-release charge grows with K) for a grid of K and the mechanisms, and
 // keeps the one of least mean predicted error over the period.
+//
+// Views (histograms[].window, histograms[].max_windows_per_user). Each
+// count histogram is predicted over its own windows: a window of r base
+// windows (r = its window / window.size) is active for a user with
+// probability p_r = 1 − (1 − p)^r, the view has W_h = period / its window
+// windows and its own bound K_h (Plan.HistBounds), so window t of the view
+// counts the share P(Binomial(t, p_r) < K_h) of its active users and
+// N_r = N·p_r/p events when all are counted. N_r is N scaled by the view's
+// distinct active users (U·p_r against U·p), each counted with the events
+// one base window gives it: exact when a user has one event per active
+// window and max_events_per_user is 1, a lower bound on the view's events
+// (an upper bound on its error) otherwise, since a user active in several
+// of the r base windows has more events, up to max_events_per_user. The
+// views share one calibration (DerivePlan: one per-window curve, the
+// budget spread over Units = Σ_h K′_h of them), so every view's releases
+// have the same per-release ε; view h's reservation is the share
+// K′_h / Units of the count histograms' budget (Activity.ReservedShare).
+// With privacy.calibration: optimal that calibration is tuned to N at the
+// largest bin count (expected_events_per_release is per base window), not
+// to each view's N_r.
 
 // BlindShare is the share of its active returning users below which a
 // window is called blind: it counts (almost) none of them.
@@ -113,10 +133,23 @@ type Activity struct {
 	// PerReleaseEpsilon is the calibrated mechanism's RDP ε per release at
 	// privacy.order.
 	PerReleaseEpsilon float64
-	// Histogram and Bins name the count histogram predicted (the one with
-	// the most bins; the first of them on a tie).
+	// Histogram and Bins name the count histogram predicted, Index its
+	// config index.
 	Histogram string
 	Bins      int
+	Index     int
+	// Scale is r: the view's window in windows of window.size (1 for a
+	// histogram at window.size). BasePerUser is the activity figure itself
+	// (privacy.expected_windows_per_user, in base windows) and BaseWindows
+	// the base windows of a period; PerUser = Windows·P with
+	// P = 1 − (1 − BasePerUser/BaseWindows)^Scale.
+	Scale       int
+	BasePerUser float64
+	BaseWindows int
+	// ReservedShare is the view's share of the count histograms' budget:
+	// K′_h / Units with the window bound (its reservation), W_h / Units
+	// without.
+	ReservedShare float64
 	// T are the windows evaluated (every window of the period, or
 	// activitySamples evenly spaced ones); Share[i] is CountedShare at
 	// window T[i] and L2[i] the predicted ℓ2 error of its releases.
@@ -166,19 +199,74 @@ func (a Activity) Settings() string {
 	return fmt.Sprintf("window.size: %s, contribution.max_windows_per_user: %d, %s", ShortDuration(a.Window), a.K, mech)
 }
 
-// PredictActivity predicts the config's own count releases through a
-// period for users at privacy.expected_windows_per_user (with p its plan).
+// PredictActivity predicts the config's count histogram with the most bins
+// (the first of them on a tie) through a period for users at
+// privacy.expected_windows_per_user, over its own view (PredictView).
 // False when the figure is not given or there is no count histogram.
 func PredictActivity(cfg *config.Config, p *Plan) (Activity, bool) {
+	return PredictView(cfg, p, activityHist(cfg))
+}
+
+// PredictViews predicts every count histogram of cfg (config order), each
+// over its own view: its window, its own bound K_h and its events per
+// release N_r (see "Views"). False when the figure is not given or there
+// is no count histogram.
+func PredictViews(cfg *config.Config, p *Plan) ([]Activity, bool) {
+	var out []Activity
+	for i, h := range cfg.Histograms {
+		if h.IsAverage() {
+			continue
+		}
+		a, ok := PredictView(cfg, p, i)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, a)
+	}
+	return out, len(out) > 0
+}
+
+// PredictView predicts count histogram i of cfg (with p its plan) through
+// a period for users at privacy.expected_windows_per_user, over the
+// histogram's own view. False when the figure is not given, i is not a
+// count histogram, or its windows do not divide the period.
+func PredictView(cfg *config.Config, p *Plan, i int) (Activity, bool) {
 	m := cfg.Privacy.ExpectedWindowsPerUser
-	hist := activityHist(cfg)
-	if !(m > 0) || hist < 0 || p.Count == nil || p.WindowsPerPeriod < 1 {
+	if !(m > 0) || i < 0 || i >= len(cfg.Histograms) || cfg.Histograms[i].IsAverage() || p.Count == nil || p.WindowsPerPeriod < 1 {
 		return Activity{}, false
 	}
+	windows, err := HistWindows(cfg, i)
+	if err != nil {
+		return Activity{}, false
+	}
+	h := cfg.Histograms[i]
+	r := int(h.WindowSize(cfg.Window.Size).D() / cfg.Window.Size.D())
+	p0 := min(m/float64(p.WindowsPerPeriod), 1)
+	pr := coarseP(p0, r)
 	n, assumed := planningEvents(cfg)
-	a := predict(p, cfg.Histograms[hist], mechanismName(cfg), cfg.Window.Size.D(), p.WindowsPerPeriod, p.Bound.K, m, n)
-	a.Assumed = assumed
+	k := 0
+	if i < len(p.HistBounds) {
+		k = p.HistBounds[i].K
+	}
+	a := predict(p, h, mechanismName(cfg), h.WindowSize(cfg.Window.Size).D(), windows, k, float64(windows)*pr, n*pr/p0)
+	a.Assumed, a.Index, a.Scale, a.BasePerUser, a.BaseWindows = assumed, i, r, m, p.WindowsPerPeriod
+	if units := p.Count.Units; units > 0 {
+		own := windows
+		if k > 0 {
+			own = p.HistBounds[i].CountWindows
+		}
+		a.ReservedShare = float64(own) / float64(units)
+	}
 	return a, true
+}
+
+// coarseP is p_r = 1 − (1 − p)^r: the probability that a user active in
+// each base window with probability p is active in a window of r of them.
+func coarseP(p float64, r int) float64 {
+	if p >= 1 {
+		return 1
+	}
+	return -math.Expm1(float64(r) * math.Log1p(-p))
 }
 
 // planningEvents is expected_events_per_release, or DefaultPlanningEvents
@@ -260,8 +348,16 @@ func firstBelow(windows int, p float64, k int, share float64) int {
 // per candidate window size, the configuration of least mean predicted
 // error over the period.
 type Recommendation struct {
-	// Current is the config as it is.
+	// Current is the config as it is: the prediction of its count
+	// histogram with the most bins (PredictActivity).
 	Current Activity
+	// Views are the config's count histograms, each over its own view
+	// (PredictViews).
+	Views []Activity
+	// Multi is the multi-view configuration recommended for returning
+	// users (recommendViews); nil when the period has no coarser window
+	// size than window.size.
+	Multi *MultiView
 	// Best holds, for each candidate window size (finest first), the K and
 	// mechanism of least mean predicted error over the period.
 	Best []Activity
@@ -298,10 +394,12 @@ func Recommend(cfg *config.Config, p *Plan, dirichletEverywhere bool) (Recommend
 	if !ok {
 		return Recommendation{}, false
 	}
-	rec := Recommendation{Current: cur, Finest: -1, Own: -1}
+	views, _ := PredictViews(cfg, p)
+	rec := Recommendation{Current: cur, Views: views, Finest: -1, Own: -1}
 	hist := activityHist(cfg)
 	base, period := cfg.Window.Size.D(), cfg.Privacy.Budget.Period.D()
-	p0 := cur.P
+	p0 := min(cfg.Privacy.ExpectedWindowsPerUser/float64(p.WindowsPerPeriod), 1)
+	events, _ := planningEvents(cfg)
 	sizes := []time.Duration{base}
 	for _, s := range append(slices.Clone(candidateSizes), period) {
 		if s > base && s%base == 0 && period%s == 0 && !slices.Contains(sizes, s) {
@@ -311,11 +409,8 @@ func Recommend(cfg *config.Config, p *Plan, dirichletEverywhere bool) (Recommend
 	for _, size := range sizes {
 		r := float64(size / base)
 		windows := int(period / size)
-		pr := -math.Expm1(r * math.Log1p(-p0)) // 1 − (1 − p)^r
-		if p0 >= 1 {
-			pr = 1
-		}
-		m, n := float64(windows)*pr, cur.Events*pr/p0
+		pr := coarseP(p0, int(r))
+		m, n := float64(windows)*pr, events*pr/p0
 		var best *Activity
 		consider := func(a Activity) {
 			if best == nil || a.MeanL2 < best.MeanL2 {
@@ -385,6 +480,7 @@ func Recommend(cfg *config.Config, p *Plan, dirichletEverywhere bool) (Recommend
 		}
 		rec.Best = append(rec.Best, *best)
 	}
+	rec.Multi = recommendViews(cfg, dirichletEverywhere)
 	return rec, true
 }
 
@@ -446,30 +542,54 @@ func ShortDuration(d time.Duration) string {
 }
 
 // ActivityWarnings are the plan's warnings for privacy.expected_windows_per_user
-// (each with its config line): K below the figure (windows go blind, or
-// count fewer than half their users, within each period), and no candidate
-// window size reaching a useful error at the figure. Nil without the
-// figure.
+// (each with its config line): for each view (the count histograms of one
+// window size, each with its own bound K_h), K_h below the view's expected
+// active windows W_h·p_r (windows go blind, or count fewer than half their
+// users, within each period), at the line of that histogram's
+// max_windows_per_user, or of contribution.max_windows_per_user for a
+// histogram at window.size without one; and no candidate window size
+// reaching a useful error at the figure. Nil without the figure.
 func ActivityWarnings(cfg *config.Config, p *Plan) []config.Warning {
 	rec, ok := Recommend(cfg, p, false)
 	if !ok {
 		return nil
 	}
-	cur := rec.Current
 	var out []config.Warning
-	fig := fmt.Sprintf("privacy.expected_windows_per_user = %g (the %dth percentile of a user's active windows per period)", cur.PerUser, config.ActivityPercentile)
-	if k := cur.K; k > 0 && float64(k) < cur.PerUser {
-		var what string
-		if cur.Blind() {
-			what = fmt.Sprintf("windows go blind after about %s of each %s period: from then on a window counts fewer than %.0f%% of its active users, and its releases show noise over nearly empty counts (predicted ℓ2 %.3g at the period's end, against %.3g for answering \"uniform\")",
-				ShortDuration(cur.BlindAfter()), ShortDuration(time.Duration(cur.Windows)*cur.Window), 100*BlindShare, cur.L2[len(cur.L2)-1], cur.UniformL2)
-		} else {
-			what = fmt.Sprintf("windows count fewer than half of their active users after about %s of each %s period",
-				ShortDuration(cur.HalfAfter()), ShortDuration(time.Duration(cur.Windows)*cur.Window))
+	fig := fmt.Sprintf("privacy.expected_windows_per_user = %g (the %dth percentile of a user's active windows of window.size per period)", rec.Current.BasePerUser, config.ActivityPercentile)
+	warned := map[time.Duration]bool{} // view sizes warned: histograms of one size share K_h and p_r
+	for _, v := range rec.Views {
+		if v.K <= 0 || !(float64(v.K) < v.PerUser) || warned[v.Window] {
+			continue
 		}
-		out = append(out, config.Warning{Path: "contribution.max_windows_per_user", Line: cfg.LineOf("contribution.max_windows_per_user"),
-			Message: fmt.Sprintf("K = %d is below %s: a user at that percentile is active in a window with probability %.2g and has used up its %d windows after about %s; %s. %s",
-				k, fig, cur.P, k, ShortDuration(time.Duration(math.Ceil(float64(k)/cur.P))*cur.Window), what, rec.Advice()+" (`stage plan` draws them through the period)")})
+		warned[v.Window] = true
+		var names []string
+		for _, o := range rec.Views {
+			if o.Window == v.Window {
+				names = append(names, o.Histogram)
+			}
+		}
+		period := ShortDuration(v.Period())
+		var what string
+		if v.Blind() {
+			what = fmt.Sprintf("its windows go blind after about %s of each %s period: from then on a window counts fewer than %.0f%% of its active users, and its releases show noise over nearly empty counts (predicted ℓ2 of %s %.3g at the period's end, against %.3g for answering \"uniform\")",
+				ShortDuration(v.BlindAfter()), period, 100*BlindShare, v.Histogram, v.EndL2(), v.UniformL2)
+		} else {
+			what = fmt.Sprintf("its windows count fewer than half of their active users after about %s of each %s period", ShortDuration(v.HalfAfter()), period)
+		}
+		var active string
+		if v.Scale > 1 {
+			active = fmt.Sprintf("%.3g of its %d %s windows (active in a %s window with probability %.3g = 1 − (1 − %.3g)^%d)", v.PerUser, v.Windows, ShortDuration(v.Window), ShortDuration(v.Window), v.P, v.BasePerUser/float64(v.BaseWindows), v.Scale)
+		} else {
+			active = fmt.Sprintf("%.3g of its %d windows (probability %.3g per window)", v.PerUser, v.Windows, v.P)
+		}
+		path := "contribution.max_windows_per_user"
+		if cfg.Histograms[v.Index].MaxWindowsPerUser > 0 {
+			path = fmt.Sprintf("histograms[%d].max_windows_per_user", v.Index)
+		}
+		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path),
+			Message: fmt.Sprintf("view %s (%s windows): K = %d is below the windows a user at %s is active in: %s; such a user has used up its %d windows after about %s, so %s. %s",
+				strings.Join(names, ", "), ShortDuration(v.Window), v.K, fig, active, v.K,
+				ShortDuration(time.Duration(math.Ceil(float64(v.K)/v.P))*v.Window), what, rec.Advice()+" (`stage plan` draws them through the period)")})
 	}
 	if rec.Finest < 0 {
 		b := rec.bestOverall()
@@ -510,6 +630,9 @@ func (r Recommendation) Advice() string {
 	if r.Own >= 0 && r.Own != r.Finest {
 		o := r.Best[r.Own]
 		s += fmt.Sprintf("; at window.size %s the best is K=%d with %s (predicted mean ℓ2 %.3g, %s)", ShortDuration(o.Window), o.K, o.Mechanism, o.MeanL2, Verdict(o.MeanRatio()))
+	}
+	if mv := r.Multi; mv != nil {
+		s += fmt.Sprintf("; in one budget, views for returning users: %s", mv.Describe())
 	}
 	return s
 }

@@ -149,6 +149,14 @@ func TestRunSmall(t *testing.T) {
 	if res.InProcessAllocsPerEvt > 0.5 {
 		t.Errorf("in-process path allocates %.3f times per event", res.InProcessAllocsPerEvt)
 	}
+	// The Avro and Protobuf runs (same events, same counts: Run fails
+	// otherwise) allocate no more than JSON's.
+	for name, f := range map[string][2]float64{"avro": {res.InProcessAvroEventsPerSec, res.InProcessAvroAllocsPerEvt},
+		"protobuf": {res.InProcessProtobufEventsPerSec, res.InProcessProtobufAllocsPerEvt}} {
+		if f[0] <= 0 || f[1] > 0.5 {
+			t.Errorf("in-process %s: %.0f events/s, %.3f allocs per event", name, f[0], f[1])
+		}
+	}
 	if res.InProcessCountedPerEvt <= 0 || res.InProcessCountedPerEvt > 2 {
 		t.Errorf("in-process counted %.3f histogram parts per event, want (0, 2]", res.InProcessCountedPerEvt)
 	}

@@ -174,11 +174,14 @@ privacy:
 	}
 	inOrder(t, "plan", out, []string{
 		"activity (privacy.expected_windows_per_user = 12, the 90th percentile",
-		"this config: a user at the 90th percentile is active in 12 of the 24 windows", "go blind",
+		"this config: pages (1h windows): a user at the 90th percentile is active in 12 of its 24 windows", "go blind",
 		"configuration", "per-release ε", "mean ℓ2", "blind after", "verdict",
-		"this config: 1h windows, K=2, gaussian",
+		"this config: pages (1h windows, K=2, gaussian)",
 		"1h windows, K=", "3h windows, K=", "24h windows, K=1,",
+		"views: pages (1h windows, K=", "views: pages_24h (24h windows, K=1,",
 		"recommended: For this figure the finest useful setting is",
+		"views in one budget for returning users", "contribution:\n      max_windows_per_user: ",
+		"  - name: pages_24h\n", "        window: 24h\n        max_windows_per_user: 1\n",
 		"activity.csv", "activity.png",
 	})
 	csv, err := os.ReadFile(filepath.Join(dir, "activity.csv"))
@@ -192,7 +195,7 @@ privacy:
 			this++
 		}
 	}
-	if this != 24 || len(lines) < 1+24+24+8+1 {
+	if this != 24 || len(lines) < 1+24+24+8+1+24+1 {
 		t.Errorf("activity.csv: %d rows of this config (want 24), %d lines", this, len(lines))
 	}
 	if st, err := os.Stat(filepath.Join(dir, "activity.png")); err != nil || st.Size() == 0 {

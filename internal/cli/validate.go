@@ -7,11 +7,14 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
 )
@@ -34,10 +37,40 @@ func Validate(args []string, stdout, stderr io.Writer) int {
 	if pl == nil {
 		return code
 	}
+	// The schema files of avro and protobuf are compiled against the
+	// configured fields, as the stage will at start (nothing is fetched).
+	// A path through a list or map in a local schema is refused; a field a
+	// schema does not have is a warning (its records would miss it).
+	var schemaWarnings []string
+	if cfg.Events.Format != config.FormatJSON && len(cfg.Events.SchemaFiles) > 0 {
+		dec, err := decode.New(cfg, siphash.Key{})
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", *path, err)
+			return 2
+		}
+		bad := false
+		for i, n := range dec.SchemaFileNotes() {
+			if len(n.ThroughList) > 0 {
+				fmt.Fprintf(stderr, "%s: events.schema_files[%d] (id %d): %s goes through a list, a map or a scalar of the schema: a path can only name fields of nested records\n",
+					*path, i, n.ID, strings.Join(n.ThroughList, ", "))
+				bad = true
+			}
+			if len(n.Unresolved) > 0 {
+				schemaWarnings = append(schemaWarnings, fmt.Sprintf("events.schema_files[%d]: schema id %d has no field %s: its records will miss it", i, n.ID, strings.Join(n.Unresolved, ", ")))
+			}
+		}
+		if bad {
+			return 2
+		}
+	}
 	printPlan(stdout, cfg, pl)
-	if ws := append(cfg.Warnings(), plan.Warnings(cfg, pl)...); len(ws) > 0 {
+	ws := append(cfg.Warnings(), plan.Warnings(cfg, pl)...)
+	if len(ws)+len(schemaWarnings) > 0 {
 		fmt.Fprintf(stdout, "\nwarnings\n")
 		for _, w := range ws {
+			fmt.Fprintf(stdout, "  %s\n", w)
+		}
+		for _, w := range schemaWarnings {
 			fmt.Fprintf(stdout, "  %s\n", w)
 		}
 	}
@@ -302,20 +335,28 @@ func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Pla
 // than plan.BlindShare, of their active users, and the error of the
 // period's first and last windows and its mean.
 func printActivity(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
-	a, ok := plan.PredictActivity(cfg, p)
+	views, ok := plan.PredictViews(cfg, p)
 	if !ok {
 		return
 	}
-	fmt.Fprintf(tw, "%sactivity	%s\n", indent, activityLine(a))
+	for _, a := range views {
+		fmt.Fprintf(tw, "%sactivity	%s\n", indent, activityLine(a))
+	}
 }
 
 // activityLine describes an activity prediction in one line.
 func activityLine(a plan.Activity) string {
 	period := plan.ShortDuration(time.Duration(a.Windows) * a.Window)
-	s := fmt.Sprintf("a user at the %dth percentile is active in %g of the %d windows of a period (p = %.3g per window)", config.ActivityPercentile, a.PerUser, a.Windows, a.P)
+	s := fmt.Sprintf("%s (%s windows): a user at the %dth percentile is active in %.4g of its %d windows of a period (p = %.3g per window", a.Histogram, plan.ShortDuration(a.Window), config.ActivityPercentile, a.PerUser, a.Windows, a.P)
+	if a.Scale > 1 {
+		s += fmt.Sprintf(" = 1 − (1 − %.3g)^%d: active in any of its %d windows of window.size", a.BasePerUser/float64(a.BaseWindows), a.Scale, a.Scale)
+	}
+	s += fmt.Sprintf("; %.3g%% of the count budget)", 100*a.ReservedShare)
 	switch {
 	case a.K == 0:
 		s += "; no window bound: every window counts all of its users"
+	case a.K >= a.Windows:
+		s += fmt.Sprintf("; with K = %d of its %d windows every window counts every active user all %s", a.K, a.Windows, period)
 	case a.Blind():
 		s += fmt.Sprintf("; with K = %d windows count fewer than half of their active users after %s and go blind (fewer than %.0f%%) after %s of each %s", a.K, plan.ShortDuration(a.HalfAfter()), 100*plan.BlindShare, plan.ShortDuration(a.BlindAfter()), period)
 	case a.HalfFrom < a.Windows:
@@ -327,8 +368,8 @@ func activityLine(a plan.Activity) string {
 	if a.Assumed {
 		assumed = ", assumed"
 	}
-	return s + fmt.Sprintf("; predicted ℓ2 of %s: %.3g in the first window, %.3g in the last, mean %.3g over the period (%s; at %g events per release before the bound%s)",
-		a.Histogram, a.L2[0], a.L2[len(a.L2)-1], a.MeanL2, plan.Verdict(a.MeanRatio()), a.Events, assumed)
+	return s + fmt.Sprintf("; predicted ℓ2: %.3g in the first window, %.3g in the last, mean %.3g over the period (%s; at %.4g events per release before the bound%s)",
+		a.L2[0], a.L2[len(a.L2)-1], a.MeanL2, plan.Verdict(a.MeanRatio()), a.Events, assumed)
 }
 
 // fittingReservations is how many count histograms' period reservations

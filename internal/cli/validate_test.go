@@ -104,3 +104,44 @@ func inOrder(t *testing.T, what, s string, frags []string) {
 		rest = rest[i+len(f):]
 	}
 }
+
+// TestValidateSchemaFiles: `stage validate` compiles events.schema_files
+// (a schema that does not parse is an error naming the entry and id).
+func TestValidateSchemaFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.avsc")
+	bad := filepath.Join(dir, "bad.avsc")
+	os.WriteFile(good, []byte(`{"type":"record","name":"E","fields":[{"name":"user","type":{"type":"record","name":"U","fields":[{"name":"id","type":"string"}]}},{"name":"ts","type":"long"},{"name":"page","type":"string"}]}`), 0o600)
+	os.WriteFile(bad, []byte(`{"type":"record","name":"E","fields":[{"name":"page","type":"nonsense"}]}`), 0o600)
+	list := filepath.Join(dir, "list.avsc")
+	os.WriteFile(list, []byte(`{"type":"record","name":"E","fields":[{"name":"user","type":{"type":"array","items":{"type":"record","name":"U","fields":[{"name":"id","type":"string"}]}}},{"name":"ts","type":"long"},{"name":"page","type":"string"}]}`), 0o600)
+	lacks := filepath.Join(dir, "lacks.avsc")
+	os.WriteFile(lacks, []byte(`{"type":"record","name":"E","fields":[{"name":"uid","type":"string"},{"name":"ts","type":"long"},{"name":"page","type":"string"}]}`), 0o600)
+	for _, tc := range []struct {
+		file string
+		code int
+		frag string
+	}{{good, 0, "config OK"}, {bad, 2, "events.schema_files[0] (id 3)"},
+		{list, 2, "events.schema_files[0] (id 3): user.id goes through a list"}, {lacks, 0, "schema id 3 has no field user.id"}} {
+		cfg := filepath.Join(dir, "stage.yaml")
+		os.WriteFile(cfg, []byte(`events:
+  format: avro
+  user_field: user.id
+  schema_files:
+    - id: 3
+      file: `+tc.file+`
+histograms:
+  - name: pages
+    field: page
+    bins: [home, other]
+privacy:
+  budget:
+    epsilon: 1
+`), 0o600)
+		var out, errb bytes.Buffer
+		code := Validate([]string{"--config", cfg}, &out, &errb)
+		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.frag) {
+			t.Errorf("%s: exit %d, want %d with %q\nstdout %s\nstderr %s", tc.file, code, tc.code, tc.frag, out.String(), errb.String())
+		}
+	}
+}

@@ -17,7 +17,9 @@ import (
 // hundred minute windows were released after its window started (one
 // query over all histograms, newest window first, left it out: the card
 // said "waiting for the first window") — and says how often it is
-// released. /api/layout carries each histogram's window.
+// released. /api/layout carries each histogram's window. With
+// privacy.expected_windows_per_user each view shows the plan's prediction
+// (a blind minute view, a healthy hourly one).
 func TestBrowserHistogramWindows(t *testing.T) {
 	bin := chromium(t)
 	cfg := testConfig(t, "", nil)
@@ -28,6 +30,9 @@ func TestBrowserHistogramWindows(t *testing.T) {
 	// Views with their own bounds (issue #23 item 2): the page says each.
 	cfg.Contribution.MaxWindowsPerUser, cfg.Contribution.MaxTrackedUsers = 2, 0
 	cfg.Histograms[1].MaxWindowsPerUser = 24
+	// The planned views (issue 23): users active in half of a day's
+	// minutes; the page shows each view's prediction from the config.
+	cfg.Privacy.ExpectedWindowsPerUser = 720
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +86,10 @@ func TestBrowserHistogramWindows(t *testing.T) {
 	if !strings.Contains(dom, "every 1 hour") {
 		t.Errorf("the page does not say the hourly histogram is released every hour")
 	}
-	for _, want := range []string{"a user counts in at most 2 of its 1440 windows a period", "a user counts in at most 24 of its 24 windows a period"} {
+	for _, want := range []string{"a user counts in at most 2 of its 1440 windows a period", "a user counts in at most 24 of its 24 windows a period",
+		`data-planned="pages">Planned for users active in up to 720 of the 1,440 windows`, "this view counts (almost) none of them after about",
+		`data-planned="hourly">Planned for users`, "this view counts every active user all day",
+		"This is a prediction from the public configuration, not a measurement of the data."} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the page does not say %q", want)
 		}

@@ -64,7 +64,15 @@ var (
 		"charging": true, "note": true} // how the public config charges a period (issue 23 item 3)
 	layoutSchema = map[string]bool{"histograms": true, "histograms[].name": true, "histograms[].bins": true,
 		"histograms[].groups": true, "histograms[].window_seconds": true, "window_seconds": true, "mechanism": true, "calibration": true, "band_level": true,
-		"budget_charging": true}
+		"budget_charging": true,
+		// Each view's bound and the plan's prediction for it (issue 23):
+		// public config only (TestLayoutPlannedViews).
+		"histograms[].max_windows_per_user": true, "histograms[].windows_per_period": true, "histograms[].planned": true,
+		"histograms[].planned.windows_per_user": true, "histograms[].planned.base_windows_per_period": true,
+		"histograms[].planned.active_windows": true, "histograms[].planned.counted_share_at_end": true,
+		"histograms[].planned.half_after_seconds": true, "histograms[].planned.blind_after_seconds": true,
+		"histograms[].planned.l2_first": true, "histograms[].planned.l2_last": true, "histograms[].planned.mean_l2": true,
+		"histograms[].planned.uniform_l2": true, "histograms[].planned.verdict": true, "histograms[].planned.text": true}
 )
 
 func union(a, b map[string]bool) map[string]bool {

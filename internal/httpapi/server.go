@@ -95,6 +95,10 @@ type Options struct {
 	History int
 	// ShutdownTimeout bounds the graceful shutdown. Default 5s.
 	ShutdownTimeout time.Duration
+	// Plan is the stage's privacy plan of Config, for the planned views
+	// of /api/layout (PlannedView); derived from Config when nil and
+	// privacy.expected_windows_per_user is set.
+	Plan *plan.Plan
 }
 
 // Server serves the endpoints. Create it with New, feed it with OnRelease,
@@ -148,7 +152,13 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.page, s.pageCSP = page, csp
-	s.layout, err = json.Marshal(newLayout(opts.Config))
+	planned, err := plannedViews(opts.Config, opts.Plan)
+	if err != nil {
+		// The stage refuses a config without a plan; the page then only
+		// lacks the planned views.
+		opts.Log.Warn("dashboard: no planned views", zap.Error(err))
+	}
+	s.layout, err = json.Marshal(newLayout(opts.Config, planned))
 	if err != nil {
 		return nil, err
 	}
@@ -560,9 +570,17 @@ type LayoutHistogram struct {
 	// MaxWindowsPerUser of them. Absent without the bound.
 	MaxWindowsPerUser int `json:"max_windows_per_user,omitempty"`
 	WindowsPerPeriod  int `json:"windows_per_period,omitempty"`
+	// Planned is the plan's prediction for the view at the public
+	// planning figures (count histograms, with
+	// privacy.expected_windows_per_user): public config only, never the
+	// data.
+	Planned *PlannedView `json:"planned,omitempty"`
 }
 
-func newLayout(cfg *config.Config) Layout {
+// newLayout is /api/layout for cfg, with the planned views (config index
+// → prediction; nil without them). A function of the public
+// configuration only.
+func newLayout(cfg *config.Config, planned map[int]*PlannedView) Layout {
 	l := Layout{
 		WindowSeconds: cfg.Window.Size.D().Seconds(),
 		Mechanism:     cfg.Privacy.Mechanism,
@@ -578,6 +596,7 @@ func newLayout(cfg *config.Config) Layout {
 		if k, size := cfg.HistWindowBound(i), h.WindowSize(cfg.Window.Size); k > 0 && size > 0 {
 			lh.MaxWindowsPerUser, lh.WindowsPerPeriod = k, int(cfg.Privacy.Budget.Period/size)
 		}
+		lh.Planned = planned[i]
 		l.Histograms = append(l.Histograms, lh)
 	}
 	return l
