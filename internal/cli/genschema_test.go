@@ -89,6 +89,16 @@ func TestDemoFormats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// What `stage run` and `stage generate` build (newGenerator) writes
+		// that format under that id, and it decodes.
+		runGen, err := newGenerator(context.Background(), cfg, generator.Config{})
+		if err != nil {
+			t.Fatalf("%s: newGenerator: %v", name, err)
+		}
+		if c := runGen.Config(); c.Format != f || c.SchemaID != id {
+			t.Errorf("%s: newGenerator writes %s under id %d, want %s under %d", name, c.Format, c.SchemaID, f, id)
+		}
+		decodeAll(t, cfg, runGen, 200)
 		got := decodeAll(t, cfg, gen, n)
 		for i := range got {
 			if len(got[i]) != len(want[i]) {
