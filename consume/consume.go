@@ -166,7 +166,7 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 			reason = decode.ReasonOversized
 		} else {
 			recordOf(&rec, &m)
-			r, ok := decodeHeld(ctx, s, sess, p, dec, &rec, ev)
+			r, ok := decodeHeld(ctx, s, sess, p, m.Offset, dec, &rec, ev)
 			switch {
 			case !ok:
 				return // ctx ended while the schema registry held the record: not processed

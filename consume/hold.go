@@ -43,7 +43,16 @@ var holdBackoff = retry.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.
 // the windows open (its arrival frontier stops advancing by the wall clock,
 // and with watermark event it is never idle), so that the held record's
 // window cannot close before the record is counted.
-func decodeHeld(ctx context.Context, s *node.Node, sess *Session, p int, dec *decode.Decoder, rec *decode.Record, ev *decode.Event) (r decode.Reason, ok bool) {
+//
+// A hold that lasts is repeated in the log every holdLogEvery with the
+// held offset and for how long, at error level once it passed
+// holdErrorAfter; a registry that refuses the stage's credentials (401,
+// 403: events.schema_registry.username/password, or its TLS identity) is
+// said so at once, at error level. Either way the partition stays held:
+// a refused or broken registry is not bad input, and dropping the records
+// would lose them for good (issue 24 item 4), while the readiness
+// condition and the metric tell the operator.
+func decodeHeld(ctx context.Context, s *node.Node, sess *Session, p int, offset int64, dec *decode.Decoder, rec *decode.Record, ev *decode.Event) (r decode.Reason, ok bool) {
 	r = dec.DecodeRecord(rec, ev)
 	if !r.Hold() {
 		return r, true
@@ -54,17 +63,44 @@ func decodeHeld(ctx context.Context, s *node.Node, sess *Session, p int, dec *de
 	// (node.Readiness) follow the partitions held.
 	s.Stats.SchemaRegistryHeld.Add(1)
 	defer s.Stats.SchemaRegistryHeld.Add(-1)
-	s.Log.Warn("schema registry unavailable: holding the partition (nothing is dropped or committed) and retrying",
-		zap.Int("partition", p), zap.Error(ev.Err))
+	start := time.Now()
+	logHold(s, p, offset, 0, ev.Err)
+	logged := start
 	for r.Hold() {
 		if b.Wait(ctx) != nil {
 			return r, false
 		}
 		s.Stats.SchemaRegistryRetries.Add(1)
 		r = dec.DecodeRecord(rec, ev)
+		if now := time.Now(); r.Hold() && now.Sub(logged) >= holdLogEvery {
+			logged = now
+			logHold(s, p, offset, now.Sub(start), ev.Err)
+		}
 	}
-	s.Log.Info("schema registry reachable again: the partition resumes", zap.Int("partition", p))
+	s.Log.Info("schema registry reachable again: the partition resumes", zap.Int("partition", p), zap.Int64("offset", offset),
+		zap.Duration("held", time.Since(start).Round(time.Millisecond)))
 	return r, true
+}
+
+// holdLogEvery is how often a lasting hold is logged again; holdErrorAfter
+// when it turns from a warning into an error.
+const (
+	holdLogEvery   = time.Minute
+	holdErrorAfter = 5 * time.Minute
+)
+
+// logHold logs a hold of partition p at offset, held for so far.
+func logHold(s *node.Node, p int, offset int64, held time.Duration, err error) {
+	fields := []zap.Field{zap.Int("partition", p), zap.Int64("offset", offset), zap.Duration("held", held.Round(time.Second)), zap.Error(err)}
+	switch {
+	case decode.RegistryAuthRefused(err):
+		s.Log.Error("schema registry refuses the stage's credentials (401/403): holding the partition (nothing is dropped or committed); "+
+			"fix events.schema_registry.username/password (or its TLS identity) — releases wait until then", fields...)
+	case held >= holdErrorAfter:
+		s.Log.Error("schema registry still unavailable: the partition is held (nothing is dropped or committed) and every release waits", fields...)
+	default:
+		s.Log.Warn("schema registry unavailable: holding the partition (nothing is dropped or committed) and retrying", fields...)
+	}
 }
 
 // watchSchemas logs, once per schema id the registry resolves, the

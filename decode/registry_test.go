@@ -2,6 +2,7 @@ package decode
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/srtest"
@@ -116,6 +118,16 @@ func TestRegistry(t *testing.T) {
 	d = mustNew(bad)
 	if r := d.Decode(rec1, ev); !r.Hold() {
 		t.Fatalf("wrong password: %v, want a hold", r)
+	}
+	// ... that the caller can tell from an outage (consume logs it as
+	// refused credentials, at error level).
+	if !RegistryAuthRefused(ev.Err) {
+		t.Errorf("wrong password: RegistryAuthRefused(%v) = false", ev.Err)
+	}
+	for code, want := range map[int]bool{401: true, 403: true, 503: false, 500: false} {
+		if got := RegistryAuthRefused(fmt.Errorf("fetch: %w", &sr.ResponseError{StatusCode: code})); got != want {
+			t.Errorf("RegistryAuthRefused(%d) = %v, want %v", code, got, want)
+		}
 	}
 }
 

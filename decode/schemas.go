@@ -585,6 +585,13 @@ func (g *Registry) FetchSchema(ctx context.Context, id int) (string, string, map
 	return s.Schema, s.Type.String(), refs, nil
 }
 
+// RegistryAuthRefused reports whether err (decode.Event.Err of a hold) is
+// the Schema Registry refusing the stage's credentials: 401 or 403.
+func RegistryAuthRefused(err error) bool {
+	var re *sr.ResponseError
+	return errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden)
+}
+
 // registryError wraps a 404 in ErrSchemaNotFound.
 func registryError(err error) error {
 	var re *sr.ResponseError
