@@ -2,6 +2,7 @@ package layering
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,4 +95,39 @@ func codeLines(t *testing.T, f string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// maxFileLines bounds every non-test Go file of the module (issue 22 item
+// 4: a file over 800 lines is split, by pure moves, where it falls apart).
+const maxFileLines = 800
+
+// TestNoLongFiles: no non-test Go file of the module has more than
+// maxFileLines lines.
+func TestNoLongFiles(t *testing.T) {
+	root := "../.."
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "node_modules" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if n := bytes.Count(b, []byte("\n")); n > maxFileLines {
+			t.Errorf("%s has %d lines, more than %d: split it where it falls apart", strings.TrimPrefix(p, root+"/"), n, maxFileLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
