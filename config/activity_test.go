@@ -3,9 +3,9 @@ package config
 import "testing"
 
 // TestExpectedWindowsPerUser: privacy.expected_windows_per_user is
-// optional (absent or 0: not given, as Config.String writes it); otherwise
-// it is refused with its line when it is not a finite number, negative, or
-// more than the windows of one period.
+// optional (absent: not given; Config.String leaves it out); otherwise it
+// is refused with its line when it is not a finite number, 0 or negative
+// (issue 23 item 1: "≤ 0"), or more than the windows of one period.
 func TestExpectedWindowsPerUser(t *testing.T) {
 	// minimal's privacy block, then the figure on line 9; 1m windows and a
 	// 24h period (1,440 windows) by default.
@@ -17,6 +17,7 @@ func TestExpectedWindowsPerUser(t *testing.T) {
 		{"negative infinite", "-.inf", "finite"},
 		{"negative", "-3", "greater than 0"},
 		{"just below zero", "-0.001", "greater than 0"},
+		{"zero written", "0", "greater than 0"},
 		{"more than the period's windows", "1441", "at most the 1440 windows"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,7 +36,6 @@ func TestExpectedWindowsPerUser(t *testing.T) {
 		want      float64
 	}{
 		{"absent: not given", minimal, 0},
-		{"zero: not given", minimal + "  expected_windows_per_user: 0\n", 0},
 		{"a whole day of 1m windows", minimal + "  expected_windows_per_user: 1440\n", 1440},
 		{"a fraction", minimal + "  expected_windows_per_user: 2.5\n", 2.5},
 		{"coarser windows", minimal + "  expected_windows_per_user: 24\nwindow: {size: 1h}\n", 24},
@@ -46,6 +46,10 @@ func TestExpectedWindowsPerUser(t *testing.T) {
 				t.Errorf("expected_windows_per_user = %v, want %v", got, tc.want)
 			}
 		})
+	}
+	// Config.String leaves an absent figure out, so its output parses again.
+	if s := mustParse(t, minimal, nil).String(); mustParse(t, s, nil).Privacy.ExpectedWindowsPerUser != 0 {
+		t.Errorf("String of a config without the figure does not parse back without it:\n%s", s)
 	}
 	// With 1h windows a day has 24 of them: 25 is refused.
 	_, err := Parse([]byte(minimal+"  expected_windows_per_user: 25\nwindow: {size: 1h}\n"), nil)

@@ -588,10 +588,12 @@ type Privacy struct {
 	// to predict, through the period, the share of a window's users the
 	// cross-window bound (contribution.max_windows_per_user) still counts
 	// and the error of each window's releases (package plan, activity.go).
-	// It is public configuration, never measured from the data, and
-	// changes no release. Default 0: not given. Otherwise it must be
-	// finite, greater than 0 and at most the windows of a period.
-	ExpectedWindowsPerUser float64 `yaml:"expected_windows_per_user"`
+	// It is public configuration — the dashboard prints it — so it must be
+	// a public figure or a differentially private estimate, never one
+	// measured on the protected stream; it changes no release. Absent: not
+	// given. Otherwise it must be finite, greater than 0 and at most the
+	// windows of a period.
+	ExpectedWindowsPerUser float64 `yaml:"expected_windows_per_user,omitempty"`
 }
 
 // ActivityPercentile is the percentile of users' active windows per period

@@ -58,6 +58,16 @@ func (c *Config) lineOf(path string) int {
 	return 0
 }
 
+// written reports whether path itself was written in the loaded YAML (not
+// only a parent of it).
+func (c *Config) written(path string) bool {
+	if c.meta == nil {
+		return false
+	}
+	_, ok := c.meta.line[path]
+	return ok
+}
+
 func (c *Config) fromEnv(path string) bool { return c.meta != nil && c.meta.env[path] }
 
 // Load reads the YAML file at path and returns the configuration it

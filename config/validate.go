@@ -602,13 +602,17 @@ func (k *checker) privacy() {
 	}
 }
 
-// activity checks privacy.expected_windows_per_user: 0 (not given, what
-// an absent key reads as and Config.String writes) or a finite number of
-// windows greater than 0 and at most the windows of one budget period.
+// activity checks privacy.expected_windows_per_user: absent (0: not
+// given; Config.String leaves it out) or a finite number of windows greater
+// than 0 and at most the windows of one budget period. A written 0 is
+// refused like any number ≤ 0.
 func (k *checker) activity() {
 	const path = "privacy.expected_windows_per_user"
 	m := k.c.Privacy.ExpectedWindowsPerUser
 	if m == 0 {
+		if k.c.written(path) {
+			k.add(path, "must be greater than 0, got 0: the %dth percentile of how many windows of a budget period one user is active in (leave the key out when you do not know it)", ActivityPercentile)
+		}
 		return // not given
 	}
 	size, period := k.c.Window.Size, k.c.Privacy.Budget.Period

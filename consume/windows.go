@@ -136,7 +136,10 @@ func (sess *Session) add(w, baseMs, period int64, ev *decode.Event) (out aggrega
 		if start < window.Start(sess.Next, set.sizeMs) {
 			continue // that window is closed
 		}
-		if adm := sess.admOf(set, baseMs); adm != nil && !adm.Admissible(ev.User, period) {
+		if adm := sess.admOf(set, baseMs); adm != nil && !adm.Admissible(ev.User, period) || adm == nil && sess.Adm != nil {
+			// (With the bound on, a size without an admission state — a
+			// view validation should have refused — counts nobody: the
+			// bound fails closed, never counting more than it charges.)
 			// Admitted to max_windows_per_user closed windows of this size
 			// in the period already: never admitted to this one
 			// (aggregate.Admissions).

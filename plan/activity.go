@@ -514,7 +514,10 @@ func candidate(cfg *config.Config, hist int, size time.Duration, windows, k int,
 	c.Window.Size = config.Duration(size)
 	c.Histograms = slices.Clone(cfg.Histograms)
 	for i := range c.Histograms {
+		// Every histogram at the candidate's window, with the candidate's
+		// K: a histogram's own bound belongs to its own window (a view).
 		c.Histograms[i].Window = 0
+		c.Histograms[i].MaxWindowsPerUser = 0
 	}
 	c.Contribution.MaxWindowsPerUser = k
 	c.Contribution.MaxTrackedUsers = 0
@@ -589,7 +592,7 @@ func ActivityWarnings(cfg *config.Config, p *Plan) []config.Warning {
 		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path),
 			Message: fmt.Sprintf("view %s (%s windows): K = %d is below the windows a user at %s is active in: %s; such a user has used up its %d windows after about %s, so %s. %s",
 				strings.Join(names, ", "), ShortDuration(v.Window), v.K, fig, active, v.K,
-				ShortDuration(time.Duration(math.Ceil(float64(v.K)/v.P))*v.Window), what, rec.Advice()+" (`stage plan` draws them through the period)")})
+				ShortDuration(time.Duration(math.Ceil(float64(v.K)/v.P-1e-9))*v.Window), what, rec.Advice()+" (`stage plan` draws them through the period)")})
 	}
 	if rec.Finest < 0 {
 		b := rec.bestOverall()

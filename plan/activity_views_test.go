@@ -201,3 +201,41 @@ func TestRecommendViews(t *testing.T) {
 		t.Errorf("advice without the views: %s", adv)
 	}
 }
+
+// TestRecommendCandidatesIgnoreViews (review of issue 23): Recommend's
+// per-window-size candidates put every histogram at the candidate's window
+// with the candidate's K, so a config with views gets the same candidates
+// as the same histograms without them (a view's own max_windows_per_user
+// once stayed, planning a candidate over K + ΣK_view curves, and its
+// recommendation pasted into the config was refused).
+func TestRecommendCandidatesIgnoreViews(t *testing.T) {
+	t.Parallel()
+	views := viewsActivityConfig(t, 432, 24)
+	flat := viewsActivityConfig(t, 432, 24)
+	for i := range flat.Histograms {
+		flat.Histograms[i].Window, flat.Histograms[i].MaxWindowsPerUser = 0, 0
+	}
+	if err := flat.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	best := func(cfg *config.Config) []plan.Activity {
+		p, err := plan.DerivePlan(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, ok := plan.Recommend(cfg, p, false)
+		if !ok {
+			t.Fatal("no recommendation")
+		}
+		return rec.Best
+	}
+	a, b := best(views), best(flat)
+	if len(a) != len(b) {
+		t.Fatalf("%d candidate sizes with views, %d without", len(a), len(b))
+	}
+	for i := range a {
+		if a[i].Window != b[i].Window || a[i].K != b[i].K || math.Abs(a[i].MeanL2-b[i].MeanL2) > 1e-12 {
+			t.Errorf("size %v: with views K %d, mean ℓ2 %.4g; without K %d, %.4g", a[i].Window, a[i].K, a[i].MeanL2, b[i].K, b[i].MeanL2)
+		}
+	}
+}
