@@ -23,6 +23,10 @@ runs and writes CSV files and PNG plots into --out:
   kl_vs_eps    KL(f̃ ‖ y) vs ε̂ at δ = 1e-5 with a uniform baseline (001 Figure 3, bottom)
 and prints a short summary. A full run takes about a minute on 2 cores.
 
+  stage eval steady --config FILE ...   the steady-population benchmark: the
+               error of every view of a config through a budget period when
+               the same users come back all day (stage eval steady -h)
+
 Flags:
   --out DIR     output directory (default ./eval-out)
   --quick       small grids and 100 repetitions (a smoke run of a few seconds)
@@ -34,6 +38,9 @@ Flags:
 
 // Eval implements `stage eval`. Exit codes: 0 success, 1 failure, 2 bad flags.
 func Eval(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "steady" {
+		return EvalSteady(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	out := fs.String("out", "eval-out", "")
