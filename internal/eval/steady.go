@@ -215,7 +215,7 @@ type steadyField struct {
 	name   string
 	values []string
 	cdf    []float64 // Zipf over values (bins); nil for group fields (uniform)
-	index  map[int][]int32
+	index  [][]int32 // [position in hists][value]; nil for a histogram without the field
 }
 
 type steadySetDef struct {
@@ -263,10 +263,10 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 		if !ok {
 			f = len(r.fields)
 			fieldIdx[h.Field] = f
-			r.fields = append(r.fields, steadyField{name: h.Field, values: slices.Clone(h.Bins), cdf: cumulative(Zipf(len(h.Bins))), index: map[int][]int32{}})
+			r.fields = append(r.fields, steadyField{name: h.Field, values: slices.Clone(h.Bins), cdf: cumulative(Zipf(len(h.Bins)))})
 		}
 		r.field = append(r.field, f)
-		r.fields[f].index[pos] = valueIndex(r.fields[f].values, h.Bins, h.OverflowBin)
+		r.fields[f].index = setIndex(r.fields[f].index, pos, valueIndex(r.fields[f].values, h.Bins, h.OverflowBin))
 		if h.GroupBy == "" {
 			r.groupBy = append(r.groupBy, -1)
 			continue
@@ -275,10 +275,10 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 		if !ok {
 			g = len(r.gFields)
 			gIdx[h.GroupBy] = g
-			r.gFields = append(r.gFields, steadyField{name: h.GroupBy, values: slices.Clone(h.Groups), index: map[int][]int32{}})
+			r.gFields = append(r.gFields, steadyField{name: h.GroupBy, values: slices.Clone(h.Groups)})
 		}
 		r.groupBy = append(r.groupBy, g)
-		r.gFields[g].index[pos] = valueIndex(r.gFields[g].values, h.Groups, "")
+		r.gFields[g].index = setIndex(r.gFields[g].index, pos, valueIndex(r.gFields[g].values, h.Groups, ""))
 	}
 	// One aggregator per distinct window size, as the stage builds them
 	// (pipeline/windows.go WindowSpecs), over the count histograms.
@@ -324,6 +324,15 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 		}
 	}
 	return r, nil
+}
+
+// setIndex sets index[pos] = v, growing index as needed.
+func setIndex(index [][]int32, pos int, v []int32) [][]int32 {
+	for len(index) <= pos {
+		index = append(index, nil)
+	}
+	index[pos] = v
+	return index
 }
 
 // valueIndex maps each of values to its index in bins (the overflow bin's
@@ -412,8 +421,7 @@ func (g *steadyGen) window(startMs int64, ev *decode.Event, values []int, fn fun
 			values[f] = v
 		}
 		for pos := range r.hists {
-			f := r.fields[r.field[pos]]
-			ev.Bins[pos] = f.index[pos][values[r.field[pos]]]
+			ev.Bins[pos] = r.fields[r.field[pos]].index[pos][values[r.field[pos]]]
 			ev.Groups[pos] = 0
 			if gf := r.groupBy[pos]; gf >= 0 {
 				ev.Groups[pos] = r.gFields[gf].index[pos][g.groups[u][gf]]
