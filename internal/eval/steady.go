@@ -222,6 +222,7 @@ type steadySetDef struct {
 	sizeMs int64
 	spec   aggregate.Spec
 	hists  []int // positions in steadyRun.hists
+	k      int   // the cross-window bound of its histograms (0: none)
 }
 
 type steadyViewDef struct {
@@ -304,6 +305,7 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 			def.spec.Histograms = append(def.spec.Histograms, aggregate.HistSpec{Name: h.Name, Bins: slices.Clone(h.Bins), Groups: h.GroupNames()})
 			def.spec.EventIndex = append(def.spec.EventIndex, pos)
 			def.hists = append(def.hists, pos)
+			def.k = histBound(cfg, i)
 		}
 		if _, err := aggregate.New(def.spec); err != nil { // check once
 			return nil, fmt.Errorf("eval: steady: %s: %w", c.Name, err)
@@ -319,7 +321,7 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 				return nil, fmt.Errorf("eval: steady: %s: %w", c.Name, err)
 			}
 			r.views = append(r.views, steadyViewDef{hist: pos, set: s, idxInSet: j, mech: p.Count.Mechanism,
-				k: p.Bound.K, bins: len(h.Bins), groups: len(h.GroupNames()), windows: w, histName: h.Name,
+				k: def.k, bins: len(h.Bins), groups: len(h.GroupNames()), windows: w, histName: h.Name,
 				windowDur: h.WindowSize(cfg.Window.Size).D()})
 		}
 	}
@@ -333,6 +335,15 @@ func setIndex(index [][]int32, pos int, v []int32) [][]int32 {
 	}
 	index[pos] = v
 	return index
+}
+
+// histBound is the cross-window bound of histogram i (0: none): the
+// contribution-level K, which applies to the histograms at window.size.
+func histBound(cfg *config.Config, i int) int {
+	if cfg.Histograms[i].WindowSize(cfg.Window.Size) != cfg.Window.Size {
+		return 0 // a coarser window cannot be combined with the bound in this build
+	}
+	return cfg.Contribution.MaxWindowsPerUser
 }
 
 // valueIndex maps each of values to its index in bins (the overflow bin's

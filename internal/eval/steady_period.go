@@ -22,11 +22,14 @@ func (r *steadyRun) period(rep int) (views []*SteadyView, events int64, err erro
 		}
 	}
 	// The cross-window bound, as the stage's consumer and closer apply it
-	// (pipeline/consume.go handle, pipeline/release.go closeWindow).
-	var adm *aggregate.Admissions
-	if k := r.cfg.Contribution.MaxWindowsPerUser; k > 0 {
-		if adm, err = aggregate.NewAdmissions(k); err != nil {
-			return nil, 0, err
+	// (pipeline/consume.go handle, pipeline/release.go closeWindow): one
+	// admission state per window size with a bound.
+	adms := make([]*aggregate.Admissions, len(r.sets))
+	for s, def := range r.sets {
+		if def.k > 0 {
+			if adms[s], err = aggregate.NewAdmissions(def.k); err != nil {
+				return nil, 0, err
+			}
 		}
 	}
 	views = make([]*SteadyView, len(r.views))
@@ -52,34 +55,31 @@ func (r *steadyRun) period(rep int) (views []*SteadyView, events int64, err erro
 					truth[vi][grp][bin]++
 				}
 			}
-			if adm != nil && !adm.Admissible(ev.User, period) {
-				return // admitted to K closed windows of the period already
-			}
 			for s, def := range r.sets {
+				if adms[s] != nil && !adms[s].Admissible(ev.User, period) {
+					continue // admitted to K closed windows of this size in the period already
+				}
 				aggs[s].Add(window.Start(ev.TimeMs, def.sizeMs), ev)
 			}
 		})
 		end := start + r.baseMs
-		var admit func(uint64) bool
-		if adm != nil {
-			decided := map[uint64]bool{} // one decision per user and base boundary, shared by the sizes closing here
-			admit = func(u uint64) bool {
-				u = aggregate.UserKey(u)
-				ok, seen := decided[u]
-				if !seen {
-					ok = adm.Admit(period, u)
-					decided[u] = ok
-				}
-				return ok
-			}
-		}
 		for s, def := range r.sets {
 			if window.Start(end, def.sizeMs) != end {
 				continue // its window does not end here
 			}
 			wstart := end - def.sizeMs
 			var wc *aggregate.WindowCounts
-			if admit != nil {
+			if adm := adms[s]; adm != nil {
+				decided := map[uint64]bool{} // one decision per user and window
+				admit := func(u uint64) bool {
+					u = aggregate.UserKey(u)
+					ok, seen := decided[u]
+					if !seen {
+						ok = adm.Admit(period, u)
+						decided[u] = ok
+					}
+					return ok
+				}
 				wc, err = aggs[s].CloseAdmitted(wstart, admit)
 			} else {
 				wc, err = aggs[s].Close(wstart)
