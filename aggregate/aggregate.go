@@ -92,7 +92,7 @@
 //
 // In every case x′ − x = q − p with p, q ≥ 0 and ‖p‖₁, ‖q‖₁ ≤ m, whence
 // Δ1 ≤ 2m, Δ2² ≤ ‖p‖₂² + ‖q‖₂² ≤ 2m² (⟨p, q⟩ ≥ 0), Δ∞ ≤ m; for add_remove
-// without a cap one of p, q is 0: Δ1 = Δ∞ = m, Δ2² = m² (pipeline/plan.go
+// without a cap one of p, q is 0: Δ1 = Δ∞ = m, Δ2² = m² (plan/plan.go
 // derives the charge from these; TestNeighbourSensitivity checks them on
 // random neighbours, and finds each bound attained).
 //

@@ -368,7 +368,7 @@ func TestCapacity(t *testing.T) {
 // window at its cap, adding one user with a smaller hash than the largest
 // tracked one — whenever it arrives — displaces that user: the per-window
 // change is one user's events out and one user's in, which the plan charges
-// for (pipeline/plan.go).
+// for (plan/plan.go).
 func TestCapDisplacement(t *testing.T) {
 	run := func(withA, first bool) [][][]float64 {
 		s := testSpec()

@@ -23,7 +23,7 @@ func Example() {
 		panic(err)
 	}
 	// The stage builds the Spec from the config in one place
-	// (pipeline.AggregateSpec); here it is written out.
+	// (consume.AggregateSpec); here it is written out.
 	a, err := aggregate.New(aggregate.Spec{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 1000, WindowSize: time.Minute,
 		Histograms: []aggregate.HistSpec{{Name: "pages", Bins: []string{"home", "cart", "other"}, Groups: []string{"US", "DE"}}}})
 	if err != nil {

@@ -405,7 +405,7 @@ type Contribution struct {
 	// window are dropped (never miscounted). 0: no cap. With a cap, one
 	// user's presence can displace another user in a full window, so under
 	// add_remove the stage charges the replace sensitivity
-	// (pipeline/plan.go). Default 2,000,000.
+	// (plan/plan.go). Default 2,000,000.
 	MaxTrackedUsers int `yaml:"max_tracked_users"`
 	// MaxWindowsPerUser (K) bounds the windows of one budget period a
 	// user's events count in: the user's K earliest windows of the period

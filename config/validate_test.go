@@ -387,7 +387,7 @@ privacy:
 }
 
 // Kafka.Rebalance is rebalance_timeout when set, else half the session
-// timeout (the takeover bound in pipeline/group.go relies on it).
+// timeout (the takeover bound in source/group.go relies on it).
 func TestKafkaRebalance(t *testing.T) {
 	for _, tc := range []struct {
 		session, rebalance, want time.Duration

@@ -71,7 +71,7 @@ import (
 //     v ∈ ℕ^d): p + q ≤ K (add_remove: p = 0 or q = 0, the same maximum
 //     K·max(h₊, h₋)).
 //   - replace (x′ = x − v + w, v, w ∈ ℕ^d, ‖v‖₁, ‖w‖₁ ≤ M, the stage's
-//     relation, pipeline/plan.go): p, q ≤ M = max(1, ⌊K/2⌋), p + q ≤ K. For
+//     relation, plan/plan.go): p, q ≤ M = max(1, ⌊K/2⌋), p + q ≤ K. For
 //     the stage's unit contributions (Δ1 = Δ2² = 2, Δ∞ = 1) that is
 //     h₊ + h₋, attained by moving one event out of a bin with count 1 into
 //     an empty bin. The stage also passes replace for add_remove with its

@@ -1,7 +1,6 @@
 package pipeline_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -18,22 +17,6 @@ import (
 // Dirichlet mechanism (mechanism/average.go), end to end over the embedded
 // broker, next to the count histograms of the harness.
 
-var interests = []string{"news", "sport", "music"}
-
-const averageHist = `  - name: interests
-    kind: average
-    field: interests
-    bins: [news, sport, music]
-    average:
-      users: 50
-      k: 1000000
-      eta: 0.001`
-
-func vectorEvent(user string, at time.Time, vec any) kafka.Message {
-	b, _ := json.Marshal(map[string]any{"ts": at.UnixMilli(), "user_id": user, "interests": vec})
-	return kafka.Message{Key: []byte(user), Value: b}
-}
-
 // TestEndToEndAverage checks every average release against its exact mean:
 //
 //   - window 0: 30 users (fewer than users: 50), one of them with two
@@ -49,7 +32,7 @@ func vectorEvent(user string, at time.Time, vec any) kafka.Message {
 // rounding of the release to its grid (params.grid).
 func TestEndToEndAverage(t *testing.T) {
 	h := e2e.New(t)
-	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, averageHist)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, e2e.AverageHist)
 	const users, eta, k = 50.0, 0.001, 1e6
 
 	var msgs []kafka.Message
@@ -59,27 +42,27 @@ func TestEndToEndAverage(t *testing.T) {
 		v[u%3] = 1
 		if u == 0 {
 			// Two vectors in the window: the user counts as their mean.
-			msgs = append(msgs, vectorEvent("u0", e2e.Base.Add(time.Second), []float64{0, 1, 0}))
+			msgs = append(msgs, e2e.VectorEvent("u0", e2e.Base.Add(time.Second), []float64{0, 1, 0}))
 			v = []float64{0.5, 0.5, 0}
 		}
 		vec := v
 		if u == 0 {
 			vec = []float64{1, 0, 0}
 		}
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("u%d", u), e2e.Base.Add(time.Duration(u+2)*time.Second), vec))
+		msgs = append(msgs, e2e.VectorEvent(fmt.Sprintf("u%d", u), e2e.Base.Add(time.Duration(u+2)*time.Second), vec))
 		for i := range sum {
 			sum[i] += v[i]
 		}
 	}
 	// Malformed vectors of users with nothing else: never averaged.
 	msgs = append(msgs,
-		vectorEvent("bad1", e2e.Base.Add(40*time.Second), []float64{0.5, 0.6, 0}), // sums to 1.1
-		vectorEvent("bad2", e2e.Base.Add(41*time.Second), []float64{1, 0}),        // wrong length
-		vectorEvent("bad3", e2e.Base.Add(42*time.Second), []float64{-0.5, 1, 0.5}),
-		vectorEvent("bad4", e2e.Base.Add(43*time.Second), "news"))
+		e2e.VectorEvent("bad1", e2e.Base.Add(40*time.Second), []float64{0.5, 0.6, 0}), // sums to 1.1
+		e2e.VectorEvent("bad2", e2e.Base.Add(41*time.Second), []float64{1, 0}),        // wrong length
+		e2e.VectorEvent("bad3", e2e.Base.Add(42*time.Second), []float64{-0.5, 1, 0.5}),
+		e2e.VectorEvent("bad4", e2e.Base.Add(43*time.Second), "news"))
 	v1 := []float64{0.7, 0.2, 0.1}
 	for u := 0; u < 120; u++ {
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("w%d", u), e2e.Base.Add(time.Minute+time.Duration(u)*100*time.Millisecond), v1))
+		msgs = append(msgs, e2e.VectorEvent(fmt.Sprintf("w%d", u), e2e.Base.Add(time.Minute+time.Duration(u)*100*time.Millisecond), v1))
 	}
 	want0 := make([]float64, 3)
 	for i := range want0 {
@@ -127,7 +110,7 @@ func TestEndToEndAverage(t *testing.T) {
 			t.Errorf("window %d released twice", w)
 		}
 		seen[w] = true
-		e2e.CheckSimplex(t, r, interests)
+		e2e.CheckSimplex(t, r, e2e.Interests)
 		if r.Mechanism != "simplex-average" || r.Group != "*" { // the contract (README: Output messages)
 			t.Errorf("window %d: mechanism %q group %q", w, r.Mechanism, r.Group)
 		}
@@ -142,7 +125,7 @@ func TestEndToEndAverage(t *testing.T) {
 			p := (1-3*eta)*pbar[i] + eta
 			sd := math.Sqrt(p * (1 - p) / (k + 1))
 			if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
-				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", w, interests[i], x, p, pbar[i], tol)
+				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", w, e2e.Interests[i], x, p, pbar[i], tol)
 			}
 		}
 	}
@@ -185,7 +168,7 @@ func TestEndToEndAverage(t *testing.T) {
 // the budget is refused with what to change.
 func TestAveragePlanErrors(t *testing.T) {
 	h := e2e.New(t)
-	cfg := h.ConfigExtra("mechanism: gaussian", 1, averageHist)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1, e2e.AverageHist)
 	_, err := plan.DerivePlan(cfg)
 	if err == nil || !strings.Contains(err.Error(), "raise average.users") {
 		t.Fatalf("DerivePlan with ε = 1: %v, want an error saying what to change", err)

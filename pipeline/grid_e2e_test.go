@@ -59,7 +59,7 @@ func TestEndToEndReleasesOnGrid(t *testing.T) {
 	h.ProduceEvents(e2e.Stream(2, 200))
 	var msgs []kafka.Message
 	for u := 0; u < 40; u++ {
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("v%d", u), e2e.Base.Add(time.Duration(u)*time.Second), []float64{0.6, 0.3, 0.1}))
+		msgs = append(msgs, e2e.VectorEvent(fmt.Sprintf("v%d", u), e2e.Base.Add(time.Duration(u)*time.Second), []float64{0.6, 0.3, 0.1}))
 	}
 	h.Produce(msgs...)
 	run := h.Start(cfg)

@@ -139,15 +139,15 @@ func TestEndToEndHistogramWindows(t *testing.T) {
 // TestEndToEndAverage (false-failure rate below 3 × 2·10⁻⁹).
 func TestEndToEndAverageHistogramWindow(t *testing.T) {
 	h := e2e.New(t)
-	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, averageHist+"\n    window: 2m\n")
+	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, e2e.AverageHist+"\n    window: 2m\n")
 	const users, eta, k = 50.0, 0.001, 1e6
 	var msgs []kafka.Message
 	for u := range 20 {
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Duration(u+1)*time.Second), []float64{1, 0, 0}))
-		msgs = append(msgs, vectorEvent(fmt.Sprintf("c%d", u), e2e.Base.Add(time.Minute+time.Duration(u+1)*time.Second), []float64{0, 1, 0}))
+		msgs = append(msgs, e2e.VectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Duration(u+1)*time.Second), []float64{1, 0, 0}))
+		msgs = append(msgs, e2e.VectorEvent(fmt.Sprintf("c%d", u), e2e.Base.Add(time.Minute+time.Duration(u+1)*time.Second), []float64{0, 1, 0}))
 	}
-	msgs = append(msgs, vectorEvent("b", e2e.Base.Add(30*time.Second), []float64{0, 0, 1}),
-		vectorEvent("b", e2e.Base.Add(90*time.Second), []float64{1, 0, 0}))
+	msgs = append(msgs, e2e.VectorEvent("b", e2e.Base.Add(30*time.Second), []float64{0, 0, 1}),
+		e2e.VectorEvent("b", e2e.Base.Add(90*time.Second), []float64{1, 0, 0}))
 	pbar := []float64{(20 + 0.5 + 3) / users, (20 + 3) / users, (0.5 + 3) / users}
 	h.Produce(msgs...)
 	run := h.Start(cfg)
@@ -177,7 +177,7 @@ func TestEndToEndAverageHistogramWindow(t *testing.T) {
 			p := (1-3*eta)*pbar[i] + eta
 			sd := math.Sqrt(p * (1 - p) / (k + 1))
 			if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
-				t.Errorf("%s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", interests[i], x, p, pbar[i], tol)
+				t.Errorf("%s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", e2e.Interests[i], x, p, pbar[i], tol)
 			}
 		}
 	}

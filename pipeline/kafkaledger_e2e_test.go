@@ -11,8 +11,8 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
+	"github.com/dpstage/stage/ledger/ledgertest"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
@@ -171,7 +171,7 @@ func TestKafkaLedgerTakeoverRepublishes(t *testing.T) {
 
 	// The spend in the log: the recorded window's charges and the stage's.
 	l := openGroupLog(t, h, cfg)
-	pipeline.CheckSpendIsSumOfCharges(t, l, 3*len(cfg.Histograms))
+	ledgertest.CheckSpendIsSumOfCharges(t, l, 3*len(cfg.Histograms))
 }
 
 // TestKafkaLedgerZombieFenced: a stage in kafka-ledger mode is active and

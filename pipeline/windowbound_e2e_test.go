@@ -47,32 +47,6 @@ func windowBoundEvents() []e2e.Event {
 	return evs
 }
 
-// admittedEvents keeps, per user and budget period, the events of the k
-// earliest windows in which the user has an event: the definition of
-// contribution.max_windows_per_user, worked out from the event set alone.
-func admittedEvents(evs []e2e.Event, size, period time.Duration, k int) []e2e.Event {
-	type up struct {
-		user string
-		p    time.Time
-	}
-	windows := map[up][]time.Time{}
-	for _, e := range evs {
-		key := up{e.User, e.At.Truncate(period)}
-		if w := e.At.Truncate(size); !slices.ContainsFunc(windows[key], w.Equal) {
-			windows[key] = append(windows[key], w)
-		}
-	}
-	var out []e2e.Event
-	for _, e := range evs {
-		ws := windows[up{e.User, e.At.Truncate(period)}]
-		slices.SortFunc(ws, func(a, b time.Time) int { return a.Compare(b) })
-		if i := slices.IndexFunc(ws, e.At.Truncate(size).Equal); i < k {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // TestEndToEndWindowBound: with contribution.max_windows_per_user = 2 and
 // 3-minute budget periods, every user's events count in exactly its 2
 // earliest windows of each period — through the broker, with exact
@@ -105,7 +79,7 @@ func TestEndToEndWindowBound(t *testing.T) {
 	flush1 := e2e.Event{User: "flush", At: e2e.Base.Add(4*time.Minute + 30*time.Second), Page: "home", Country: "US", Device: "mobile"}
 	flush2 := e2e.Event{User: "flush", At: e2e.Base.Add(7*time.Minute + time.Second), Page: "home", Country: "US", Device: "mobile"}
 	all := append(append([]e2e.Event{}, evs...), flush1, flush2)
-	tr := e2e.ComputeTruth(admittedEvents(all, time.Minute, 3*time.Minute, k))
+	tr := e2e.ComputeTruth(e2e.AdmittedEvents(all, time.Minute, 3*time.Minute, k))
 	unbounded := e2e.ComputeTruth(all)
 	perWindow := len(e2e.Groups) + 1
 
@@ -152,7 +126,7 @@ func TestEndToEndWindowBound(t *testing.T) {
 // TestEndToEndAverage).
 func TestEndToEndWindowBoundAverage(t *testing.T) {
 	h := e2e.New(t)
-	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, averageHist)
+	cfg := h.ConfigExtra("mechanism: gaussian", 1e9, e2e.AverageHist)
 	cfg.Contribution.MaxWindowsPerUser = 1
 	cfg.Contribution.MaxTrackedUsers = 0
 	skipUnlessAccounted(t, cfg)
@@ -160,9 +134,9 @@ func TestEndToEndWindowBoundAverage(t *testing.T) {
 	var msgs []kafka.Message
 	for u := range 10 {
 		msgs = append(msgs,
-			vectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Duration(u+1)*time.Second), []float64{1, 0, 0}),
-			vectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Minute+time.Duration(u+1)*time.Second), []float64{0, 1, 0}),
-			vectorEvent(fmt.Sprintf("b%d", u), e2e.Base.Add(time.Minute+time.Duration(u+20)*time.Second), []float64{0, 0, 1}))
+			e2e.VectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Duration(u+1)*time.Second), []float64{1, 0, 0}),
+			e2e.VectorEvent(fmt.Sprintf("a%d", u), e2e.Base.Add(time.Minute+time.Duration(u+1)*time.Second), []float64{0, 1, 0}),
+			e2e.VectorEvent(fmt.Sprintf("b%d", u), e2e.Base.Add(time.Minute+time.Duration(u+20)*time.Second), []float64{0, 0, 1}))
 	}
 	run := h.Start(cfg)
 	h.Produce(msgs...)
@@ -186,7 +160,7 @@ func TestEndToEndWindowBoundAverage(t *testing.T) {
 			p := (1-3*eta)*wantMean[w][i] + eta
 			sd := math.Sqrt(p * (1 - p) / (k + 1))
 			if tol := 6*sd + 1/float64(r.Params.Grid); math.Abs(x-p) > tol {
-				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", w, interests[i], x, p, wantMean[w][i], tol)
+				t.Errorf("window %d %s: released %.6f, mean %.6f (p̄ %.6f), more than 6σ + 1/Q = %.2g away", w, e2e.Interests[i], x, p, wantMean[w][i], tol)
 			}
 		}
 	}

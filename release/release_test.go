@@ -11,11 +11,11 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
@@ -80,7 +80,7 @@ func newFixture(t *testing.T, cfg *config.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.agg, err = aggregate.New(pipeline.AggregateSpec(cfg)); err != nil {
+	if f.agg, err = aggregate.New(consume.AggregateSpec(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	if f.dec, err = decode.New(cfg, siphash.MustNewKey()); err != nil {

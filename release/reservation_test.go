@@ -10,9 +10,9 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
@@ -344,7 +344,7 @@ state: {dir: %q}
 	if p.Bound.AverageReleases != 4 || !(ap.ReserveEpsilon >= 4*ap.Epsilon) {
 		t.Fatalf("bound %+v, reservation ε %v for ε_r %v", p.Bound, ap.ReserveEpsilon, ap.Epsilon)
 	}
-	avg, err := aggregate.NewAverager(pipeline.AverageHists(cfg))
+	avg, err := aggregate.NewAverager(consume.AverageHists(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // probeStage drives the real window.Watermarks and window.Rule the way the
-// stage does (pipeline/consume.go, pipeline/release.go) for one partition:
+// stage does (consume/consume.go, single/release.go) for one partition:
 // a broker-set record time moves the frontier (capped at the wall clock), a
 // producer-set one does not, a fetch at the high watermark moves it by its
 // send time, and the releaser closes every window whose end is at or below

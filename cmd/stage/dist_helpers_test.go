@@ -190,7 +190,7 @@ func (d *distDeployment) pauseAndResume(i int, output string) time.Duration {
 		d.start(i)
 	case <-time.After(5 * time.Second):
 		// Issue #14: the zombie must exit fenced (a lost session makes it
-		// ask its release log, pipeline.fencedProbe).
+		// ask its release log, distributed stage.fencedProbe).
 		d.t.Errorf("the resumed zombie is still running 5 s after SIGCONT: it did not exit fenced")
 	}
 	return first

@@ -145,7 +145,7 @@ func (p *stampedProc) stop(t *testing.T, limit time.Duration) (time.Duration, bo
 // the consumer group; every fourth a SIGTERM, which must end the process
 // promptly whatever it was doing (joining, standing by, consuming). Then a
 // last instance must take over within the bound documented in
-// pipeline/group.go (2 × kafka.rebalance_timeout after its start-up; the
+// source/group.go (2 × kafka.rebalance_timeout after its start-up; the
 // state.dir lock is free here), release everything, and exit promptly on
 // SIGTERM, as must a second instance waiting on state.dir's lock.
 //

@@ -8,10 +8,10 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/mechanism"
-	"github.com/dpstage/stage/pipeline"
 )
 
 // localConfig is the stage phase's configuration, for the phases that do not
@@ -33,7 +33,7 @@ func inProcess(cfg Config, w *workload, res *Results) error {
 	if err != nil {
 		return fmt.Errorf("bench: in-process: %w", err)
 	}
-	agg, err := aggregate.New(pipeline.AggregateSpec(lc))
+	agg, err := aggregate.New(consume.AggregateSpec(lc))
 	if err != nil {
 		return fmt.Errorf("bench: in-process: %w", err)
 	}
@@ -176,7 +176,7 @@ func memory(cfg Config, w *workload, res *Results) error {
 	}
 
 	// Bytes per active user, the cap well above n.
-	spec := pipeline.AggregateSpec(lc)
+	spec := consume.AggregateSpec(lc)
 	spec.MaxTrackedUsers = 2 * n
 	a, err := aggregate.New(spec)
 	if err != nil {

@@ -1,0 +1,16 @@
+// Package consume is the counting step both modes run on the input
+// partitions they own: per partition, fetch (source) → decode → window
+// rule → bound and count (aggregate) into the windows of every size still
+// open (Consume, consume.go; windows.go), and, when the owner's watermark
+// passes a window, close it (CloseWindow, close.go) with the cross-window
+// bound's admissions. A Session is one ownership's state; assemble.go is
+// the one place where the config becomes the aggregator's parameters.
+//
+// # Which events count
+//
+// Whether an event counts depends only on that event's own times (ground
+// rule 7): the argument, the arrival watermark (the default) and the
+// opt-in event-time watermark are in package window's doc (window.Rule,
+// window.Watermarks); handle applies the rule; the owner's releaser closes windows
+// as the watermark passes them.
+package consume

@@ -1,0 +1,283 @@
+package consume
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/window"
+)
+
+// Per-histogram windows (histograms[].window).
+//
+// The base windows (window.size) are what the watermark closes and what the
+// releaser steps through; a histogram with its own window of r base windows
+// (aligned to the Unix epoch, like the base windows, and dividing the budget
+// period) is counted by a bounder of its own window size — one
+// aggregate.Aggregator (and Averager) per distinct window size, each with
+// the histograms of that size — so max_events_per_user, max_groups_per_user
+// and average.users hold per window of that histogram. Its window closes at
+// the base Boundary that ends it, and its unit is recorded with the other
+// units ending there (release.Releaser.Record, one ledger transaction).
+//
+// Which events count: an event belongs, in every window size, to the window
+// of its own event time; the counting rule (window.Rule) is the base
+// window's, so whether it counts depends on the event alone, and an event
+// that passes it reaches a long window before that window closes (a long
+// window ends no earlier than the base window of the event). An event is
+// late for a window size when that size's window of the event is already
+// closed: in normal operation never for a long window if not for its base
+// window; after a restart the events of the base windows already recorded
+// are late for the base histograms but still counted into the long windows
+// still open, whose units were not recorded.
+//
+// Offsets: a counted event is tracked (source.OffsetTracker) under the last
+// base window of the longest window it was counted into, so offsets are
+// committed past it only once that window is released, and a restart
+// re-reads the events every open long window needs.
+
+// WindowSet is the bounding and counting state of one window size.
+type WindowSet struct {
+	sizeMs int64
+	agg    *aggregate.Aggregator
+	avg    *aggregate.Averager // nil without average histograms of this size
+	hists  []int               // config indices of its histograms (agg's EventIndex)
+	avgs   []int               // config indices of its average histograms
+}
+
+// WindowSpec is one window size's counting parameters: the aggregator's
+// Spec of the histograms with that window (EventIndex maps them to the
+// decoder's histograms) and its average histograms.
+type WindowSpec struct {
+	Size     config.Duration
+	Spec     aggregate.Spec
+	Averages []aggregate.AverageHist
+}
+
+// WindowSpecs groups a loaded config's histograms by window size (their own
+// histograms[].window, else window.size), the base size first when some
+// histogram has it, then by increasing size.
+func WindowSpecs(cfg *config.Config) []WindowSpec {
+	var sizes []config.Duration
+	for _, h := range cfg.Histograms {
+		if sz := h.WindowSize(cfg.Window.Size); !slices.Contains(sizes, sz) {
+			sizes = append(sizes, sz)
+		}
+	}
+	slices.Sort(sizes)
+	all := AggregateSpec(cfg)
+	avgs := AverageHists(cfg)
+	out := make([]WindowSpec, 0, len(sizes))
+	for _, sz := range sizes {
+		ws := WindowSpec{Size: sz, Spec: all}
+		ws.Spec.Histograms, ws.Spec.EventIndex = nil, nil
+		ws.Spec.WindowSize = sz.D()
+		for i, h := range cfg.Histograms {
+			if h.WindowSize(cfg.Window.Size) != sz {
+				continue
+			}
+			ws.Spec.Histograms = append(ws.Spec.Histograms, all.Histograms[i])
+			ws.Spec.EventIndex = append(ws.Spec.EventIndex, i)
+		}
+		for _, a := range avgs {
+			if cfg.Histograms[a.Index].WindowSize(cfg.Window.Size) == sz {
+				ws.Averages = append(ws.Averages, a)
+			}
+		}
+		out = append(out, ws)
+	}
+	return out
+}
+
+// NewWindowSets builds the counting state of every window size of cfg.
+func NewWindowSets(cfg *config.Config) ([]*WindowSet, error) {
+	var sets []*WindowSet
+	for _, ws := range WindowSpecs(cfg) {
+		agg, err := aggregate.New(ws.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("build aggregator (%s windows): %w", ws.Size, err)
+		}
+		set := &WindowSet{sizeMs: ws.Size.D().Milliseconds(), agg: agg, hists: ws.Spec.EventIndex}
+		for _, a := range ws.Averages {
+			set.avgs = append(set.avgs, a.Index)
+		}
+		if len(ws.Averages) > 0 {
+			newAverager := aggregate.NewAverager
+			if cfg.Contribution.MaxWindowsPerUser > 0 {
+				newAverager = aggregate.NewDeferredAverager // the average.users cap among the admitted users
+			}
+			if set.avg, err = newAverager(ws.Averages); err != nil {
+				return nil, fmt.Errorf("build averager (%s windows): %w", ws.Size, err)
+			}
+		}
+		sets = append(sets, set)
+	}
+	return sets, nil
+}
+
+// add bounds and counts ev, of base window w, into every window size whose
+// window of the event is still open (the caller holds closeMu for
+// reading). ok is false when the event is late for every size; track is
+// the base window to track its offset under (see above).
+func (sess *Session) add(w, baseMs int64, ev *decode.Event) (out aggregate.Outcome, ao aggregate.AverageOutcome, track int64, ok bool) {
+	if w < sess.First {
+		return out, ao, 0, false // before the first window released
+	}
+	for _, set := range sess.Sets {
+		start := window.Start(w, set.sizeMs)
+		if start < window.Start(sess.Next, set.sizeMs) {
+			continue // that window is closed
+		}
+		o := set.agg.Add(start, ev)
+		out.Add(o)
+		if set.avg != nil {
+			a := set.avg.Add(start, ev)
+			ao.Added += a.Added
+			ao.NotSelected += a.NotSelected
+		}
+		if last := start + set.sizeMs - baseMs; !ok || last > track {
+			track = last
+		}
+		ok = true
+	}
+	return out, ao, track, ok
+}
+
+// closeBoundary closes, in every window size, the window ending at the base
+// Boundary end (the caller holds closeMu). With admit (the cross-window
+// bound; histograms[].window is then refused, so only the base size
+// closes) only the users admit accepts are counted and averaged.
+func (sess *Session) closeBoundary(end int64, admit func(uint64) bool) (*Boundary, error) {
+	b := &Boundary{}
+	for _, set := range sess.Sets {
+		if window.Start(end, set.sizeMs) != end {
+			continue // its window does not end here
+		}
+		start := end - set.sizeMs
+		var wc *aggregate.WindowCounts
+		var err error
+		if admit != nil {
+			wc, err = set.agg.CloseAdmitted(start, admit)
+		} else {
+			wc, err = set.agg.Close(start)
+		}
+		if err != nil {
+			b.Release()
+			return nil, err
+		}
+		c := closedSet{set: set, counts: wc}
+		b.sets = append(b.sets, c)
+		if set.avg != nil {
+			if admit != nil {
+				c.avgs, err = set.avg.CloseAdmitted(start, admit)
+				if err != nil {
+					b.Release()
+					return nil, err
+				}
+			} else {
+				c.avgs = set.avg.Close(start)
+			}
+			b.sets[len(b.sets)-1] = c
+		}
+	}
+	return b, nil
+}
+
+// ResetSets drops every open window of every size.
+func (sess *Session) ResetSets() {
+	for _, set := range sess.Sets {
+		set.agg.Reset()
+		if set.avg != nil {
+			set.avg.Reset()
+		}
+	}
+}
+
+// Boundary holds the windows of every size that end at one base Boundary:
+// the counts and averages the releaser reads by config histogram index
+// (release.Counts and release.Means).
+type Boundary struct {
+	sets []closedSet
+}
+
+type closedSet struct {
+	set    *WindowSet
+	counts *aggregate.WindowCounts
+	avgs   *aggregate.AverageWindow
+}
+
+// Counts is the count vector of (config histogram h, group g); h must be a
+// histogram whose window ends at the Boundary.
+func (b *Boundary) Counts(h, g int, dst []float64) []float64 {
+	for _, c := range b.sets {
+		if i := slices.Index(c.set.hists, h); i >= 0 {
+			return c.counts.Counts(i, g, dst)
+		}
+	}
+	panic(fmt.Sprintf("pipeline: histogram %d has no window ending at this Boundary", h))
+}
+
+// Mean is the padded average of the average histogram of config index h.
+func (b *Boundary) Mean(h int, out []float64) []float64 {
+	for _, c := range b.sets {
+		if c.avgs != nil && slices.Contains(c.set.avgs, h) {
+			return c.avgs.Mean(h, out)
+		}
+	}
+	panic(fmt.Sprintf("pipeline: average histogram %d has no window ending at this Boundary", h))
+}
+
+// KeptUsers is the kept users of average histogram h (config index) in
+// the boundary's windows (aggregate.AverageWindow.KeptUsers); nil when h's
+// window does not end here or kept nobody.
+func (b *Boundary) KeptUsers(h int) []aggregate.KeptUser {
+	for _, c := range b.sets {
+		if c.avgs != nil && slices.Contains(c.set.avgs, h) {
+			return c.avgs.KeptUsers(h)
+		}
+	}
+	return nil
+}
+
+// Displaced sums the windows' displaced parts (aggregate.WindowCounts).
+func (b *Boundary) Displaced() int64 {
+	var d int64
+	for _, c := range b.sets {
+		d += c.counts.Displaced()
+	}
+	return d
+}
+
+// NotAdmitted sums the parts the cross-window bound did not admit, in the
+// count and the average histograms (aggregate.WindowCounts.NotAdmitted,
+// aggregate.AverageWindow.NotAdmitted).
+func (b *Boundary) NotAdmitted() (counts, averages int64) {
+	for _, c := range b.sets {
+		counts += int64(c.counts.NotAdmitted())
+		if c.avgs != nil {
+			averages += int64(c.avgs.NotAdmitted())
+		}
+	}
+	return counts, averages
+}
+
+// AverageNotSelected sums the users the averages' users cap left out at
+// the close (aggregate.AverageWindow.NotSelected; deferred averagers only).
+func (b *Boundary) AverageNotSelected() int64 {
+	var n int64
+	for _, c := range b.sets {
+		if c.avgs != nil {
+			n += int64(c.avgs.NotSelected())
+		}
+	}
+	return n
+}
+
+// Release frees the windows' counts.
+func (b *Boundary) Release() {
+	for _, c := range b.sets {
+		c.counts.Release()
+	}
+}
