@@ -31,7 +31,7 @@ of the period, the mean ℓ2 and KL error, the uniform release's ℓ2 (the
 level of a blind view), the exact bounded histogram's ℓ2 (what the bounds
 alone cost) and the share of the events that counted. With --out, writes
 steady.csv (every window), steady_summary.csv and steady.png (ℓ2 per window
-across the period, one panel per config).
+across the period, one panel per config). Average histograms are not measured.
 
 Flags:
   --config FILE   a stage config to compare (repeat the flag; named by file name)

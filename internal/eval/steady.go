@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
@@ -199,7 +200,7 @@ type steadyRun struct {
 	plan     *plan.Plan
 	baseMs   int64
 	periodMs int64
-	hists    []int          // config indices of the count histograms (the events' histogram index = position here)
+	hists    []int          // config indices of the count histograms
 	field    []int          // per entry of hists: index of its field in fields
 	fields   []steadyField  // the distinct fields the events carry
 	groupBy  []int          // per entry of hists: index of its group_by field in groupFields (-1: none)
@@ -221,7 +222,8 @@ type steadyField struct {
 type steadySetDef struct {
 	sizeMs int64
 	spec   aggregate.Spec
-	hists  []int // positions in steadyRun.hists
+	hists  []int // positions in steadyRun.hists of its count histograms
+	idx    []int // their indices in spec.Histograms
 	k      int   // the cross-window bound of its histograms (0: none)
 }
 
@@ -281,31 +283,20 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 		r.groupBy = append(r.groupBy, g)
 		r.gFields[g].index = setIndex(r.gFields[g].index, pos, valueIndex(r.gFields[g].values, h.Groups, ""))
 	}
-	// One aggregator per distinct window size, as the stage builds them
-	// (pipeline/windows.go WindowSpecs), over the count histograms.
-	var sizes []config.Duration
-	for _, i := range r.hists {
-		if sz := cfg.Histograms[i].WindowSize(cfg.Window.Size); !slices.Contains(sizes, sz) {
-			sizes = append(sizes, sz)
-		}
-	}
-	slices.Sort(sizes)
-	for _, sz := range sizes {
-		def := steadySetDef{sizeMs: sz.D().Milliseconds(), spec: aggregate.Spec{
-			MaxEventsPerUser: cfg.Contribution.MaxEventsPerUser,
-			MaxGroupsPerUser: cfg.Contribution.MaxGroupsPerUser,
-			MaxTrackedUsers:  cfg.Contribution.MaxTrackedUsers,
-			WindowSize:       sz.D(),
-		}}
-		for pos, i := range r.hists {
-			h := cfg.Histograms[i]
-			if h.WindowSize(cfg.Window.Size) != sz {
-				continue
+	// One aggregator per distinct window size, built by the stage's own
+	// consume.WindowSpecs (its EventIndex is the config index: the events'
+	// Bins and Groups are indexed by it).
+	for _, ws := range consume.WindowSpecs(cfg) {
+		def := steadySetDef{sizeMs: ws.Size.D().Milliseconds(), spec: ws.Spec}
+		for j, i := range ws.Spec.EventIndex {
+			if pos := slices.Index(r.hists, i); pos >= 0 {
+				def.hists = append(def.hists, pos)
+				def.idx = append(def.idx, j)
+				def.k = histBound(cfg, i)
 			}
-			def.spec.Histograms = append(def.spec.Histograms, aggregate.HistSpec{Name: h.Name, Bins: slices.Clone(h.Bins), Groups: h.GroupNames()})
-			def.spec.EventIndex = append(def.spec.EventIndex, pos)
-			def.hists = append(def.hists, pos)
-			def.k = histBound(cfg, i)
+		}
+		if len(def.hists) == 0 {
+			continue // average histograms only
 		}
 		if _, err := aggregate.New(def.spec); err != nil { // check once
 			return nil, fmt.Errorf("eval: steady: %s: %w", c.Name, err)
@@ -320,7 +311,7 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 			if err != nil {
 				return nil, fmt.Errorf("eval: steady: %s: %w", c.Name, err)
 			}
-			r.views = append(r.views, steadyViewDef{hist: pos, set: s, idxInSet: j, mech: p.Count.Mechanism,
+			r.views = append(r.views, steadyViewDef{hist: pos, set: s, idxInSet: def.idx[j], mech: p.Count.Mechanism,
 				k: def.k, bins: len(h.Bins), groups: len(h.GroupNames()), windows: w, histName: h.Name,
 				windowDur: h.WindowSize(cfg.Window.Size).D()})
 		}
@@ -398,6 +389,16 @@ func newSteadyGen(r *steadyRun, rep int) *steadyGen {
 	return g
 }
 
+// newEvent returns an event for r's config (see window).
+func (r *steadyRun) newEvent() *decode.Event {
+	n := len(r.cfg.Histograms)
+	ev := &decode.Event{Bins: make([]int32, n), Groups: make([]int32, n)}
+	for i := range ev.Bins {
+		ev.Bins[i], ev.Groups[i] = -1, -1
+	}
+	return ev
+}
+
 // userHash is the synthetic user's 64-bit hash (the stage's is a keyed
 // hash of the user id; here splitmix64 of id and a per-rep key).
 func (g *steadyGen) userHash(u int) uint64 {
@@ -412,9 +413,10 @@ func (g *steadyGen) userHash(u int) uint64 {
 }
 
 // window calls fn for every event of the base window starting at startMs,
-// in user order, with ev filled in (ev.Bins and ev.Groups indexed by the
-// position in steadyRun.hists; -1 for a value the histogram does not
-// declare). ev and values are reused between calls.
+// in user order, with ev filled in (ev.Bins and ev.Groups indexed by config
+// histogram index, as the decoder's; -1 for a value the histogram does not
+// declare; newEvent sets the average histograms' to -1). ev and values are
+// reused between calls.
 func (g *steadyGen) window(startMs int64, ev *decode.Event, values []int, fn func(u int)) {
 	r := g.run
 	for u := 0; u < r.opts.Users; u++ {
@@ -431,11 +433,11 @@ func (g *steadyGen) window(startMs int64, ev *decode.Event, values []int, fn fun
 			}
 			values[f] = v
 		}
-		for pos := range r.hists {
-			ev.Bins[pos] = r.fields[r.field[pos]].index[pos][values[r.field[pos]]]
-			ev.Groups[pos] = 0
+		for pos, i := range r.hists {
+			ev.Bins[i] = r.fields[r.field[pos]].index[pos][values[r.field[pos]]]
+			ev.Groups[i] = 0
 			if gf := r.groupBy[pos]; gf >= 0 {
-				ev.Groups[pos] = r.gFields[gf].index[pos][g.groups[u][gf]]
+				ev.Groups[i] = r.gFields[gf].index[pos][g.groups[u][gf]]
 			}
 		}
 		fn(u)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/aggregate"
-	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/window"
 )
@@ -22,7 +21,7 @@ func (r *steadyRun) period(rep int) (views []*SteadyView, events int64, err erro
 		}
 	}
 	// The cross-window bound, as the stage's consumer and closer apply it
-	// (pipeline/consume.go handle, pipeline/release.go closeWindow): one
+	// (consume/consume.go handle, consume/close.go CloseWindow): one
 	// admission state per window size with a bound.
 	adms := make([]*aggregate.Admissions, len(r.sets))
 	for s, def := range r.sets {
@@ -42,7 +41,7 @@ func (r *steadyRun) period(rep int) (views []*SteadyView, events int64, err erro
 			truth[vi][gi] = make([]float64, v.bins)
 		}
 	}
-	ev := &decode.Event{Bins: make([]int32, len(r.hists)), Groups: make([]int32, len(r.hists))}
+	ev := r.newEvent()
 	values := make([]int, len(r.fields))
 	period := steadyEpoch
 	m := &steadyMeasure{}
@@ -51,7 +50,7 @@ func (r *steadyRun) period(rep int) (views []*SteadyView, events int64, err erro
 		g.window(start, ev, values, func(int) {
 			events++
 			for vi, v := range r.views {
-				if bin, grp := ev.Bins[v.hist], ev.Groups[v.hist]; bin >= 0 && grp >= 0 {
+				if bin, grp := ev.Bins[r.hists[v.hist]], ev.Groups[r.hists[v.hist]]; bin >= 0 && grp >= 0 {
 					truth[vi][grp][bin]++
 				}
 			}

@@ -48,7 +48,7 @@ func replay(t *testing.T, o SteadyOptions, c SteadyConfig, fn func(w, u int, ev 
 		t.Fatal(err)
 	}
 	g := newSteadyGen(r, 0)
-	ev := &decode.Event{Bins: make([]int32, len(r.hists)), Groups: make([]int32, len(r.hists))}
+	ev := r.newEvent()
 	values := make([]int, len(r.fields))
 	for w := int64(0); w < r.periodMs/r.baseMs; w++ {
 		g.window(steadyEpoch+w*r.baseMs, ev, values, func(u int) { fn(int(w), u, ev) })
@@ -205,11 +205,14 @@ func TestSteadyActivity(t *testing.T) {
 // TestSteadyFiles: the table, CSVs and plot are written.
 func TestSteadyFiles(t *testing.T) {
 	t.Parallel()
-	extra := "  - {name: p5, field: page, bins: [a, b, c], window: 5m}"
+	extra := "  - {name: mix, field: mix, kind: average, bins: [x, y], average: {users: 1000000, k: 1000, eta: 0.01}}\n  - {name: p5, field: page, bins: [a, b, c], window: 5m}"
 	res, err := RunSteady(SteadyOptions{Users: 200, P: 0.3, Reps: 2, Seed: 1, Workers: 2,
 		Configs: []SteadyConfig{{Name: "one", Config: steadyConfig(t, "", ", max_windows_per_user: 2")}, {Name: "two", Config: steadyConfig(t, extra, "")}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(res.Views) != 3 { // one: pages; two: pages and p5 (the average histogram mix is not measured)
+		t.Fatalf("%d views", len(res.Views))
 	}
 	sums := res.Summarize(SteadySegments(time.Minute, 10*time.Minute))
 	var b strings.Builder
