@@ -269,7 +269,17 @@ func PlotSteady(path string, r *SteadyResult) error {
 		}
 		p.X.Min, p.X.Max = xmin.Hours()/1.2, xmax.Hours()*1.2
 	}
-	return saveGrid(path, [][]*plot.Plot{row}, vg.Length(len(row))*5.5*vg.Inch, 4.2*vg.Inch)
+	cols := min(len(row), 2)
+	if len(row) > 4 {
+		cols = 3
+	}
+	var grid [][]*plot.Plot
+	for i := 0; i < len(row); i += cols {
+		line := make([]*plot.Plot, cols)
+		copy(line, row[i:min(i+cols, len(row))])
+		grid = append(grid, line)
+	}
+	return saveGrid(path, grid, vg.Length(cols)*5.5*vg.Inch, vg.Length(len(grid))*4.2*vg.Inch)
 }
 
 // durationTicks labels a time axis in hours with round durations.
