@@ -129,7 +129,7 @@ func EvalSteady(args []string, stdout, stderr io.Writer) int {
 	if w == 0 {
 		w = runtime.NumCPU()
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), eval.ProcessCPU()
 	res, err := eval.RunSteady(eval.SteadyOptions{Users: *users, P: *p, Reps: *reps, Seed: *seed, Workers: w, Configs: cfgs})
 	if err != nil {
 		fmt.Fprintf(stderr, "stage eval steady: %v\n", err)
@@ -161,6 +161,10 @@ func EvalSteady(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintln(stdout, "(add --out DIR for the per-window CSV and the plot)")
 	}
-	fmt.Fprintf(stdout, "done in %s (%d workers)\n", time.Since(start).Round(100*time.Millisecond), w)
+	fmt.Fprintf(stdout, "done in %s (%d workers", time.Since(start).Round(100*time.Millisecond), w)
+	if cpu := eval.ProcessCPU() - cpu0; cpu > 0 {
+		fmt.Fprintf(stdout, "; %s of CPU", cpu.Round(100*time.Millisecond))
+	}
+	fmt.Fprintln(stdout, ")")
 	return 0
 }

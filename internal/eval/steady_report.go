@@ -142,7 +142,7 @@ func WriteSteadyTable(w io.Writer, r *SteadyResult, sums []SteadySummary) error 
 		return err
 	}
 	for i, views := range r.byConfig() {
-		fmt.Fprintf(w, "%s: simulated in %s (all periods, one worker)\n", views[0].Config, r.Elapsed[i].Round(100*time.Millisecond))
+		fmt.Fprintf(w, "%s: simulated in %s of wall time (all periods, one worker; more on a loaded machine)\n", views[0].Config, r.Elapsed[i].Round(100*time.Millisecond))
 	}
 	return nil
 }
