@@ -244,11 +244,25 @@ func TestCloseAdmittedCountsKEarliest(t *testing.T) {
 				t.Fatal(err)
 			}
 			notAdmitted += wc.NotAdmitted()
+			if by := wc.NotAdmittedBy(0) + wc.NotAdmittedBy(1); by != wc.NotAdmitted() {
+				t.Fatalf("trial %d window %d: not admitted per histogram %d + %d, want %d", trial, w, wc.NotAdmittedBy(0), wc.NotAdmittedBy(1), wc.NotAdmitted())
+			}
 			var got []float64
 			for g := range 3 {
 				got = append(got, wc.Counts(0, g, make([]float64, 5))...)
 			}
 			got = append(got, wc.Counts(1, 0, make([]float64, 2))...)
+			var t0, t1 float64
+			for i, x := range want[w] {
+				if i < 15 {
+					t0 += x
+				} else {
+					t1 += x
+				}
+			}
+			if float64(wc.Total(0)) != t0 || float64(wc.Total(1)) != t1 {
+				t.Fatalf("trial %d window %d: totals %d, %d, want %v, %v", trial, w, wc.Total(0), wc.Total(1), t0, t1)
+			}
 			wc.Release()
 			if !slices.Equal(got, want[w]) {
 				t.Fatalf("trial %d (k=%d) window %d: counts %v, want %v", trial, k, w, got, want[w])
@@ -357,6 +371,9 @@ func TestDeferredAveragerAdmitted(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if aw.NotAdmittedBy(0) != aw.NotAdmitted() {
+				t.Fatalf("trial %d window %d: not admitted by histogram 0: %d, want %d", trial, w, aw.NotAdmittedBy(0), aw.NotAdmitted())
 			}
 			got := aw.Mean(0, make([]float64, bins))
 			var in []avgEvent

@@ -572,15 +572,20 @@ func (a *Aggregator) removeUser(s *shard, w *window, key uint64) {
 func (a *Aggregator) selectedParts(rec []uint64) int {
 	n := 0
 	for h := range a.hists {
-		l := &a.hists[h]
-		r := rec[l.recOff : l.recOff+l.slots*a.m]
-		k := 0
-		for j := 0; j < l.slots && r[j*a.m] != 0; j++ {
-			k += used(r[j*a.m : (j+1)*a.m])
-		}
-		n += min(k, a.m)
+		n += a.selectedPartsOf(h, rec)
 	}
 	return n
+}
+
+// selectedPartsOf is selectedParts for histogram h alone.
+func (a *Aggregator) selectedPartsOf(h int, rec []uint64) int {
+	l := &a.hists[h]
+	r := rec[l.recOff : l.recOff+l.slots*a.m]
+	k := 0
+	for j := 0; j < l.slots && r[j*a.m] != 0; j++ {
+		k += used(r[j*a.m : (j+1)*a.m])
+	}
+	return min(k, a.m)
 }
 
 // openShardWindow creates shard s's state for a window (s.mu held).
@@ -655,6 +660,7 @@ func (a *Aggregator) close(windowStart int64, admit func(uint64) bool) (*WindowC
 	}
 	counts := make([]int64, a.nCells)
 	var displaced, notAdmitted int64
+	notAdmittedBy := make([]int64, len(a.hists))
 	cur := make([]int, a.maxSlots)
 	for i := range a.shards {
 		s := &a.shards[i]
@@ -663,7 +669,7 @@ func (a *Aggregator) close(windowStart int64, admit func(uint64) bool) (*WindowC
 			a.removeEvicted(s)
 		}
 		if sw := s.wins[windowStart]; sw != nil {
-			d, n := a.count(sw, counts, cur, admit)
+			d, n := a.count(sw, counts, cur, admit, notAdmittedBy)
 			displaced += sw.displaced + d
 			notAdmitted += n
 			delete(s.wins, windowStart)
@@ -684,15 +690,15 @@ func (a *Aggregator) close(windowStart int64, admit func(uint64) bool) (*WindowC
 	if err != nil {
 		return nil, err
 	}
-	wc.notAdmitted = notAdmitted
+	wc.notAdmitted, wc.notAdmittedBy = notAdmitted, notAdmittedBy
 	return wc, nil
 }
 
 // count adds the selected parts of sw's tracked users that admit admits
 // (all when admit is nil) to counts, and returns the number of selected
 // parts of its users no longer tracked and of those not admitted (s.mu
-// held).
-func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int, admit func(uint64) bool) (displaced, notAdmitted int64) {
+// held); it adds the latter per histogram to notAdmittedBy.
+func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int, admit func(uint64) bool, notAdmittedBy []int64) (displaced, notAdmitted int64) {
 	tau := sw.w.tau.Load()
 	t := sw.users
 	for i := 0; i < len(t.words); i += t.stride {
@@ -706,7 +712,11 @@ func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int, admit fun
 			continue
 		}
 		if admit != nil && !admit(key) {
-			notAdmitted += int64(a.selectedParts(rec))
+			for h := range a.hists {
+				n := int64(a.selectedPartsOf(h, rec))
+				notAdmittedBy[h] += n
+				notAdmitted += n
+			}
 			continue
 		}
 		for h := range a.hists {

@@ -188,6 +188,8 @@ func (a *Averager) CloseAdmitted(windowStart int64, admit func(user uint64) bool
 		return nil, errors.New("aggregate: close admitted: the averager does not defer its cap, or nil admit")
 	}
 	aw := a.Close(windowStart)
+	aw.notAdmittedBy = make([]int, len(a.hists))
+	aw.notSelectedBy = make([]int, len(a.hists))
 	for i, k := range aw.kept {
 		kept := k.h[:0]
 		for _, e := range k.h {
@@ -196,6 +198,7 @@ func (a *Averager) CloseAdmitted(windowStart int64, admit func(user uint64) bool
 			} else {
 				delete(k.index, e.user)
 				aw.notAdmitted++
+				aw.notAdmittedBy[i]++
 			}
 		}
 		clear(k.h[len(kept):])
@@ -209,6 +212,7 @@ func (a *Averager) CloseAdmitted(windowStart int64, admit func(user uint64) bool
 			e := heap.Pop(&k.h).(*userVec)
 			delete(k.index, e.user)
 			aw.notSelected++
+			aw.notSelectedBy[i]++
 		}
 	}
 	return aw, nil
@@ -228,15 +232,37 @@ type AverageWindow struct {
 	// notAdmitted, notSelected: (user, histogram) vectors dropped by
 	// CloseAdmitted, for the cross-window bound and for the Users cap.
 	notAdmitted, notSelected int
+	// notAdmittedBy, notSelectedBy: notAdmitted and notSelected per
+	// averaged histogram (hists order).
+	notAdmittedBy, notSelectedBy []int
 }
 
 // NotAdmitted is the number of (user, histogram) vectors CloseAdmitted
 // dropped because the cross-window bound did not admit the user.
 func (w *AverageWindow) NotAdmitted() int { return w.notAdmitted }
 
+// NotAdmittedBy is NotAdmitted for the average histogram whose config
+// index is hist alone.
+func (w *AverageWindow) NotAdmittedBy(hist int) int {
+	if i := w.position(hist); i < len(w.notAdmittedBy) {
+		return w.notAdmittedBy[i]
+	}
+	return 0
+}
+
 // NotSelected is the number of (user, histogram) vectors CloseAdmitted
 // dropped because the user is not among the Users smallest admitted hashes.
 func (w *AverageWindow) NotSelected() int { return w.notSelected }
+
+// NotSelectedBy is NotSelected for the average histogram whose config
+// index is hist alone. Raw data, like Kept: the operator's window-bound
+// share only.
+func (w *AverageWindow) NotSelectedBy(hist int) int {
+	if i := w.position(hist); i < len(w.notSelectedBy) {
+		return w.notSelectedBy[i]
+	}
+	return 0
+}
 
 // position returns the position among the averaged histograms of the one
 // whose config index is hist (panics if hist is not an average histogram:
@@ -293,7 +319,8 @@ func (w *AverageWindow) Mean(hist int, out []float64) []float64 {
 }
 
 // Kept returns how many users the average histogram of config index hist
-// kept. It is raw data: for tests and local diagnostics, never for output.
+// kept. It is raw data: for tests, local diagnostics and the operator's
+// window-bound share (BlindWatch), never for output.
 func (w *AverageWindow) Kept(hist int) int {
 	i := w.position(hist)
 	if w.kept == nil || w.kept[i] == nil {

@@ -33,6 +33,9 @@ type WindowCounts struct {
 	// notAdmitted: selected parts of users the cross-window bound did not
 	// admit to the window (CloseAdmitted).
 	notAdmitted int64
+	// notAdmittedBy: notAdmitted per histogram (Spec order); nil after
+	// Close.
+	notAdmittedBy []int64
 }
 
 // build makes the record of a window; counts nil means all zeros. displaced
@@ -91,6 +94,27 @@ func (w *WindowCounts) Displaced() int64 { return w.displaced }
 // the cross-window bound did not admit to it ([Aggregator.CloseAdmitted]):
 // they are not counted (bound_windows).
 func (w *WindowCounts) NotAdmitted() int64 { return w.notAdmitted }
+
+// NotAdmittedBy is NotAdmitted for histogram h (an index of the Spec's
+// Histograms) alone.
+func (w *WindowCounts) NotAdmittedBy(h int) int64 {
+	if h < len(w.notAdmittedBy) {
+		return w.notAdmittedBy[h]
+	}
+	return 0
+}
+
+// Total is the window's count of histogram h (an index of the Spec's
+// Histograms), over its groups and bins.
+func (w *WindowCounts) Total(h int) int64 {
+	w.live()
+	l := w.hists[h]
+	var n int64
+	for _, c := range w.counts[l.cellOff : l.cellOff+l.nGroups*l.nBins] {
+		n += c
+	}
+	return n
+}
 
 // Start is the window's start, Unix ms (inclusive).
 func (w *WindowCounts) Start() int64 { return w.start }

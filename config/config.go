@@ -216,13 +216,22 @@ type SASL struct {
 
 // Events describes the raw event messages.
 type Events struct {
-	// Format of the message value. Only "json" (the default): one flat JSON
-	// object per message.
+	// Format of the message value: "json" (the default: one JSON object
+	// per message), "avro" or "protobuf" (the Confluent wire format: magic
+	// byte 0, a 4-byte big-endian schema id, for protobuf the message
+	// indexes, then the payload; the schemas come from SchemaRegistry or
+	// SchemaFiles). See package decode and docs/formats.md.
 	Format string `yaml:"format"`
 	// TimeField holds the event time: an RFC 3339 string or Unix epoch
-	// milliseconds. Default "ts".
+	// milliseconds (an Avro long with logical type timestamp-millis or
+	// timestamp-micros, a protobuf google.protobuf.Timestamp), or
+	// "$timestamp" for the record's own timestamp. A dotted path
+	// ("context.time") reaches into nested records; "$header.<name>" reads a
+	// record header. Default "ts".
 	TimeField string `yaml:"time_field"`
-	// UserField holds the privacy unit's identifier. Default "user_id".
+	// UserField holds the privacy unit's identifier: a field or dotted
+	// path, "$key" for the record key, or "$header.<name>". Default
+	// "user_id".
 	UserField string `yaml:"user_field"`
 	// MaxMessageBytes: larger messages are dropped as oversized. Default 65536.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -230,6 +239,57 @@ type Events struct {
 	// time (watermark arrival, the default) or of the wall clock (watermark
 	// event) is dropped as time_too_far_ahead. Default 1h.
 	MaxFuture Duration `yaml:"max_future"`
+
+	// The schema-encoded formats (events.format avro or protobuf; issue 24).
+	// omitzero keeps the counting fingerprint of a config without them
+	// unchanged.
+
+	// SchemaRegistry is where the writer schemas are fetched by the id each
+	// record carries (cached; a new id is fetched when it first appears).
+	SchemaRegistry SchemaRegistry `yaml:"schema_registry" json:",omitzero"`
+	// SchemaFiles are local schema files by id, for a registry-less setup
+	// (or to pin schemas: a listed id is never fetched).
+	SchemaFiles []SchemaFile `yaml:"schema_files" json:",omitzero"`
+	// Protobuf configures how protobuf records are framed.
+	Protobuf ProtobufFraming `yaml:"protobuf" json:",omitzero"`
+}
+
+// SchemaRegistry is a Confluent-compatible Schema Registry.
+type SchemaRegistry struct {
+	// URL of the registry ("https://registry:8081"). Empty: no registry.
+	URL string `yaml:"url"`
+	// Username and Password for HTTP basic authentication (both or
+	// neither). Password may only be given as a ${ENV_VAR} reference.
+	Username string `yaml:"username"`
+	Password string `yaml:"password" secret:"true"`
+	// TLS towards the registry (for an https URL): the same keys as
+	// kafka.tls.
+	TLS TLS `yaml:"tls"`
+	// Timeout of one request to the registry. Default 10s. A registry that
+	// does not answer in time holds the partition (see package decode).
+	Timeout Duration `yaml:"timeout"`
+}
+
+// SchemaFile is one local schema file.
+type SchemaFile struct {
+	// ID is the schema id records carry in their wire-format header.
+	ID int `yaml:"id"`
+	// File is an Avro schema (.avsc, JSON) or a protobuf source (.proto)
+	// without imports other than google/protobuf's well-known types.
+	File string `yaml:"file"`
+}
+
+// ProtobufFraming says how protobuf records name their message type.
+type ProtobufFraming struct {
+	// MessageIndexes: "confluent" (the default: the message indexes follow
+	// the schema id, as Confluent's serializers and franz-go's sr write
+	// them) or "none" (no indexes: the payload follows the schema id, as
+	// @kafkajs/confluent-schema-registry writes it).
+	MessageIndexes string `yaml:"message_indexes"`
+	// Message is the fully qualified message type ("shop.v1.Event") read
+	// when message_indexes is none. Default: the first message of the
+	// schema.
+	Message string `yaml:"message"`
 }
 
 // Window configures tumbling windows. An event belongs to the window of its
@@ -346,6 +406,47 @@ type Histogram struct {
 	// max_groups_per_user, average.users) is per window of this histogram.
 	// Default 0: window.size.
 	Window Duration `yaml:"window"`
+
+	// MaxWindowsPerUser (K_h) is this histogram's own cross-window bound:
+	// a user's events count in at most K_h of this histogram's windows per
+	// budget period (its K_h earliest windows with an event to count; see
+	// Contribution.MaxWindowsPerUser). It needs the bound on
+	// (contribution.max_windows_per_user > 0) and is at most the
+	// histogram's windows per period (period / its window).
+	//
+	// Default (0): contribution.max_windows_per_user for a histogram at
+	// window.size. A histogram with its own, coarser window has no default
+	// when the bound is on: the contribution-level K counts windows of
+	// window.size (5 one-minute windows), and reading it as 5 hourly
+	// windows — or capping it at the 24 hours of a day — would silently
+	// change what a returning user contributes to the view; validation
+	// asks for the value instead (HistWindowBound). Histograms of one
+	// window size share one admission state, so they must have the same
+	// bound.
+	//
+	// Left out of the JSON when 0 (omitempty), so that the distributed
+	// mode's counting fingerprint (CountingFingerprint) of a config
+	// without it is the fingerprint it had before the key existed.
+	MaxWindowsPerUser int `yaml:"max_windows_per_user" json:",omitempty"`
+}
+
+// HistWindowBound is the cross-window bound K_h of the histogram of config
+// index i: its own histograms[].max_windows_per_user, else
+// contribution.max_windows_per_user when the histogram has the base
+// window; 0 when the bound is off, or (refused by Validate) for a coarser
+// histogram that sets none under the bound.
+func (c *Config) HistWindowBound(i int) int {
+	h := c.Histograms[i]
+	if c.Contribution.MaxWindowsPerUser <= 0 {
+		return 0
+	}
+	if h.MaxWindowsPerUser > 0 {
+		return h.MaxWindowsPerUser
+	}
+	if h.WindowSize(c.Window.Size) == c.Window.Size {
+		return c.Contribution.MaxWindowsPerUser
+	}
+	return 0
 }
 
 // WindowSize is the window of the histogram: its own window when set, else
@@ -418,6 +519,18 @@ type Contribution struct {
 	// defaults to 0): a capped window's displacement would depend on users
 	// the cross-window bound later drops.
 	MaxWindowsPerUser int `yaml:"max_windows_per_user"`
+
+	// BlindWarningShare (issue 23 item 3) is the share of a closed window's
+	// contributions, per histogram, dropped by max_windows_per_user above
+	// which the stage logs a warning that the window counted few of its
+	// users (it went "blind": its release is noise over a nearly empty
+	// count) and lists the histogram under window_bound_blind on the
+	// operator listener's /readyz. In (0, 1]; 1 turns the warning off (a
+	// share never exceeds 1). Default 0.5. Operator-side only: the share is
+	// private (a function of the window's drop counts) and never reaches a
+	// release, the output topic or the public listener. It changes no
+	// count, so it is left out of CountingFingerprint (json "-").
+	BlindWarningShare float64 `yaml:"blind_warning_share" json:"-"`
 }
 
 // Privacy configures the mechanism and the budget.
@@ -465,7 +578,25 @@ type Privacy struct {
 	// such a guarantee) and δ·users > [DeltaUsersWarn] is flagged by `stage
 	// validate`. Default 0: not given (then only [MaxDelta] applies).
 	ExpectedUsers int `yaml:"expected_users"`
+
+	// ExpectedWindowsPerUser is a public planning figure for returning
+	// users (issue 23): the 90th percentile (ActivityPercentile), over the
+	// users of one budget period, of how many windows of window.size of
+	// that period a user has an event in — a high percentile, not the mean,
+	// so that the plan's prediction holds for nine users in ten. `stage
+	// validate` and `stage plan` read it with expected_events_per_release
+	// to predict, through the period, the share of a window's users the
+	// cross-window bound (contribution.max_windows_per_user) still counts
+	// and the error of each window's releases (package plan, activity.go).
+	// It is public configuration, never measured from the data, and
+	// changes no release. Default 0: not given. Otherwise it must be
+	// finite, greater than 0 and at most the windows of a period.
+	ExpectedWindowsPerUser float64 `yaml:"expected_windows_per_user"`
 }
+
+// ActivityPercentile is the percentile of users' active windows per period
+// that privacy.expected_windows_per_user stands for.
+const ActivityPercentile = 90
 
 // MaxDelta is the largest privacy.budget.delta accepted, whatever
 // privacy.expected_users says. δ is the probability with which the ε

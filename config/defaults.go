@@ -104,6 +104,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Contribution.MaxWindowsPerUser <= 0 && !c.Kafka.Distributed.Enabled {
 		num(&c.Contribution.MaxTrackedUsers, "contribution.max_tracked_users", DefaultMaxTrackedUsers)
 	} // with the cross-window bound or kafka.distributed an absent cap stays 0 (no cap; see Contribution)
+	flt(&c.Contribution.BlindWarningShare, "contribution.blind_warning_share", DefaultBlindWarningShare)
 
 	str(&c.Privacy.Mechanism, "privacy.mechanism", DefaultMechanism)
 	if c.Privacy.Mechanism == MechanismDirichlet {
@@ -162,3 +163,8 @@ func (h Histogram) GroupNames() []string {
 	}
 	return slices.Clone(h.Groups)
 }
+
+// DefaultBlindWarningShare is contribution.blind_warning_share's default
+// (issue 23 item 3): warn when the window bound dropped more than half of a
+// window's contributions.
+const DefaultBlindWarningShare = 0.5

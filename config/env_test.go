@@ -52,8 +52,8 @@ func TestInterpolation(t *testing.T) {
 			return c.Kafka.GroupID == env["YAMLISH"] && c.Kafka.InputTopic == "events"
 		}},
 		{"keys are not interpolated", "x-${GROUP}: 1\n", func(c *Config) bool { return true }},
-		{"aliased reference resolves once", "x-a: &g ${NESTED}\nkafka:\n  group_id: *g\nevents:\n  user_field: *g\n", func(c *Config) bool {
-			return c.Kafka.GroupID == "${GROUP}" && c.Events.UserField == "${GROUP}"
+		{"aliased reference resolves once", "x-a: &g ${NESTED}\nkafka:\n  group_id: *g\nstate:\n  dir: *g\n", func(c *Config) bool {
+			return c.Kafka.GroupID == "${GROUP}" && c.State.Dir == "${GROUP}"
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,6 +40,9 @@ import (
 func (c *Config) CountingFingerprint() string {
 	ev, win := c.Events, c.Window
 	ev.MaxMessageBytes = 0
+	// Where the schemas are fetched from is not how an event counts: a
+	// schema id names one immutable schema in a registry.
+	ev.SchemaRegistry = SchemaRegistry{}
 	win.Start, win.ClockSkewMargin, win.IdlePartitionTimeout = "", 0, 0
 	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution)
 }

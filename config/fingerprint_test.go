@@ -32,6 +32,7 @@ func TestCountingFingerprint(t *testing.T) {
 		{"window.clock_skew_margin", func(c *Config) { c.Window.ClockSkewMargin = Duration(time.Second) }, true},
 		{"events.max_message_bytes", func(c *Config) { c.Events.MaxMessageBytes = 1 << 20 }, true},
 		{"privacy (not counting)", func(c *Config) { c.Privacy.Order = 4 }, true},
+		{"contribution.blind_warning_share (operator warning only)", func(c *Config) { c.Contribution.BlindWarningShare = 0.9 }, true},
 		{"window.size", func(c *Config) { c.Window.Size = Duration(2 * time.Minute) }, false},
 		{"window.allowed_lateness", func(c *Config) { c.Window.AllowedLateness = Duration(time.Second) }, false},
 		{"window.watermark", func(c *Config) { c.Window.Watermark = WatermarkEvent }, false},
@@ -39,6 +40,7 @@ func TestCountingFingerprint(t *testing.T) {
 		{"events.max_future", func(c *Config) { c.Events.MaxFuture = Duration(time.Minute) }, false},
 		{"histograms", func(c *Config) { c.Histograms[0].Bins = []string{"a", "c"} }, false},
 		{"contribution", func(c *Config) { c.Contribution.MaxEventsPerUser = 2 }, false},
+		{"histograms[].max_windows_per_user", func(c *Config) { c.Histograms[0].MaxWindowsPerUser = 3 }, false},
 		{"input topic", func(c *Config) { c.Kafka.InputTopic = "other" }, false},
 		{"partitioner", func(c *Config) { c.Kafka.Distributed.Partitioner = PartitionerFNV1a }, false},
 	}

@@ -45,7 +45,8 @@ func TestFullConfig(t *testing.T) {
 			SASL:        SASL{Mechanism: SASLScramSHA512, Username: "dp-stage", Password: "pw-from-env"},
 			Distributed: Distributed{InternalTopicPrefix: "dp-stage-internal.", Partitioner: PartitionerFNV1a, ReplicationFactor: 2, TransactionTimeout: Duration(30 * time.Second)},
 		},
-		Events: Events{Format: "json", TimeField: "event_time", UserField: "account_id", MaxMessageBytes: 131072, MaxFuture: Duration(2 * time.Hour)},
+		Events: Events{Format: "json", TimeField: "event_time", UserField: "account_id", MaxMessageBytes: 131072, MaxFuture: Duration(2 * time.Hour),
+			SchemaRegistry: SchemaRegistry{Timeout: Duration(10 * time.Second)}, SchemaFiles: []SchemaFile{{ID: 1, File: dir + "/ca.pem"}}},
 		Window: Window{
 			Size:                 Duration(5 * time.Minute),
 			Watermark:            WatermarkArrival,
@@ -60,12 +61,13 @@ func TestFullConfig(t *testing.T) {
 			{Name: "interests", Kind: "average", Field: "interest_vector", Bins: []string{"news", "sport", "music"},
 				Average: Average{Users: 1000, K: 200, Eta: 0.02, Delta: 1e-9}},
 		},
-		Contribution: Contribution{MaxEventsPerUser: 3, MaxGroupsPerUser: 2, MaxTrackedUsers: 500000},
+		Contribution: Contribution{MaxEventsPerUser: 3, MaxGroupsPerUser: 2, MaxTrackedUsers: 500000, BlindWarningShare: 0.4},
 		Privacy: Privacy{
 			Mechanism: "dirichlet", Calibration: "diffuse", Neighbour: "add_remove", Order: 4.5, RDPEpsilon: 0.05,
 			Budget:                   Budget{Epsilon: 2.5, Delta: 1e-8, Period: Duration(168 * time.Hour)},
 			ExpectedUsers:            500000,
 			ExpectedEventsPerRelease: 20000,
+			ExpectedWindowsPerUser:   30,
 		},
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour), Ledger: LedgerBolt, LedgerTopic: "dp-stage-ledger"},
 		Log:       Log{Format: "console", Level: "debug"},
@@ -180,7 +182,7 @@ func TestDefaults(t *testing.T) {
 		Window: Window{Size: Duration(time.Minute), Watermark: WatermarkArrival, AllowedLateness: Duration(5 * time.Second),
 			IdlePartitionTimeout: Duration(10 * time.Second), ClockSkewMargin: DefaultClockSkewMargin, RecordTimes: RecordTimesBroker},
 		Histograms:   []Histogram{{Name: "pages", Field: "page", Bins: []string{"home", "other"}, Kind: "count"}},
-		Contribution: Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 2_000_000},
+		Contribution: Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 2_000_000, BlindWarningShare: 0.5},
 		Privacy: Privacy{Mechanism: "dirichlet", Calibration: "concentrated", Neighbour: "replace", Order: 2,
 			Budget: Budget{Epsilon: 1, Delta: 1e-6, Period: Duration(24 * time.Hour)}},
 		State:     State{Dir: "./stage-state", Retain: DefaultRetain, Ledger: LedgerBolt},
@@ -230,6 +232,7 @@ func TestExplicitZeroIsNotDefaulted(t *testing.T) {
 		{"events:\n  time_field: ''\n", "events.time_field", "must not be empty"},
 		{"privacy:\n  order: 0\n", "privacy.order", "greater than 1"},
 		{"privacy:\n  budget:\n    delta: 0\n", "privacy.budget.delta", "between 0 and 1"},
+		{"contribution:\n  blind_warning_share: 0\n", "contribution.blind_warning_share", "must be a share in (0, 1]"},
 	} {
 		// Merge the override into minimal by replacing its sections.
 		yml := mergeYAML(t, minimal, tc.yml)

@@ -3,7 +3,12 @@ package config
 // The accepted values of the enumerated keys. The strings are a contract
 // (they match package mechanism's Kind and Calibration strings).
 const (
-	FormatJSON = "json" // events.format
+	FormatJSON     = "json" // events.format
+	FormatAvro     = "avro"
+	FormatProtobuf = "protobuf"
+
+	MessageIndexesConfluent = "confluent" // events.protobuf.message_indexes
+	MessageIndexesNone      = "none"
 
 	MechanismDirichlet = "dirichlet" // privacy.mechanism
 	MechanismGaussian  = "gaussian"

@@ -136,7 +136,9 @@ func (c *Config) Validate() error {
 	k.window()
 	k.histograms()
 	k.contribution()
+	k.histBounds()
 	k.privacy()
+	k.activity()
 	k.nonEmpty("state.dir", c.State.Dir)
 	k.stateLedger()
 	k.distributed()
@@ -203,30 +205,33 @@ func (k *checker) kafka() {
 	k.sasl()
 }
 
-func (k *checker) tls() {
-	t := k.c.Kafka.TLS
+func (k *checker) tls() { k.tlsAt("kafka.tls", k.c.Kafka.TLS) }
+
+// tlsAt checks the TLS block t found at path p (kafka.tls,
+// events.schema_registry.tls).
+func (k *checker) tlsAt(p string, t TLS) {
 	if !t.Enabled {
 		return
 	}
-	caOK := t.CAFile == "" || k.readable("kafka.tls.ca_file", t.CAFile)
-	certOK := t.CertFile == "" || k.readable("kafka.tls.cert_file", t.CertFile)
-	keyOK := t.KeyFile == "" || k.readable("kafka.tls.key_file", t.KeyFile)
+	caOK := t.CAFile == "" || k.readable(p+".ca_file", t.CAFile)
+	certOK := t.CertFile == "" || k.readable(p+".cert_file", t.CertFile)
+	keyOK := t.KeyFile == "" || k.readable(p+".key_file", t.KeyFile)
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
-		k.add("kafka.tls.key_file", "required with kafka.tls.cert_file")
+		k.add(p+".key_file", "required with %s.cert_file", p)
 		keyOK = false
 	case t.KeyFile != "" && t.CertFile == "":
-		k.add("kafka.tls.cert_file", "required with kafka.tls.key_file")
+		k.add(p+".cert_file", "required with %s.key_file", p)
 		certOK = false
 	}
 	if t.CAFile != "" && caOK {
 		if _, err := loadCAPool(t.CAFile); err != nil {
-			k.add("kafka.tls.ca_file", "%v", err)
+			k.add(p+".ca_file", "%v", err)
 		}
 	}
 	if t.CertFile != "" && t.KeyFile != "" && certOK && keyOK {
 		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
-			k.add("kafka.tls.cert_file", "cannot load the key pair with kafka.tls.key_file: %s", safeTLSError(err))
+			k.add(p+".cert_file", "cannot load the key pair with %s.key_file: %s", p, safeTLSError(err))
 		}
 	}
 }
@@ -293,18 +298,18 @@ func (k *checker) sasl() {
 
 func (k *checker) events() {
 	e := k.c.Events
-	if e.Format != FormatJSON {
-		if e.Format == "" {
-			k.add("events.format", "must be json")
-		} else {
-			k.add("events.format", "must be json, got %s", k.show("events.format", e.Format))
+	k.oneOf("events.format", e.Format, formats)
+	if k.nonEmpty("events.time_field", e.TimeField) {
+		k.fieldPath("events.time_field", e.TimeField, roleTime)
+	}
+	if k.nonEmpty("events.user_field", e.UserField) {
+		k.fieldPath("events.user_field", e.UserField, roleUser)
+		if e.UserField == e.TimeField {
+			k.add("events.user_field", "must differ from events.time_field")
 		}
 	}
-	k.nonEmpty("events.time_field", e.TimeField)
-	if k.nonEmpty("events.user_field", e.UserField) && e.UserField == e.TimeField {
-		k.add("events.user_field", "must differ from events.time_field")
-	}
 	k.atLeast1("events.max_message_bytes", e.MaxMessageBytes)
+	k.schemas()
 }
 
 func (k *checker) window() {
@@ -362,7 +367,13 @@ func (k *checker) histograms() {
 				names[h.Name] = i
 			}
 		}
-		k.nonEmpty(p+".field", h.Field)
+		if k.nonEmpty(p+".field", h.Field) {
+			role := roleValue
+			if h.Kind == KindAverage {
+				role = roleVector
+			}
+			k.fieldPath(p+".field", h.Field, role)
+		}
 		k.list(p+".bins", "bin", h.Bins)
 		if len(h.Bins) < 2 {
 			k.add(p+".bins", "must list at least 2 bins")
@@ -384,6 +395,7 @@ func (k *checker) histograms() {
 			if h.GroupBy == h.Field {
 				k.add(p+".group_by", "must differ from field")
 			}
+			k.fieldPath(p+".group_by", h.GroupBy, roleValue)
 			if len(h.Groups) == 0 {
 				k.add(p+".groups", "required with group_by: list the public groups")
 			}
@@ -395,8 +407,7 @@ func (k *checker) histograms() {
 }
 
 // histWindow checks histograms[i].window: a whole multiple of window.size
-// that divides the budget period, and (in this build) not combined with the
-// cross-window bound.
+// that divides the budget period.
 func (k *checker) histWindow(p string, h Histogram) {
 	w := h.Window
 	if w == 0 {
@@ -411,8 +422,50 @@ func (k *checker) histWindow(p string, h Histogram) {
 	case period > 0 && period%w != 0:
 		k.add(p+".window", "must divide privacy.budget.period (%s), got %s", period, w)
 	}
-	if w > 0 && k.c.Contribution.MaxWindowsPerUser > 0 {
-		k.add(p+".window", "cannot be combined with contribution.max_windows_per_user in this build: the cross-window bound and coarser histogram windows are not composed yet; remove one of them")
+}
+
+// histBounds checks histograms[].max_windows_per_user (Histogram.
+// MaxWindowsPerUser): only with the bound on, between 1 and the
+// histogram's windows per period, required for a histogram with a coarser
+// window under the bound, and equal among histograms of one window size
+// (they share one admission state: a user's windows of that size).
+func (k *checker) histBounds() {
+	c := k.c
+	base, period := c.Window.Size, c.Privacy.Budget.Period
+	on := c.Contribution.MaxWindowsPerUser > 0
+	first := map[Duration]int{} // window size → first histogram index with a bound
+	for i, h := range c.Histograms {
+		p := fmt.Sprintf("histograms[%d].max_windows_per_user", i)
+		size := h.WindowSize(base)
+		windows := 0 // the histogram's windows per period; 0 when not computable
+		if size > 0 && period > 0 && period%size == 0 && (base <= 0 || size%base == 0) {
+			windows = int(period / size)
+		}
+		switch kh := h.MaxWindowsPerUser; {
+		case kh < 0:
+			k.add(p, "must be ≥ 1, or left out for the default (contribution.max_windows_per_user at window.size)")
+			continue
+		case kh > 0 && !on:
+			k.add(p, "needs contribution.max_windows_per_user: the cross-window bound is off (set contribution.max_windows_per_user, the bound of the histograms at window.size, too)")
+			continue
+		case kh > 0 && windows > 0 && kh > windows:
+			k.add(p, "must be at most %d, the histogram's windows (%s) per privacy.budget.period (%s); %d is every window", windows, size, period, windows)
+			continue
+		case kh == 0 && on && size != base && windows > 0:
+			k.add(p, "required with contribution.max_windows_per_user for a histogram with its own window (%s, %d per privacy.budget.period): contribution.max_windows_per_user (%d) counts windows of window.size (%s), not of this histogram; set how many of its %d windows per period one user counts in (%d: every window)",
+				size, windows, c.Contribution.MaxWindowsPerUser, base, windows, windows)
+			continue
+		}
+		if !on {
+			continue
+		}
+		if j, ok := first[size]; ok {
+			if kj, kh := c.HistWindowBound(j), c.HistWindowBound(i); kj != kh {
+				k.add(p, "is %d but histograms[%d] (%s), with the same window (%s), is bounded by %d: histograms of one window share one bound (one admission state per window size); set the same value", kh, j, c.Histograms[j].Name, size, kj)
+			}
+		} else {
+			first[size] = i
+		}
 	}
 }
 
@@ -476,6 +529,9 @@ func (k *checker) contribution() {
 		k.add("contribution.max_windows_per_user", "must be ≥ 0 (0: no bound)")
 	case w > maxWindowsPerUser:
 		k.add("contribution.max_windows_per_user", "must be at most %d", maxWindowsPerUser)
+	}
+	if s := c.BlindWarningShare; !(s > 0 && s <= 1) {
+		k.add("contribution.blind_warning_share", "must be a share in (0, 1], got %v (the share of a window's contributions dropped by max_windows_per_user above which the stage warns; 1 turns the warning off)", s)
 	}
 	if c.MaxWindowsPerUser > 0 && c.MaxTrackedUsers > 0 {
 		k.add("contribution.max_tracked_users", "cannot be combined with contribution.max_windows_per_user: a user the cross-window bound later drops could have displaced another user from a capped window; remove max_tracked_users (with max_windows_per_user the bounder keeps every user of a window: about 42 bytes per active (user, window) for one histogram, 59 for two, plus 30 per (user, period) for the bound's state)")
@@ -543,6 +599,26 @@ func (k *checker) privacy() {
 		k.add("privacy.budget.period", "must be greater than 0")
 	case k.c.Window.Size > 0 && b.Period%k.c.Window.Size != 0:
 		k.add("privacy.budget.period", "must be a whole multiple of window.size")
+	}
+}
+
+// activity checks privacy.expected_windows_per_user: 0 (not given, what
+// an absent key reads as and Config.String writes) or a finite number of
+// windows greater than 0 and at most the windows of one budget period.
+func (k *checker) activity() {
+	const path = "privacy.expected_windows_per_user"
+	m := k.c.Privacy.ExpectedWindowsPerUser
+	if m == 0 {
+		return // not given
+	}
+	size, period := k.c.Window.Size, k.c.Privacy.Budget.Period
+	switch {
+	case !finite(m):
+		k.add(path, "must be a finite number of windows, got %v", m)
+	case m < 0:
+		k.add(path, "must be greater than 0 (or 0: not given), got %v: the %dth percentile of how many windows of a budget period one user is active in (leave it out when you do not know it)", m, ActivityPercentile)
+	case size > 0 && period > 0 && period%size == 0 && m > float64(int64(period/size)):
+		k.add(path, "must be at most the %d windows of window.size (%s) in one privacy.budget.period (%s), got %v", int64(period/size), size, period, m)
 	}
 }
 

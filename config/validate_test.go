@@ -93,8 +93,55 @@ func TestValidateRules(t *testing.T) {
 		{"sasl username missing", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "plain", Password: "p"} }, "kafka.sasl.username", "must not be empty"},
 		{"sasl password missing", func(c *Config) { c.Kafka.SASL = SASL{Mechanism: "plain", Username: "u"} }, "kafka.sasl.password", "must be set"},
 		// events
-		{"format", func(c *Config) { c.Events.Format = "avro" }, "events.format", `must be json, got "avro"`},
-		{"empty format", func(c *Config) { c.Events.Format = "" }, "events.format", "must be json"},
+		{"format", func(c *Config) { c.Events.Format = "xml" }, "events.format", `must be one of json, avro, protobuf, got "xml"`},
+		{"empty format", func(c *Config) { c.Events.Format = "" }, "events.format", "must be one of json, avro, protobuf"},
+		{"path through a list", func(c *Config) { c.Events.UserField = "users[0].id" }, "events.user_field", "goes through a list or map"},
+		{"path through a map", func(c *Config) { c.Histograms[0].Field = "attrs.*" }, "histograms[0].field", "goes through a list or map"},
+		{"empty path level", func(c *Config) { c.Events.TimeField = "context..ts" }, "events.time_field", "has an empty level"},
+		{"unknown record field", func(c *Config) { c.Events.UserField = "$value" }, "events.user_field", "is not a record field"},
+		{"timestamp as user", func(c *Config) { c.Events.UserField = "$timestamp" }, "events.user_field", "can only be events.time_field"},
+		{"key as time", func(c *Config) { c.Events.TimeField = "$key" }, "events.time_field", "cannot be the event time"},
+		{"header without a name", func(c *Config) { c.Events.UserField = "$header." }, "events.user_field", "needs a header name"},
+		{"path too deep", func(c *Config) { c.Events.UserField = strings.Repeat("a.", MaxPathDepth) + "a" }, "events.user_field", "levels, at most"},
+		{"avro without schemas", func(c *Config) { c.Events.Format = FormatAvro }, "events.schema_registry.url", "required with events.format avro or protobuf"},
+		{"registry url", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL = FormatAvro, "registry:8081"
+		}, "events.schema_registry.url", "must be an http:// or https:// URL"},
+		{"registry url credentials", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL = FormatAvro, "http://u:p@registry:8081"
+		}, "events.schema_registry.url", "must not hold credentials"},
+		{"registry username without password", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.SchemaRegistry.Username = FormatAvro, "http://r:8081", "u"
+		}, "events.schema_registry.password", "required with events.schema_registry.username"},
+		{"registry with json", func(c *Config) { c.Events.SchemaRegistry.URL = "http://r:8081" }, "events.schema_registry", "only used with events.format avro or protobuf"},
+		{"registry tls key without cert", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL = FormatAvro, "https://r:8081"
+			c.Events.SchemaRegistry.TLS = TLS{Enabled: true, KeyFile: "/dev/null"}
+		}, "events.schema_registry.tls.cert_file", "required with events.schema_registry.tls.key_file"},
+		{"schema file id", func(c *Config) {
+			c.Events.Format, c.Events.SchemaFiles = FormatAvro, []SchemaFile{{ID: 0, File: "/dev/null"}}
+		}, "events.schema_files[0].id", "must be a schema id ≥ 1"},
+		{"schema file duplicate id", func(c *Config) {
+			c.Events.Format, c.Events.SchemaFiles = FormatAvro, []SchemaFile{{ID: 1, File: "/dev/null"}, {ID: 1, File: "/dev/null"}}
+		}, "events.schema_files[1].id", "duplicate schema id 1"},
+		{"schema file unreadable", func(c *Config) {
+			c.Events.Format, c.Events.SchemaFiles = FormatAvro, []SchemaFile{{ID: 1, File: "/nonexistent/x.avsc"}}
+		}, "events.schema_files[0].file", "cannot read"},
+		{"protobuf framing", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.Protobuf.MessageIndexes = FormatProtobuf, "http://r:8081", "kafkajs"
+		}, "events.protobuf.message_indexes", "must be one of confluent, none"},
+		{"protobuf message with confluent framing", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.Protobuf.Message = FormatProtobuf, "http://r:8081", "a.B"
+		}, "events.protobuf.message", "only used with events.protobuf.message_indexes: none"},
+		{"protobuf keys with avro", func(c *Config) {
+			c.Events.Format, c.Events.SchemaRegistry.URL, c.Events.Protobuf.MessageIndexes = FormatAvro, "http://r:8081", "none"
+		}, "events.protobuf", "only used with events.format protobuf"},
+		{"vector from a header", func(c *Config) {
+			c.Histograms[0].Kind, c.Histograms[0].Field = KindAverage, "$header.v"
+		}, "histograms[0].field", "a header cannot hold an average histogram's vector"},
+		{"group by path through a list", func(c *Config) {
+			c.Histograms[0].GroupBy, c.Histograms[0].Groups = "geo[1]", []string{"a"}
+		}, "histograms[0].group_by", "goes through a list or map"},
 		{"empty time field", func(c *Config) { c.Events.TimeField = "" }, "events.time_field", "must not be empty"},
 		{"empty user field", func(c *Config) { c.Events.UserField = "" }, "events.user_field", "must not be empty"},
 		{"user field is time field", func(c *Config) { c.Events.UserField = c.Events.TimeField }, "events.user_field", "must differ from events.time_field"},
@@ -135,11 +182,30 @@ func TestValidateRules(t *testing.T) {
 		{"histogram window not a multiple", func(c *Config) { c.Histograms[1].Window = Duration(90 * time.Second) }, "histograms[1].window", "whole multiple of window.size (1m), got 1m30s"},
 		{"histogram window does not divide the period", func(c *Config) { c.Histograms[0].Window = Duration(7 * time.Minute) }, "histograms[0].window", "must divide privacy.budget.period (24h), got 7m"},
 		{"histogram window longer than the period", func(c *Config) { c.Histograms[0].Window = Duration(48 * time.Hour) }, "histograms[0].window", "must divide privacy.budget.period"},
-		{"histogram window with max windows per user", func(c *Config) {
+		{"hour view without its own bound", func(c *Config) {
 			c.Histograms[0].Window = Duration(time.Hour)
 			c.Contribution.MaxWindowsPerUser = 5
 			c.Contribution.MaxTrackedUsers = 0
-		}, "histograms[0].window", "cannot be combined with contribution.max_windows_per_user"},
+		}, "histograms[0].max_windows_per_user", "required with contribution.max_windows_per_user for a histogram with its own window (1h, 24 per privacy.budget.period)"},
+		{"histogram bound above its windows", func(c *Config) {
+			c.Histograms[0].Window, c.Histograms[0].MaxWindowsPerUser = Duration(time.Hour), 25
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 5, 0
+		}, "histograms[0].max_windows_per_user", "must be at most 24, the histogram's windows (1h) per privacy.budget.period (24h)"},
+		{"day view bound above 1", func(c *Config) {
+			c.Histograms[1].Window, c.Histograms[1].MaxWindowsPerUser = Duration(24*time.Hour), 2
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 5, 0
+		}, "histograms[1].max_windows_per_user", "must be at most 1"},
+		{"histogram bound without the bound on", func(c *Config) {
+			c.Histograms[0].Window, c.Histograms[0].MaxWindowsPerUser = Duration(time.Hour), 3
+		}, "histograms[0].max_windows_per_user", "needs contribution.max_windows_per_user"},
+		{"histogram bound negative", func(c *Config) {
+			c.Histograms[0].MaxWindowsPerUser = -1
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 5, 0
+		}, "histograms[0].max_windows_per_user", "must be ≥ 1"},
+		{"two bounds on one window size", func(c *Config) {
+			c.Histograms[1].MaxWindowsPerUser = 3
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 5, 0
+		}, "histograms[1].max_windows_per_user", "is 3 but histograms[0] (pages), with the same window (1m), is bounded by 5"},
 		{"group_by is field", func(c *Config) { c.Histograms[1].GroupBy = "page" }, "histograms[1].group_by", "must differ from field"},
 		// contribution
 		{"max events per user", func(c *Config) { c.Contribution.MaxEventsPerUser = 0 }, "contribution.max_events_per_user", "at least 1"},
@@ -147,6 +213,10 @@ func TestValidateRules(t *testing.T) {
 		{"max tracked users", func(c *Config) { c.Contribution.MaxTrackedUsers = -1 }, "contribution.max_tracked_users", "≥ 0"},
 		{"max windows per user", func(c *Config) { c.Contribution.MaxWindowsPerUser = -1 }, "contribution.max_windows_per_user", "≥ 0"},
 		{"max windows per user too large", func(c *Config) { c.Contribution.MaxWindowsPerUser = 1 << 16 }, "contribution.max_windows_per_user", "at most 65535"},
+		{"blind warning share NaN", func(c *Config) { c.Contribution.BlindWarningShare = math.NaN() }, "contribution.blind_warning_share", "must be a share in (0, 1]"},
+		{"blind warning share Inf", func(c *Config) { c.Contribution.BlindWarningShare = math.Inf(1) }, "contribution.blind_warning_share", "must be a share in (0, 1]"},
+		{"blind warning share negative", func(c *Config) { c.Contribution.BlindWarningShare = -0.1 }, "contribution.blind_warning_share", "must be a share in (0, 1]"},
+		{"blind warning share above 1", func(c *Config) { c.Contribution.BlindWarningShare = 1.5 }, "contribution.blind_warning_share", "1 turns the warning off"},
 		{"max windows with tracked cap", func(c *Config) { c.Contribution.MaxWindowsPerUser = 5; c.Contribution.MaxTrackedUsers = 1000 }, "contribution.max_tracked_users", "cannot be combined with contribution.max_windows_per_user"},
 		// privacy
 		{"mechanism", func(c *Config) { c.Privacy.Mechanism = "exponential" }, "privacy.mechanism", `must be one of dirichlet, gaussian, laplace, laplace-posterior, got "exponential"`},
@@ -276,6 +346,21 @@ func TestValidateAccepts(t *testing.T) {
 			c.Histograms[1].Window = Duration(24 * time.Hour)
 		}},
 		{"histogram window equal to window.size", func(c *Config) { c.Histograms[0].Window = c.Window.Size }},
+		{"minute, hour and day views with their own bounds", func(c *Config) {
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 2, 0
+			c.Histograms[0].Window, c.Histograms[0].MaxWindowsPerUser = Duration(time.Hour), 24
+			c.Histograms = append(c.Histograms, c.Histograms[1])
+			c.Histograms[2].Name, c.Histograms[2].Window, c.Histograms[2].MaxWindowsPerUser = "daily", Duration(24*time.Hour), 1
+		}},
+		{"hour view with the bound of the minute view", func(c *Config) {
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 2, 0
+			c.Histograms[0].Window, c.Histograms[0].MaxWindowsPerUser = Duration(time.Hour), 2
+		}},
+		{"a lone minute histogram overriding the contribution bound", func(c *Config) {
+			c.Contribution.MaxWindowsPerUser, c.Contribution.MaxTrackedUsers = 2, 0
+			c.Histograms[1].Window, c.Histograms[1].MaxWindowsPerUser = Duration(time.Hour), 4
+			c.Histograms[0].MaxWindowsPerUser = 7
+		}},
 		{"average histogram window", func(c *Config) { avg(c); c.Histograms[0].Window = Duration(3 * time.Minute) }},
 		{"delta at the bound", func(c *Config) { c.Privacy.Budget.Delta = MaxDelta }},
 		{"delta just under 1/expected users", func(c *Config) { c.Privacy.ExpectedUsers = 999_999 }},

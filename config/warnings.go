@@ -10,9 +10,24 @@ import (
 type Warning struct {
 	Path    string // YAML path of the setting
 	Message string
+	// Line is the 1-based line of the setting in the file (Config.LineOf);
+	// 0 when unknown.
+	Line int
 }
 
-func (w Warning) String() string { return fmt.Sprintf("%s: %s", w.Path, w.Message) }
+// String formats the warning as "path: line N: message", like a Problem.
+func (w Warning) String() string {
+	if w.Line > 0 {
+		return fmt.Sprintf("%s: line %d: %s", w.Path, w.Line, w.Message)
+	}
+	return fmt.Sprintf("%s: %s", w.Path, w.Message)
+}
+
+// LineOf is the 1-based line in the file of the setting at path (a YAML
+// path such as "contribution.max_windows_per_user"), or of its nearest
+// enclosing key the file gave; 0 when there is none (a default, or a
+// Config built in Go).
+func (c *Config) LineOf(path string) int { return c.lineOf(path) }
 
 // Warnings lists the settings of a valid configuration that weaken the
 // guarantee or rest on a trust assumption the operator must check.

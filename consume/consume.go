@@ -51,9 +51,16 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 		return
 	}
 	ev := dec.NewEvent()
+	var rec decode.Record
 	tracker := sess.Trackers[p]
 	maxMsg := s.Cfg.Events.MaxMessageBytes
 	loc := &partitionLocal{lateness: s.LatenessMs, caughtUp: math.MinInt64, pubCaughtUp: math.MinInt64}
+	if sess.Adm != nil { // the window bound's drops on arrival, for the operator's drop share
+		loc.drops, loc.dropU = &sess.Drops, map[userDrop]int64{}
+		for _, h := range s.Cfg.Histograms {
+			loc.sizes = append(loc.sizes, h.WindowSize(s.Cfg.Window.Size).D().Milliseconds())
+		}
+	}
 	maxFuture := s.Cfg.Events.MaxFuture.D().Milliseconds()
 	loc.wall = s.Now().UnixMilli()
 	loc.futureLimit = loc.wall + maxFuture
@@ -156,11 +163,18 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 		reason := decode.ReasonNone
 		if maxMsg > 0 && len(m.Value) > maxMsg {
 			reason = decode.ReasonOversized
-		} else if r := dec.Decode(m.Value, ev); r != decode.ReasonNone {
-			reason = r
 		} else {
-			loc.decoded++
-			reason = handle(s, sess, p, m.Offset, recMs, ev, tracker, loc)
+			recordOf(&rec, &m)
+			r, ok := decodeHeld(ctx, s, sess, p, dec, &rec, ev)
+			switch {
+			case !ok:
+				return // ctx ended while the schema registry held the record: not processed
+			case r != decode.ReasonNone:
+				reason = r
+			default:
+				loc.decoded++
+				reason = handle(s, sess, p, m.Offset, recMs, ev, tracker, loc)
+			}
 		}
 		if reason != decode.ReasonNone {
 			s.Stats.Drop(reason)
@@ -228,6 +242,62 @@ type partitionLocal struct {
 	// Counters not yet added to Stats.
 	decoded, counted, boundEvents, boundGroups, boundCapacity int64
 	boundDisplaced, boundWindows, flushedConsumed             int64
+
+	// The window bound's drops on arrival not yet handed to the Session
+	// (drops, nil without the bound; flushDrops): dropU per (config
+	// histogram, user), of base window dropW; sizes is each histogram's
+	// window size (ms); dropBuf is flushDrops' batch.
+	drops   *aggregate.WindowDrops
+	sizes   []int64
+	dropU   map[userDrop]int64
+	dropW   int64
+	dropBuf []aggregate.Drop
+}
+
+// noteDrops counts ev's parts, of base window w, in the histograms of the
+// window sizes whose bound dropped them on arrival (dropped: bit i for
+// sets[i], Session.add).
+func (l *partitionLocal) noteDrops(w int64, ev *decode.Event, sets []*WindowSet, dropped uint64) {
+	if l.drops == nil || dropped == 0 {
+		return
+	}
+	if len(l.dropU) > 0 && w != l.dropW {
+		l.flushDrops()
+	}
+	l.dropW = w
+	for i, set := range sets {
+		if i >= 64 || dropped&(1<<i) == 0 {
+			continue
+		}
+		for _, h := range set.hists {
+			if h < len(ev.Drops) && ev.Drops[h] == decode.ReasonNone {
+				l.dropU[userDrop{h, ev.User}]++
+			}
+		}
+	}
+}
+
+// userDrop keys partitionLocal's drops on arrival: a config histogram and
+// a user (the share counts a user's bounded contributions, not its events:
+// aggregate.WindowDrops).
+type userDrop struct {
+	h    int
+	user uint64
+}
+
+// flushDrops hands the drops noted to the Session's, where CloseWindow
+// takes them. publish calls it before the watermark moves, so a window
+// closes with its partition's drops.
+func (l *partitionLocal) flushDrops() {
+	if len(l.dropU) == 0 {
+		return
+	}
+	l.dropBuf = l.dropBuf[:0]
+	for k, n := range l.dropU {
+		l.dropBuf = append(l.dropBuf, aggregate.Drop{H: k.h, Start: window.Start(l.dropW, l.sizes[k.h]), User: k.user, N: n})
+	}
+	l.drops.AddAll(l.dropBuf)
+	clear(l.dropU)
 }
 
 // observe records a counted event's time; sizeMs is the window size.
@@ -250,6 +320,7 @@ func (l *partitionLocal) observe(t, sizeMs int64) {
 
 // publish hands the event-time range and the counters on.
 func (l *partitionLocal) publish(wm *window.Watermarks, p int, st *node.Stats, sizeMs int64) {
+	l.flushDrops() // before the watermark may close their window
 	// Only counted events keep a partition live: one that delivers nothing
 	// but malformed, late or too-far-ahead messages goes idle and stops
 	// holding the watermark back (garbage cannot stall every release).
@@ -275,6 +346,7 @@ func (l *partitionLocal) publish(wm *window.Watermarks, p int, st *node.Stats, s
 
 // flushStats adds the accumulated counters to st.
 func (l *partitionLocal) flushStats(st *node.Stats) {
+	l.flushDrops()
 	st.Consumed.Add(l.consumed - l.flushedConsumed)
 	l.flushedConsumed = l.consumed
 	st.Decoded.Add(l.decoded)
@@ -321,17 +393,22 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		return reason
 	}
 	sess.closeMu.RLock()
-	if sess.Adm != nil && !sess.Adm.Admissible(ev.User, s.PeriodOf(w)) {
+	// Into the window of every size still open whose cross-window bound
+	// may still admit the user (windows.go).
+	out, ao, track, ok, bound, dropped := sess.add(w, s.SizeMs, s.PeriodOf(w), ev)
+	if !ok && bound > 0 {
 		// Admitted to max_windows_per_user closed windows of the period
-		// already: never admitted to w (aggregate.Admissions). Nothing of
-		// the event can count, so its offset is done.
+		// already, in every size still open: never admitted to them
+		// (aggregate.Admissions). Nothing of the event can count, so its
+		// offset is done.
 		next := sess.Next
 		sess.closeMu.RUnlock()
 		if !s.Arrival {
 			loc.observe(ev.TimeMs, s.SizeMs)
 		}
 		countOutcome(s, ev, aggregate.Outcome{}, loc)
-		loc.boundWindows += int64(validParts(ev))
+		loc.boundWindows += int64(bound)
+		loc.noteDrops(w, ev, sess.Sets, dropped)
 		if w >= next {
 			tracker.Counted(w, offset) // re-read after a restart, like a counted event
 		} else {
@@ -339,8 +416,6 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		}
 		return decode.ReasonNone
 	}
-	// Into the window of every size still open (windows.go).
-	out, ao, track, ok := sess.add(w, s.SizeMs, ev)
 	if !ok {
 		sess.closeMu.RUnlock()
 		late(s, offset, tracker)
@@ -352,6 +427,8 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		loc.observe(ev.TimeMs, s.SizeMs) // event time moves the watermark only in event mode
 	}
 	countOutcome(s, ev, out, loc)
+	loc.boundWindows += int64(bound) // the parts of the sizes whose bound dropped them
+	loc.noteDrops(w, ev, sess.Sets, dropped)
 	if ao.Added > 0 {
 		s.Stats.Averaged.Add(int64(ao.Added))
 	}
@@ -379,16 +456,4 @@ func countOutcome(s *node.Node, ev *decode.Event, out aggregate.Outcome, loc *pa
 	loc.boundGroups += int64(out.DroppedUserGroups)
 	loc.boundCapacity += int64(out.DroppedCapacity)
 	loc.boundDisplaced += int64(out.Displaced)
-}
-
-// validParts is the number of histogram parts of a decoded event that no
-// per-histogram reason dropped.
-func validParts(ev *decode.Event) int {
-	n := 0
-	for _, r := range ev.Drops {
-		if r == decode.ReasonNone {
-			n++
-		}
-	}
-	return n
 }

@@ -43,6 +43,17 @@ type Session struct {
 	// or the progress topic at the Session's start: the admissions of the
 	// recorded windows of the period of Next.
 	Adm *aggregate.Admissions
+	// Drops counts the contributions the cross-window bound dropped on
+	// arrival, per (histogram, window), until CloseWindow takes them for
+	// the operator's drop share (node.Node.NoteWindowBound). Used only
+	// with Adm.
+	Drops aggregate.WindowDrops
+	// ViewAdm are the cross-window bound's states of the window sizes other
+	// than window.size (histograms[].window: the views), by window length
+	// in ms, restored like Adm (RestoreAdmissions). Each view's histograms
+	// count a user in at most their own max_windows_per_user windows of
+	// that size per period (plan's package doc, "Views").
+	ViewAdm map[int64]*aggregate.Admissions
 
 	closeMu sync.RWMutex // guards Next against adds into closed windows: workers add under RLock, CloseWindow closes under Lock
 	// Next is the start of the first window not yet closed. Set it before

@@ -7,6 +7,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/window"
 )
 
@@ -117,18 +118,33 @@ func NewWindowSets(cfg *config.Config) ([]*WindowSet, error) {
 	return sets, nil
 }
 
-// add bounds and counts ev, of base window w, into every window size whose
-// window of the event is still open (the caller holds closeMu for
-// reading). ok is false when the event is late for every size; track is
-// the base window to track its offset under (see above).
-func (sess *Session) add(w, baseMs int64, ev *decode.Event) (out aggregate.Outcome, ao aggregate.AverageOutcome, track int64, ok bool) {
+// add bounds and counts ev, of base window w in budget period period, into
+// every window size whose window of the event is still open and whose
+// cross-window bound may still admit the event's user (the caller holds
+// closeMu for reading). ok is false when the event counts in no size;
+// bound is then the number of its parts the cross-window bounds dropped
+// (0: it is late for every size), and otherwise those of the sizes whose
+// bound dropped them; track is the base window to track its offset under
+// (see above); dropped has bit i set for each size Sets[i] whose bound
+// dropped its parts (the operator's drop share, partitionLocal.noteDrops).
+func (sess *Session) add(w, baseMs, period int64, ev *decode.Event) (out aggregate.Outcome, ao aggregate.AverageOutcome, track int64, ok bool, bound int, dropped uint64) {
 	if w < sess.First {
-		return out, ao, 0, false // before the first window released
+		return out, ao, 0, false, 0, 0 // before the first window released
 	}
-	for _, set := range sess.Sets {
+	for i, set := range sess.Sets {
 		start := window.Start(w, set.sizeMs)
 		if start < window.Start(sess.Next, set.sizeMs) {
 			continue // that window is closed
+		}
+		if adm := sess.admOf(set, baseMs); adm != nil && !adm.Admissible(ev.User, period) {
+			// Admitted to max_windows_per_user closed windows of this size
+			// in the period already: never admitted to this one
+			// (aggregate.Admissions).
+			bound += set.validParts(ev)
+			if i < 64 {
+				dropped |= 1 << i
+			}
+			continue
 		}
 		o := set.agg.Add(start, ev)
 		out.Add(o)
@@ -142,20 +158,93 @@ func (sess *Session) add(w, baseMs int64, ev *decode.Event) (out aggregate.Outco
 		}
 		ok = true
 	}
-	return out, ao, track, ok
+	return out, ao, track, ok, bound, dropped
+}
+
+// admOf is the cross-window bound's state of set's window size: Adm for
+// the base windows (baseMs), ViewAdm's for a view; nil without the bound.
+func (sess *Session) admOf(set *WindowSet, baseMs int64) *aggregate.Admissions {
+	if set.sizeMs == baseMs {
+		return sess.Adm
+	}
+	return sess.ViewAdm[set.sizeMs]
+}
+
+// validParts is the number of ev's parts (one per histogram with a bin to
+// count) in set's histograms.
+func (set *WindowSet) validParts(ev *decode.Event) int {
+	n := 0
+	for _, h := range set.hists {
+		if h < len(ev.Drops) && ev.Drops[h] == decode.ReasonNone {
+			n++
+		}
+	}
+	return n
+}
+
+// Bounds returns the cross-window bound of every window size of a loaded
+// config, by window length in ms (config.Config.HistWindowBound: one bound
+// per size, which validation enforces), and the base window's; nil when
+// the bound is off.
+func Bounds(cfg *config.Config) (bounds map[int64]int) {
+	if cfg.Contribution.MaxWindowsPerUser <= 0 {
+		return nil
+	}
+	bounds = map[int64]int{cfg.Window.Size.D().Milliseconds(): cfg.Contribution.MaxWindowsPerUser}
+	for i, h := range cfg.Histograms {
+		if k := cfg.HistWindowBound(i); k > 0 {
+			bounds[h.WindowSize(cfg.Window.Size).D().Milliseconds()] = k
+		}
+	}
+	return bounds
+}
+
+// RestoreAdmissions returns the cross-window bound's states for a Session
+// of cfg whose next window is in period: Adm (the base window's) and
+// ViewAdm (each other window size's), each restored from counts(view ms;
+// 0 for the base window) — the release log's admissions of the period's
+// recorded windows, or a progress partition's. nil, nil when the bound is
+// off.
+func RestoreAdmissions(cfg *config.Config, period int64, counts func(viewMs int64) (map[uint64]uint16, error)) (base *aggregate.Admissions, views map[int64]*aggregate.Admissions, err error) {
+	baseMs := cfg.Window.Size.D().Milliseconds()
+	for ms, k := range Bounds(cfg) {
+		adm, err := aggregate.NewAdmissions(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		view := ms
+		if ms == baseMs {
+			view = 0
+		}
+		c, err := counts(view)
+		if err != nil {
+			return nil, nil, err
+		}
+		adm.Restore(period, c)
+		if view == 0 {
+			base = adm
+			continue
+		}
+		if views == nil {
+			views = map[int64]*aggregate.Admissions{}
+		}
+		views[ms] = adm
+	}
+	return base, views, nil
 }
 
 // closeBoundary closes, in every window size, the window ending at the base
-// Boundary end (the caller holds closeMu). With admit (the cross-window
-// bound; histograms[].window is then refused, so only the base size
-// closes) only the users admit accepts are counted and averaged.
-func (sess *Session) closeBoundary(end int64, admit func(uint64) bool) (*Boundary, error) {
+// Boundary end (the caller holds closeMu). With the cross-window bound
+// (admitOf(set) not nil) only the users that size's admit accepts are
+// counted and averaged.
+func (sess *Session) closeBoundary(end int64, admitOf func(*WindowSet) func(uint64) bool) (*Boundary, error) {
 	b := &Boundary{}
 	for _, set := range sess.Sets {
 		if window.Start(end, set.sizeMs) != end {
 			continue // its window does not end here
 		}
 		start := end - set.sizeMs
+		admit := admitOf(set)
 		var wc *aggregate.WindowCounts
 		var err error
 		if admit != nil {
@@ -200,6 +289,11 @@ func (sess *Session) ResetSets() {
 // (release.Counts and release.Means).
 type Boundary struct {
 	sets []closedSet
+	// Bounds is, with the cross-window bound, each closed histogram's
+	// window-bound counts (CloseWindow): private, for the operator's
+	// drop share (node.Node.NoteWindowBound) and, in the distributed
+	// mode, the Partial's Dropped.
+	Bounds []node.WindowBound
 }
 
 type closedSet struct {
@@ -216,7 +310,7 @@ func (b *Boundary) Counts(h, g int, dst []float64) []float64 {
 			return c.counts.Counts(i, g, dst)
 		}
 	}
-	panic(fmt.Sprintf("pipeline: histogram %d has no window ending at this Boundary", h))
+	panic(fmt.Sprintf("consume: histogram %d has no window ending at this Boundary", h))
 }
 
 // Mean is the padded average of the average histogram of config index h.
@@ -226,7 +320,7 @@ func (b *Boundary) Mean(h int, out []float64) []float64 {
 			return c.avgs.Mean(h, out)
 		}
 	}
-	panic(fmt.Sprintf("pipeline: average histogram %d has no window ending at this Boundary", h))
+	panic(fmt.Sprintf("consume: average histogram %d has no window ending at this Boundary", h))
 }
 
 // KeptUsers is the kept users of average histogram h (config index) in

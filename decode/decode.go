@@ -121,6 +121,10 @@ type Event struct {
 	// unspecified. Copy it to keep it past the next Decode.
 	Vectors [][]float64
 
+	// Err says why, when DecodeRecord returns a reason whose Hold method
+	// reports true (the Schema Registry's error); nil otherwise.
+	Err error
+
 	slots   []span // per distinct field: where its value is in the message
 	scratch []byte // for escaped values longer than the stack buffer
 }
@@ -174,9 +178,8 @@ func lookup(list []string, m map[string]int32, v []byte) (int32, bool) {
 type Decoder struct {
 	maxBytes  int
 	key       siphash.Key
-	fields    []string       // distinct field names; index = slot
-	fieldMap  map[string]int // for many fields; nil when the linear scan is used
-	maxField  int            // longest field name
+	fields    []string // distinct field keys; index = slot
+	root      *pathNode
 	timeSlot  int
 	userSlot  int
 	hists     []histogram
@@ -186,6 +189,23 @@ type Decoder struct {
 	// partition of partitions (WithPartitionCheck, partition.go).
 	part                  Partitioner
 	partition, partitions int
+
+	// The record fields ($key, $timestamp, $header.<name>): their slots,
+	// -1 when not configured.
+	keySlot, tsSlot int
+	headers         []headerField
+	// vectorSlot[s]: slot s holds an average histogram's vector.
+	vectorSlot []bool
+	// format is events.format; schemas resolves the schema ids of the
+	// avro and protobuf formats (nil for json).
+	format  string
+	schemas *schemaSet
+}
+
+// headerField is a configured $header.<name> field.
+type headerField struct {
+	name string
+	slot int
 }
 
 // linearFields is how many fields are matched by linear scan before a map is
@@ -201,8 +221,10 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 		return nil, errors.New("decode: nil config")
 	}
 	ev := cfg.Events
-	if ev.Format != "" && ev.Format != "json" {
-		return nil, fmt.Errorf("decode: events.format %q is not supported (only json)", ev.Format)
+	switch ev.Format {
+	case "", config.FormatJSON, config.FormatAvro, config.FormatProtobuf:
+	default:
+		return nil, fmt.Errorf("decode: events.format %q is not supported (json, avro or protobuf)", ev.Format)
 	}
 	if ev.TimeField == "" {
 		return nil, errors.New("decode: events.time_field is empty")
@@ -216,7 +238,10 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 	if len(cfg.Histograms) == 0 {
 		return nil, errors.New("decode: no histograms configured")
 	}
-	d := &Decoder{maxBytes: ev.MaxMessageBytes, key: key}
+	d := &Decoder{maxBytes: ev.MaxMessageBytes, key: key, root: &pathNode{}, keySlot: -1, tsSlot: -1, format: ev.Format}
+	if d.format == "" {
+		d.format = config.FormatJSON
+	}
 	if d.maxBytes == 0 {
 		d.maxBytes = DefaultMaxMessageBytes
 	}
@@ -225,10 +250,20 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 		if s, ok := slotOf[name]; ok {
 			return s
 		}
-		slotOf[name] = len(d.fields)
+		s := len(d.fields)
+		slotOf[name] = s
 		d.fields = append(d.fields, name)
-		d.maxField = max(d.maxField, len(name))
-		return len(d.fields) - 1
+		switch k, rest := parseField(name); k {
+		case fieldKey:
+			d.keySlot = s
+		case fieldTimestamp:
+			d.tsSlot = s
+		case fieldHeader:
+			d.headers = append(d.headers, headerField{name: rest, slot: s})
+		default:
+			d.root.add(config.PathSegments(rest), s)
+		}
+		return s
 	}
 	d.timeSlot = slot(ev.TimeField)
 	d.userSlot = slot(ev.UserField)
@@ -286,8 +321,18 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 		}
 		d.hists = append(d.hists, hs)
 	}
-	if len(d.fields) > linearFields {
-		d.fieldMap = slotOf
+	d.root.finish()
+	d.vectorSlot = make([]bool, len(d.fields))
+	for _, hs := range d.hists {
+		if hs.average {
+			d.vectorSlot[hs.binSlot] = true
+		}
+	}
+	if d.format != config.FormatJSON {
+		var err error
+		if d.schemas, err = newSchemaSet(d, cfg); err != nil {
+			return nil, err
+		}
 	}
 	if d.maxValue > stackBuf {
 		d.scratchSz = d.maxValue
@@ -330,62 +375,39 @@ func (d *Decoder) NewEvent() *Event {
 	return ev
 }
 
-// lookupField returns the slot of the key (raw, still escaped when esc), or -1.
-func (d *Decoder) lookupField(key []byte, esc bool) int {
-	if esc {
-		if len(key) > 6*d.maxField+6 { // cannot unescape to a configured name
-			return -1
-		}
-		var buf [stackBuf]byte
-		if d.maxField > len(buf) {
-			return d.lookupLongKey(key)
-		}
-		n, ok := unescape(buf[:d.maxField], key)
-		if !ok {
-			return -1
-		}
-		return d.lookupPlain(buf[:n])
-	}
-	return d.lookupPlain(key)
-}
-
-func (d *Decoder) lookupPlain(key []byte) int {
-	if d.fieldMap != nil {
-		if s, ok := d.fieldMap[string(key)]; ok {
-			return s
-		}
-		return -1
-	}
-	for i, f := range d.fields {
-		if len(f) == len(key) && f == string(key) {
-			return i
-		}
-	}
-	return -1
-}
-
-// lookupLongKey handles escaped keys when a configured field name is longer
-// than the stack buffer (an odd configuration); it allocates.
-func (d *Decoder) lookupLongKey(key []byte) int {
-	buf := make([]byte, d.maxField)
-	n, ok := unescape(buf, key)
-	if !ok {
-		return -1
-	}
-	return d.lookupPlain(buf[:n])
-}
-
-// Decode decodes msg into ev and returns ReasonNone when the event as a whole
-// is usable (individual histograms may still be dropped: see ev.Drops), or
-// the whole-event reason: oversized, bad_json, invalid_utf8, missing_time,
-// bad_time, missing_user or wrong_type. Checks run in that order; within the
-// JSON scan the first defect found decides between bad_json and
-// invalid_utf8. Decode never retains msg and never panics on any msg.
+// Decode decodes the message value msg into ev: [Decoder.DecodeRecord] of
+// a record with that value, no key, no headers and no timestamp (a
+// $timestamp time field is then bad_time). For the JSON callers that have
+// only the value.
 func (d *Decoder) Decode(msg []byte, ev *Event) Reason {
+	rec := Record{Value: msg, TimestampMs: -1}
+	return d.DecodeRecord(&rec, ev)
+}
+
+// DecodeRecord decodes rec into ev and returns ReasonNone when the event as
+// a whole is usable (individual histograms may still be dropped: see
+// ev.Drops), or the whole-event reason: oversized; for json bad_json or
+// invalid_utf8; for avro and protobuf unknown_magic_byte,
+// unknown_schema_id, undecodable or invalid_utf8; then missing_time,
+// bad_time, missing_user, wrong_type or wrong_partition. Checks run in that
+// order; within the JSON scan the first defect found decides between
+// bad_json and invalid_utf8.
+//
+// One outcome is not a drop: [ReasonSchemaUnavailable] (its Hold method
+// reports true) says the record's schema could not be fetched from the
+// Schema Registry (unreachable, timing out, answering an error other than
+// "not found"); ev.Err says why. The record is not bad input: the caller
+// must not drop, count or commit it, and must retry the same record later
+// (see the package doc, "Holding a partition").
+//
+// DecodeRecord never retains rec or its slices and never panics on any
+// input.
+func (d *Decoder) DecodeRecord(rec *Record, ev *Event) Reason {
 	if !d.fits(ev) {
 		*ev = *d.NewEvent() // an Event from another decoder
 	}
-	r := d.decode(msg, ev)
+	ev.Err = nil
+	r := d.decode(rec, ev)
 	if r != ReasonNone {
 		for h := range ev.Bins {
 			ev.Bins[h], ev.Groups[h], ev.Drops[h] = -1, -1, ReasonNone
@@ -409,14 +431,74 @@ func (d *Decoder) fits(ev *Event) bool {
 	return true
 }
 
-func (d *Decoder) decode(msg []byte, ev *Event) Reason {
+func (d *Decoder) decode(rec *Record, ev *Event) Reason {
 	ev.TimeMs, ev.User = 0, 0
+	msg := rec.Value
 	if len(msg) > d.maxBytes {
 		return ReasonOversized
 	}
-	if r := d.scan(msg, ev.slots); r != ReasonNone {
-		return r
+	if d.schemas == nil {
+		if r := d.scan(msg, ev.slots); r != ReasonNone {
+			return r
+		}
+	} else {
+		payload, r := d.schemas.decode(msg, ev)
+		if r != ReasonNone {
+			return r
+		}
+		msg = payload
 	}
+	d.recordFields(rec, ev.slots)
+	return d.extract(msg, ev)
+}
+
+// recordFields fills the slots of the record fields ($key, $timestamp,
+// $header.<name>).
+func (d *Decoder) recordFields(rec *Record, slots []span) {
+	if d.keySlot >= 0 {
+		switch k := rec.Key; {
+		case k == nil:
+			slots[d.keySlot] = span{kind: kindNull}
+		case len(k) > 0 && k[0] == 0:
+			// A key in the wire format (magic byte 0): its bytes change
+			// with the key schema's id, so hashing them could split a
+			// user in two. Refused (wrong_type).
+			slots[d.keySlot] = span{kind: kindObject}
+		default:
+			slots[d.keySlot] = span{kind: kindString, ext: k, end: len(k)}
+		}
+	}
+	if d.tsSlot >= 0 {
+		slots[d.tsSlot] = span{kind: kindTimeMs, num: rec.TimestampMs}
+	}
+	for _, h := range d.headers {
+		sp := span{}
+		for i := range rec.Headers { // the last header of that name wins
+			if rec.Headers[i].Key == h.name {
+				if v := rec.Headers[i].Value; v == nil {
+					sp = span{kind: kindNull}
+				} else {
+					sp = span{kind: kindString, ext: v, end: len(v)}
+				}
+			}
+		}
+		slots[h.slot] = sp
+	}
+}
+
+// bytesOf returns the bytes of a string, number or literal value: in its
+// own buffer (ext: the record key, a header, a static string) or in msg.
+func bytesOf(msg []byte, sp span) []byte {
+	if sp.ext != nil {
+		return sp.ext[sp.start:sp.end]
+	}
+	return msg[sp.start:sp.end]
+}
+
+// extract reads the time, the user and every histogram's value from the
+// slots filled by the scan or the schema walk (msg is the JSON message or
+// the schema-encoded payload).
+func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 	var buf [stackBuf]byte
 	tmp := buf[:]
 	if d.scratchSz > 0 {
@@ -435,7 +517,7 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 		}
 		ev.TimeMs = t
 	case kindString:
-		v := msg[ts.start:ts.end]
+		v := bytesOf(msg, ts)
 		if ts.esc {
 			var tb [64]byte // longer than any valid time
 			n, ok := unescape(tb[:], v)
@@ -443,16 +525,28 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 				return ReasonBadTime
 			}
 			v = tb[:n]
-			if t, ok := parseTimeString(v); ok {
-				ev.TimeMs = t
-			} else {
-				return ReasonBadTime
-			}
-		} else if t, ok := parseTimeString(v); ok {
-			ev.TimeMs = t
-		} else {
+		}
+		t, ok := parseTimeString(v)
+		if !ok {
 			return ReasonBadTime
 		}
+		ev.TimeMs = t
+	case kindInt, kindTimeMs:
+		if ts.num < MinTimeMs || ts.num > MaxTimeMs {
+			return ReasonBadTime
+		}
+		ev.TimeMs = ts.num
+	case kindUint:
+		if uint64(ts.num) > uint64(MaxTimeMs) {
+			return ReasonBadTime
+		}
+		ev.TimeMs = ts.num
+	case kindFloat:
+		f := math.Float64frombits(uint64(ts.num))
+		if !(f >= float64(MinTimeMs) && f < float64(MaxTimeMs)+1) {
+			return ReasonBadTime
+		}
+		ev.TimeMs = int64(math.Floor(f))
 	default:
 		return ReasonWrongType
 	}
@@ -463,16 +557,17 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 	case kindNone, kindNull:
 		return ReasonMissingUser
 	case kindString:
-		if us.start == us.end {
+		v := bytesOf(msg, us)
+		if len(v) == 0 {
 			return ReasonMissingUser
 		}
-		if d.part != PartitionerNone && !d.checkPartition(msg[us.start:us.end], us.esc) {
+		if d.part != PartitionerNone && !d.checkPartition(v, us.esc) {
 			return ReasonWrongPartition
 		}
 		if us.esc {
-			ev.User = hashEscaped(d.key, msg[us.start:us.end])
+			ev.User = hashEscaped(d.key, v)
 		} else {
-			ev.User = d.key.Sum64(msg[us.start:us.end])
+			ev.User = d.key.Sum64(v)
 		}
 	case kindNumber:
 		for _, c := range msg[us.start:us.end] {
@@ -484,6 +579,15 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 			return ReasonWrongPartition
 		}
 		ev.User = d.key.Sum64(msg[us.start:us.end])
+	case kindInt, kindUint:
+		// The decimal text, as for a JSON integer: 123 and "123" are one
+		// user in every format.
+		var nb [24]byte
+		v := appendInt(nb[:0], us)
+		if d.part != PartitionerNone && !d.checkPartition(v, false) {
+			return ReasonWrongPartition
+		}
+		ev.User = d.key.Sum64(v)
 	default:
 		return ReasonWrongType
 	}
@@ -526,6 +630,14 @@ func (d *Decoder) decode(msg []byte, ev *Event) Reason {
 	return ReasonNone
 }
 
+// appendInt appends the decimal text of a kindInt or kindUint value.
+func appendInt(b []byte, sp span) []byte {
+	if sp.kind == kindUint {
+		return strconv.AppendUint(b, uint64(sp.num), 10)
+	}
+	return strconv.AppendInt(b, sp.num, 10)
+}
+
 // parseTimeString parses the unescaped content of a string time field.
 func parseTimeString(v []byte) (int64, bool) {
 	if allDigits(v) {
@@ -539,14 +651,24 @@ func parseTimeString(v []byte) (int64, bool) {
 // string that does not fit tmp (which is at least as long as the longest
 // declared value) cannot match, and is returned as its raw form, which is
 // longer than tmp and so also matches nothing.
+//
+// The values of the schema-encoded formats are matched by their text too:
+// an integer by its decimal text, a float or double by Go's shortest
+// representation (strconv 'g', -1: 2.0 is "2", 0.5 is "0.5"), a boolean as
+// "true" or "false", an enum by its symbol's name (written into tmp or
+// pointing to static text).
 func value(msg []byte, sp span, tmp []byte) ([]byte, Reason) {
 	switch sp.kind {
 	case kindNone, kindNull:
 		return nil, ReasonMissingField
-	case kindObject, kindArray:
+	case kindObject, kindArray, kindVector:
 		return nil, ReasonWrongType
+	case kindInt, kindUint, kindTimeMs:
+		return appendInt(tmp[:0], sp), ReasonNone
+	case kindFloat:
+		return strconv.AppendFloat(tmp[:0], math.Float64frombits(uint64(sp.num)), 'g', -1, 64), ReasonNone
 	}
-	v := msg[sp.start:sp.end]
+	v := bytesOf(msg, sp)
 	if sp.esc {
 		if n, ok := unescape(tmp, v); ok {
 			return tmp[:n], ReasonNone
@@ -567,11 +689,15 @@ func vector(msg []byte, sp span, out []float64) Reason {
 	case kindNone, kindNull:
 		return ReasonMissingField
 	case kindArray:
+		if !parseVector(msg[sp.start:sp.end], out) {
+			return ReasonBadVector
+		}
+	case kindVector:
+		if !parseBinaryVector(msg[sp.start:sp.end], sp.elem, out) {
+			return ReasonBadVector
+		}
 	default:
 		return ReasonWrongType
-	}
-	if !parseVector(msg[sp.start:sp.end], out) {
-		return ReasonBadVector
 	}
 	sum := 0.0
 	for _, x := range out {
@@ -664,59 +790,11 @@ func (d *Decoder) scan(msg []byte, slots []span) Reason {
 	if i >= len(msg) || msg[i] != '{' {
 		return ReasonBadJSON
 	}
-	i = skipWS(msg, i+1)
-	if i < len(msg) && msg[i] == '}' {
-		i++
-	} else {
-		for {
-			if i >= len(msg) || msg[i] != '"' {
-				return ReasonBadJSON
-			}
-			end, esc, r := scanString(msg, i)
-			if r != ReasonNone {
-				return r
-			}
-			slot := d.lookupField(msg[i+1:end-1], esc)
-			i = skipWS(msg, end)
-			if i >= len(msg) || msg[i] != ':' {
-				return ReasonBadJSON
-			}
-			i = skipWS(msg, i+1)
-			if i >= len(msg) {
-				return ReasonBadJSON
-			}
-			var sp span
-			if c := msg[i]; c == '{' || c == '[' {
-				end, r = skipContainer(msg, i, 1)
-				k := kindObject
-				if c == '[' {
-					k = kindArray
-				}
-				sp = span{start: i, end: end, kind: k}
-			} else {
-				sp, end, r = scanScalar(msg, i)
-			}
-			if r != ReasonNone {
-				return r
-			}
-			if slot >= 0 {
-				slots[slot] = sp
-			}
-			i = skipWS(msg, end)
-			if i >= len(msg) {
-				return ReasonBadJSON
-			}
-			if msg[i] == '}' {
-				i++
-				break
-			}
-			if msg[i] != ',' {
-				return ReasonBadJSON
-			}
-			i = skipWS(msg, i+1)
-		}
+	end, r := scanObject(msg, i, d.root, slots, 1)
+	if r != ReasonNone {
+		return r
 	}
-	if skipWS(msg, i) != len(msg) {
+	if skipWS(msg, end) != len(msg) {
 		return ReasonBadJSON
 	}
 	return ReasonNone

@@ -48,7 +48,8 @@ func TestNewErrors(t *testing.T) {
 		"nil histograms":   func(c *config.Config) { c.Histograms = nil },
 		"no time field":    func(c *config.Config) { c.Events.TimeField = "" },
 		"no user field":    func(c *config.Config) { c.Events.UserField = "" },
-		"format":           func(c *config.Config) { c.Events.Format = "avro" },
+		"format":           func(c *config.Config) { c.Events.Format = "xml" },
+		"avro, no schemas": func(c *config.Config) { c.Events.Format = "avro" },
 		"negative max":     func(c *config.Config) { c.Events.MaxMessageBytes = -1 },
 		"no field":         func(c *config.Config) { c.Histograms[1].Field = "" },
 		"no bins":          func(c *config.Config) { c.Histograms[1].Bins = nil },
@@ -378,7 +379,7 @@ func TestManyFieldsUseMap(t *testing.T) {
 		cfg.Histograms = append(cfg.Histograms, config.Histogram{Name: fmt.Sprint("h", i), Field: fmt.Sprint("f", i), Bins: []string{"a", "b"}})
 	}
 	d := mustNew(cfg)
-	if d.fieldMap == nil {
+	if d.root.m == nil {
 		t.Fatal("expected map lookup for 22 fields")
 	}
 	ev := d.NewEvent()

@@ -89,6 +89,30 @@ const (
 	// declared last so that the values above keep their numbers.
 	ReasonWrongPartition
 
+	// The schema-encoded formats (events.format avro or protobuf; whole
+	// event, declared after the others so that their values keep their
+	// numbers).
+
+	// ReasonUnknownMagicByte: the record does not start with the wire
+	// format's magic byte 0 followed by a 4-byte schema id (or is shorter
+	// than that).
+	ReasonUnknownMagicByte
+	// ReasonUnknownSchemaID: the schema id is not in events.schema_files
+	// and the Schema Registry answers that it has no such schema (HTTP
+	// 404), or the id names a schema of another type (a JSON schema, a
+	// protobuf schema for events.format avro), or one that does not parse.
+	ReasonUnknownSchemaID
+	// ReasonUndecodable: the bytes do not decode under their schema
+	// (truncated, trailing bytes, a bad length or varint, an out-of-range
+	// union branch or enum index, protobuf message indexes naming no
+	// message).
+	ReasonUndecodable
+	// ReasonSchemaUnavailable is not a drop: the record's schema could not
+	// be fetched (the registry unreachable or failing). The caller holds
+	// the partition and retries; [Reason.Hold] reports it. It is never
+	// counted as a drop nor written to the dead-letter topic.
+	ReasonSchemaUnavailable
+
 	// NumReasons is the number of reasons, ReasonNone included: Reason
 	// values are below it.
 	NumReasons
@@ -135,7 +159,20 @@ var reasonNames = [NumReasons]string{
 	ReasonBoundAverageUsers: "bound_average_users",
 
 	ReasonWrongPartition: "wrong_partition",
+
+	ReasonUnknownMagicByte:  "unknown_magic_byte",
+	ReasonUnknownSchemaID:   "unknown_schema_id",
+	ReasonUndecodable:       "undecodable",
+	ReasonSchemaUnavailable: "schema_registry_unavailable",
 }
+
+// SchemaReasons are the drops of the schema-encoded formats (whole event),
+// for registering metrics up front like AllReasons.
+var SchemaReasons = []Reason{ReasonUnknownMagicByte, ReasonUnknownSchemaID, ReasonUndecodable}
+
+// Hold reports whether r is not a drop but a reason to hold the partition
+// and retry the same record later: [ReasonSchemaUnavailable].
+func (r Reason) Hold() bool { return r == ReasonSchemaUnavailable }
 
 // boundPrefix starts the String form of every bounding outcome.
 const boundPrefix = "bound_"

@@ -19,15 +19,31 @@ const (
 	kindNull
 	kindObject
 	kindArray
+
+	// The values of the schema-encoded formats (avro, protobuf) and of
+	// the record fields, held in span.num.
+	kindInt    // a signed integer
+	kindUint   // an unsigned integer (its bits in num)
+	kindFloat  // a float64 (its bits in num)
+	kindTimeMs // a time in Unix milliseconds (a timestamp logical type, $timestamp)
+	kindVector // a binary array of numbers, [start, end) in the payload, encoded as elem says
 )
 
 // span locates one top-level value of the message. For strings, [start, end)
 // is the content between the quotes (still escaped when esc is set); for
 // every other kind it is the raw token.
+//
+// A span of a schema-encoded format or of a record field may instead hold
+// its bytes in ext (the record key, a header value, an enum symbol: the
+// value is then ext[start:end]) or its value in num (kindInt, kindUint,
+// kindFloat, kindTimeMs).
 type span struct {
 	start, end int
 	kind       kind
 	esc        bool
+	elem       uint8 // kindVector: the element encoding (vecElem*)
+	ext        []byte
+	num        int64
 }
 
 // strPlain[c] is true for bytes that may appear in a JSON string without any

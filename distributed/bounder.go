@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/lib/retry"
@@ -160,7 +161,7 @@ func (s *stage) runBounders(ctx context.Context) error {
 		}),
 	})...)
 	if err != nil {
-		return fmt.Errorf("pipeline: bounder group client: %w", err)
+		return fmt.Errorf("distributed: bounder group client: %w", err)
 	}
 	b.cl = cl
 	if onBounder != nil {
@@ -438,10 +439,8 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 		Partitions:  n,
 	}
 	sess.WM = s.NewWatermarks(cfg, sess.Parts)
-	if k := cfg.Contribution.MaxWindowsPerUser; k > 0 {
-		if sess.Adm, err = restoreAdmitted(k, s.PeriodOf(st.next), rs); err != nil {
-			return err
-		}
+	if sess.Adm, sess.ViewAdm, err = restoreAdmitted(cfg, s.PeriodOf(st.next), rs); err != nil {
+		return err
 	}
 	for _, a := range rs.Admitted {
 		st.adm[a.Key] = a.Period
@@ -505,13 +504,13 @@ func (s *stage) idleRemark() time.Duration { return s.Cfg.Window.IdlePartitionTi
 
 // restoreAdmitted is the cross-window bound's state of period restored
 // from p's checkpoint and the admissions records after it.
-func restoreAdmitted(k int, period int64, rs *kafkapartial.Restored) (*aggregate.Admissions, error) {
-	adm, err := aggregate.NewAdmissions(k)
-	if err != nil {
-		return nil, err
-	}
-	adm.Restore(period, rs.Counts(period))
-	return adm, nil
+func restoreAdmitted(cfg *config.Config, period int64, rs *kafkapartial.Restored) (*aggregate.Admissions, map[int64]*aggregate.Admissions, error) {
+	return consume.RestoreAdmissions(cfg, period, func(view int64) (map[uint64]uint16, error) {
+		if view == 0 {
+			return rs.Counts(period), nil
+		}
+		return rs.ViewCounts(period, view), nil
+	})
 }
 
 // emitLoop closes and emits p's windows as its watermark passes them.
@@ -621,7 +620,7 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 	win := st.next
 	end := win + s.SizeMs
 	period := s.PeriodOf(win)
-	counts, users, err := consume.CloseWindow(s.Node, sess, win)
+	counts, users, views, err := consume.CloseWindow(s.Node, sess, win)
 	if err != nil {
 		return err
 	}
@@ -652,15 +651,25 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 			}
 		}
 	}
+	for _, b := range counts.Bounds { // the window bound's drops, for the releaser's operator-side drop share
+		if b.Dropped > 0 {
+			pt.Dropped = append(pt.Dropped, partial.DropCell{H: b.H, N: b.Dropped})
+		}
+	}
 	e := kafkapartial.Emission{Partial: pt}
 	if sess.Adm != nil {
 		e.Admitted = partial.ChunkAdmitted(period, win, users)
-		if w.SnapshotDue(period, len(users)) { // a checkpoint instead, which tombstones every admissions record (kafkapartial/snapshot.go)
+		if w.SnapshotDue(period, len(users)) { // a checkpoint instead, which tombstones every base admissions record (kafkapartial/snapshot.go)
 			e.Admitted, e.Snapshot = nil, &kafkapartial.Snapshot{Period: period, Counts: sess.Adm.Counts(period)}
+		}
+		// The views' windows ending with win: their own records, never
+		// folded into a checkpoint (kafkapartial.Restored.ViewCounts).
+		for _, v := range views {
+			e.Admitted = append(e.Admitted, partial.ChunkViewAdmitted(v.WindowMs, period, end-v.WindowMs, v.Users)...)
 		}
 	}
 	for k, per := range st.adm {
-		if per < period || e.Snapshot != nil {
+		if per < period || (e.Snapshot != nil && !partial.IsViewAdmittedKey([]byte(k))) {
 			e.Tombstones = append(e.Tombstones, []byte(k))
 		}
 	}
@@ -684,7 +693,7 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 		delete(st.adm, string(k))
 	}
 	for _, a := range e.Admitted {
-		st.adm[string(partial.AdmittedKey(a.Period, a.Window, a.Chunk))] = a.Period
+		st.adm[string(a.Key())] = a.Period
 	}
 	s.Stats.Commits.Add(1)
 	return nil

@@ -385,6 +385,39 @@ func TestDistBounderTakeover(t *testing.T) {
 	if err := b.failed(); err != nil {
 		t.Errorf("bounder failed: %v", err)
 	}
+	checkPartialDrops(t, h, cfg, evs, admitted)
+}
+
+// checkPartialDrops (issue 23 item 3): the partials carry the window
+// bound's drops, for the releaser's operator-side drop share: per
+// histogram at least one contribution per (user, window) the bound left
+// out, at most one per event of it (an event dropped on arrival counts
+// its part, one dropped at the close its user's selected parts).
+func checkPartialDrops(t *testing.T, h *e2e.Harness, cfg *config.Config, evs, admitted []e2e.Event) {
+	t.Helper()
+	in := map[e2e.Event]bool{}
+	for _, e := range admitted {
+		in[e] = true
+	}
+	pairs := map[string]bool{}
+	events := 0
+	for _, e := range evs {
+		if !in[e] {
+			events++
+			pairs[fmt.Sprintf("%s/%d", e.User, e.At.Truncate(time.Second).UnixMilli())] = true
+		}
+	}
+	dropped := make([]int64, len(cfg.Histograms))
+	for _, p := range readPartials(t, h, cfg) {
+		for _, d := range p.Dropped {
+			dropped[d.H] += d.N
+		}
+	}
+	for hi, n := range dropped {
+		if n < int64(len(pairs)) || n > int64(events) || len(pairs) == 0 {
+			t.Errorf("%s: the partials carry %d window-bound drops, want between %d (user, window) pairs and %d events left out", cfg.Histograms[hi].Name, n, len(pairs), events)
+		}
+	}
 }
 
 // TestDistBounderRefusesOtherWindowSize: a bounder whose window.size

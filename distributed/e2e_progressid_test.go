@@ -42,6 +42,11 @@ func TestDistProgressTopicRecreated(t *testing.T) {
 			t.Fatal("no release within 15 s")
 		}
 	}
+	// The releaser notes each released window's window-bound share for
+	// the operator (issue 23 item 3): every histogram has one.
+	if shares := a.Stage.WindowBound(); len(shares) != len(cfg.Histograms) || !shares[0].Closed || !shares[len(shares)-1].Closed {
+		t.Errorf("the releaser's window-bound shares after a release: %+v, want one closed window per histogram", shares)
+	}
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()))
 	if err != nil {

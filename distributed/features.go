@@ -7,6 +7,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/consume"
+	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/window"
 )
@@ -178,11 +179,58 @@ type windowMeans struct {
 // coverage, as the count releases of the window do.
 func (m windowMeans) Included() (included, partitions int) { return m.win.Included() }
 
+// kept is how many users average histogram h's window averages: its
+// partitions' kept users, at most average.users (private: for the
+// operator's drop share only).
+func (m windowMeans) kept(h int) int64 {
+	n := 0
+	for _, cells := range m.cells {
+		for _, a := range cells {
+			if a.H == h {
+				n += len(a.Users)
+			}
+		}
+	}
+	return int64(min(n, m.pa.hists[h].Users))
+}
+
+// windowBounds is, with the cross-window bound, each histogram's
+// window-bound counts in the merged window w (ending with base window
+// w.Start): what it counts and what the bounders dropped
+// (partial.Window.Dropped), for the operator's drop share
+// (node.Node.NoteWindowBound). Private: never in a release.
+func (s *stage) windowBounds(w *partial.Window, means windowMeans) []node.WindowBound {
+	if s.Blind == nil {
+		return nil
+	}
+	end := w.Start + s.SizeMs
+	var out []node.WindowBound
+	var dst []float64
+	for h, hc := range s.Cfg.Histograms {
+		if !endsAt(s, h, end) {
+			continue
+		}
+		wb := node.WindowBound{H: h, Start: end - hc.WindowSize(s.Cfg.Window.Size).D().Milliseconds(), End: end, Dropped: w.Dropped(h)}
+		if hc.IsAverage() {
+			wb.Counted = means.kept(h)
+		} else {
+			for g := range max(1, len(hc.Groups)) {
+				dst = w.Counts(h, g, dst[:0])
+				for _, c := range dst {
+					wb.Counted += int64(c)
+				}
+			}
+		}
+		out = append(out, wb)
+	}
+	return out
+}
+
 // Mean is release.Means: the padded average of average histogram h.
 func (m windowMeans) Mean(h int, out []float64) []float64 {
 	hist, ok := m.pa.hists[h]
 	if !ok {
-		panic(fmt.Sprintf("pipeline: histogram %d is not an average histogram", h))
+		panic(fmt.Sprintf("distributed: histogram %d is not an average histogram", h))
 	}
 	ps := make([]int, 0, len(m.cells))
 	for p := range m.cells {
@@ -204,7 +252,7 @@ func (m windowMeans) Mean(h int, out []float64) []float64 {
 	}
 	out, err := aggregate.MergeKept(hist.Users, hist.Bins, parts, out)
 	if err != nil {
-		panic(fmt.Sprintf("pipeline: %v (checked when read)", err)) // pendingAverages.check
+		panic(fmt.Sprintf("distributed: %v (checked when read)", err)) // pendingAverages.check
 	}
 	return out
 }

@@ -71,7 +71,7 @@ func (s *stage) loadProgressID(ctx context.Context, cl *kgo.Client) error {
 			s.progressID = ""
 			return nil
 		}
-		return fmt.Errorf("pipeline: the progress topic's id: %w", err)
+		return fmt.Errorf("distributed: the progress topic's id: %w", err)
 	}
 	s.progressID = id
 	if id == "" && s.Cfg.Contribution.MaxWindowsPerUser > 0 {
@@ -104,7 +104,7 @@ func (s *stage) recheckProgressID(ctx context.Context, cl *kgo.Client, next int6
 	}
 	id, err := kafkapartial.TopicID(ctx, cl, s.Cfg.Kafka.ProgressTopic())
 	if err != nil {
-		return fmt.Errorf("pipeline: the progress topic's id: %w", err)
+		return fmt.Errorf("distributed: the progress topic's id: %w", err)
 	}
 	if id == s.progressID {
 		return nil

@@ -135,7 +135,7 @@ func (s *stage) runReleaser(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("pipeline: %w", err)
+		return fmt.Errorf("distributed: %w", err)
 	}
 	close(rdy)
 	s.Log.Info("releaser: joined the release group as a standby", zap.String("group", s.Cfg.Kafka.ReleaseGroupID()),
@@ -173,7 +173,7 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	defer cancel()
 	n, err := kafkapartial.InputPartitions(either, r.Client(), s.Cfg.Kafka.InputTopic)
 	if err != nil {
-		return s.leadErr(either, fmt.Errorf("pipeline: count the input topic's partitions: %w", err))
+		return s.leadErr(either, fmt.Errorf("distributed: count the input topic's partitions: %w", err))
 	}
 	led, err := s.OpenKafkaLedger(either)
 	if err != nil {
@@ -196,7 +196,7 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	err = s.RepublishPending(pubCtx)
 	cancelPub()
 	if err != nil {
-		return s.leadErr(either, fmt.Errorf("pipeline: republish recorded releases: %w", err))
+		return s.leadErr(either, fmt.Errorf("distributed: republish recorded releases: %w", err))
 	}
 	resume, err := s.ResumeWindow()
 	if err != nil {
@@ -309,7 +309,7 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("pipeline: partials topic offset %d: %w", rec.Offset, err)
+				return fmt.Errorf("distributed: partials topic offset %d: %w", rec.Offset, err)
 			}
 			if res == partial.Added {
 				avgs.add(rec.Partial)
@@ -363,11 +363,13 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				checked = true
 			}
 			recCtx, cancel := s.PublishContext(soft, lctx)
-			units, err := s.Rel.RecordAdmitted(recCtx, w.Start, w, avgs.means(w), nil)
+			means := avgs.means(w)
+			units, err := s.Rel.RecordAdmitted(recCtx, w.Start, w, means, nil)
 			cancel()
 			if err != nil {
 				return s.releaseErr(soft, lctx, w.Start, err)
 			}
+			s.NoteWindowBound(s.windowBounds(w, means)) // the operator's drop share and warning (never in a release)
 			m.Released(w)
 			avgs.released(w.Start)
 			s.Ready.PartialsLost.Store(false) // a complete window: every partial of it was read
@@ -511,7 +513,7 @@ func (s *stage) layout() partial.Layout {
 func (s *stage) ensureInternalTopics(ctx context.Context) error {
 	cl, err := kgo.NewClient(slices.Concat(s.Kgo, []kgo.Opt{kgo.SeedBrokers(s.Brokers...)})...)
 	if err != nil {
-		return fmt.Errorf("pipeline: admin client: %w", err)
+		return fmt.Errorf("distributed: admin client: %w", err)
 	}
 	defer cl.Close()
 	d := s.Cfg.Kafka.Distributed
@@ -531,7 +533,7 @@ func (s *stage) ensureInternalTopics(ctx context.Context) error {
 			return s.partitionsChanged(-1, pe.Was, pe.Now)
 		}
 		if errors.Is(err, kafkapartial.ErrTopicConfig) || ctx.Err() != nil {
-			return fmt.Errorf("pipeline: %w", err)
+			return fmt.Errorf("distributed: %w", err)
 		}
 		wait := backoff.Next()
 		if errors.Is(err, kafkapartial.ErrNoInput) {
@@ -564,7 +566,7 @@ func (s *stage) fencedProbe(led *kafkalog.Log) error {
 	}
 	switch {
 	case errors.Is(err, kafkalog.ErrFenced):
-		return fmt.Errorf("pipeline: the release group session was lost (paused or cut off past kafka.session_timeout) and a newer releaser took the release log over: %w", err)
+		return fmt.Errorf("distributed: the release group session was lost (paused or cut off past kafka.session_timeout) and a newer releaser took the release log over: %w", err)
 	case err != nil:
 		s.Log.Warn("releaser: lost its group session; could not ask the release log whether it was taken over (standing down all the same)", zap.Error(err))
 	default:
@@ -635,7 +637,7 @@ func (s *stage) checkPartialsLoss(ctx context.Context, r *kafkapartial.Reader) e
 		err = offs.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("pipeline: the release group's committed offset on %q: %w", topic, err)
+		return fmt.Errorf("distributed: the release group's committed offset on %q: %w", topic, err)
 	}
 	o, ok := offs.Lookup(topic, 0)
 	if !ok || o.At < 0 {
@@ -643,7 +645,7 @@ func (s *stage) checkPartialsLoss(ctx context.Context, r *kafkapartial.Reader) e
 	}
 	start, lso, err := kafkapartial.Offsets(ctx, r.Client(), topic, 0)
 	if err != nil {
-		return fmt.Errorf("pipeline: offsets of %q: %w", topic, err)
+		return fmt.Errorf("distributed: offsets of %q: %w", topic, err)
 	}
 	switch {
 	case o.At < start:

@@ -50,6 +50,9 @@ type Store interface {
 	// Admissions returns, per user hash, the windows of the period the
 	// user was admitted to by the cross-window bound.
 	Admissions(period int64) (map[uint64]uint16, error)
+	// ViewAdmissions is Admissions for the histograms whose own window is
+	// windowMs long (histograms[].window; Admitted.Views).
+	ViewAdmissions(period, windowMs int64) (map[uint64]uint16, error)
 
 	// LastWindow and FirstUnitWindow are the largest and smallest recorded
 	// window starts; LastWindowEnd the largest recorded window end.

@@ -19,7 +19,7 @@ import (
 
 // ErrNoOutputTopic: the output topic does not exist (longer than
 // outputTopicGrace). See checkContinuity.
-var ErrNoOutputTopic = errors.New("pipeline: the output topic does not exist")
+var ErrNoOutputTopic = errors.New("node: the output topic does not exist")
 
 // outputTopicGrace is how long checkContinuity waits for a missing output
 // topic (being created by another tool, or not yet in every broker's
@@ -28,7 +28,7 @@ var outputTopicGrace = 30 * time.Second
 
 // ErrStateLost: the state database is empty but the output topic already
 // holds releases. See checkContinuity.
-var ErrStateLost = errors.New("pipeline: state.dir holds no releases but the output topic does")
+var ErrStateLost = errors.New("node: state.dir holds no releases but the output topic does")
 
 // OpenLedger opens the state database. While another stage process holds it
 // (a hot standby sharing state.dir with the active instance) it waits,
@@ -44,7 +44,7 @@ func (s *Node) OpenLedger(ctx context.Context) (*ledger.Ledger, error) {
 			return l, nil
 		}
 		if !errors.Is(err, ledger.ErrLocked) {
-			return nil, fmt.Errorf("pipeline: %w", err)
+			return nil, fmt.Errorf("node: %w", err)
 		}
 		if !logged {
 			s.Log.Info("another stage process holds state.dir: waiting as a standby", zap.String("state_dir", s.Cfg.State.Dir))
@@ -69,12 +69,12 @@ func (s *Node) Attach(ctx context.Context, led ledger.Store) error {
 	s.Ledger = led
 	book, err := release.NewBook(s.Plan, led)
 	if err != nil {
-		return fmt.Errorf("pipeline: budget book: %w", err)
+		return fmt.Errorf("node: budget book: %w", err)
 	}
 	s.Book.Store(book)
 	if s.Rel, err = release.New(release.Options{Config: s.Cfg, Plan: s.Plan, Ledger: led, Book: book, Rand: s.Rng,
 		Log: s.Log, Printer: s.Printer, Now: s.Now, OnExhausted: func() { s.Stats.Exhausted.Add(1) }}); err != nil {
-		return fmt.Errorf("pipeline: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
 	if err := s.CheckContinuity(ctx); err != nil {
 		return err
@@ -123,7 +123,7 @@ func (s *Node) OpenKafkaLedger(ctx context.Context) (*kafkalog.Log, error) {
 	l, err := kafkalog.Open(ctx, kafkalog.Config{Brokers: s.Brokers, Topic: topic, TransactionalID: id, ClientOpts: s.Kgo,
 		TransactionTimeout: s.Cfg.Kafka.Distributed.Txn()})
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: open the release log on topic %q: %w", topic, err)
+		return nil, fmt.Errorf("node: open the release log on topic %q: %w", topic, err)
 	}
 	s.Log.Info("release log restored from Kafka: this instance is now active", zap.String("ledger_topic", topic),
 		zap.String("transactional_id", id), zap.Duration("took", time.Since(start)))
@@ -153,7 +153,7 @@ func (s *Node) CheckContinuity(ctx context.Context) error {
 		return nil
 	}
 	if _, ok, err := s.Ledger.LastWindow(); err != nil {
-		return fmt.Errorf("pipeline: read ledger: %w", err)
+		return fmt.Errorf("node: read ledger: %w", err)
 	} else if ok {
 		return nil
 	}
@@ -218,7 +218,7 @@ func (s *Node) replayRecent(keep int) error {
 
 // ErrConfigChanged: window.size or privacy.budget.period differ from what the
 // ledger was written under.
-var ErrConfigChanged = errors.New("pipeline: the configuration no longer matches the ledger")
+var ErrConfigChanged = errors.New("node: the configuration no longer matches the ledger")
 
 // loadMeta records the ledger's metadata at the first start and checks it at
 // every later one. The first window comes from window.start or the wall
@@ -227,13 +227,13 @@ var ErrConfigChanged = errors.New("pipeline: the configuration no longer matches
 func (s *Node) loadMeta(ctx context.Context) (ledger.Meta, error) {
 	want := ledger.Meta{WindowMs: s.SizeMs, PeriodMs: s.PeriodMs}
 	if first, ok, err := s.Ledger.FirstUnitWindow(); err != nil {
-		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
+		return ledger.Meta{}, fmt.Errorf("node: %w", err)
 	} else if ok {
 		want.FirstWindow = first
 	} else if st := s.Cfg.Window.Start; st != "" {
 		t, err := time.Parse(time.RFC3339, st)
 		if err != nil {
-			return ledger.Meta{}, fmt.Errorf("pipeline: window.start: %w", err)
+			return ledger.Meta{}, fmt.Errorf("node: window.start: %w", err)
 		}
 		want.FirstWindow = window.Start(t.UnixMilli(), s.SizeMs)
 	} else {
@@ -241,7 +241,7 @@ func (s *Node) loadMeta(ctx context.Context) (ledger.Meta, error) {
 	}
 	got, stored, err := s.Ledger.SetMeta(ctx, want)
 	if err != nil {
-		return ledger.Meta{}, fmt.Errorf("pipeline: %w", err)
+		return ledger.Meta{}, fmt.Errorf("node: %w", err)
 	}
 	if stored {
 		s.Log.Info("first window recorded", zap.String("first_window", release.RFC3339(got.FirstWindow)))
@@ -298,7 +298,7 @@ func (s *Node) Prune(ctx context.Context) error {
 	}
 	units, periods, err := s.Ledger.Prune(ctx, last-keep)
 	if err != nil {
-		return fmt.Errorf("pipeline: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
 	if units > 0 || periods > 0 {
 		s.Log.Info("pruned the ledger", zap.Int("units", units), zap.Int("periods", periods),

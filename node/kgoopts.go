@@ -21,7 +21,7 @@ func kgoOpts(k config.Kafka) ([]kgo.Opt, error) {
 	if k.TLS.Enabled {
 		tc, err := k.TLS.ClientConfig()
 		if err != nil {
-			return nil, fmt.Errorf("pipeline: kafka.tls: %w", err)
+			return nil, fmt.Errorf("node: kafka.tls: %w", err)
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc), kgo.DialTimeout(10*time.Second))
 	}
@@ -35,7 +35,7 @@ func kgoOpts(k config.Kafka) ([]kgo.Opt, error) {
 	case config.SASLScramSHA512:
 		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()))
 	default:
-		return nil, fmt.Errorf("pipeline: kafka.sasl.mechanism %q is not supported", s.Mechanism)
+		return nil, fmt.Errorf("node: kafka.sasl.mechanism %q is not supported", s.Mechanism)
 	}
 	return opts, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
@@ -123,6 +124,12 @@ type Node struct {
 	// to, its whole period's total there (budget.Book). Set by Attach; nil
 	// before.
 	Book atomic.Pointer[budget.Book]
+
+	// Blind follows each histogram's window-bound drop share through its
+	// closed windows (issue 23 item 3; nil without
+	// contribution.max_windows_per_user): private, for the operator's
+	// metrics, /readyz and log only (NoteWindowBound).
+	Blind *aggregate.BlindWatch
 }
 
 // New builds a process's Node from opts: checks, the plan, the noise
@@ -171,6 +178,13 @@ func New(opts Options) (*Node, error) {
 		Transport:   opts.Transport,
 	}
 	s.CountingConfig = cfg.CountingFingerprint()
+	if cfg.Contribution.MaxWindowsPerUser > 0 {
+		names := make([]string, len(cfg.Histograms))
+		for i, h := range cfg.Histograms {
+			names[i] = h.Name
+		}
+		s.Blind = aggregate.NewBlindWatch(names, cfg.Contribution.BlindWarningShare)
+	}
 	if s.Kgo, err = kgoOpts(cfg.Kafka); err != nil {
 		return nil, err
 	}

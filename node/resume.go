@@ -43,7 +43,7 @@ func (s *Node) loadUserKey(ctx context.Context) error {
 		return k.Bytes(), err
 	})
 	if err != nil {
-		return fmt.Errorf("pipeline: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
 	s.UserKey = siphash.KeyFromBytes(b)
 	return nil

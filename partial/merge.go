@@ -559,6 +559,8 @@ type Window struct {
 	// sums holds the merged counts, laid out by Merger.offs (nil while no
 	// Partial with counts was merged: all zeros).
 	sums []float64
+	// dropped sums the merged Partials' Dropped per histogram (nil: none).
+	dropped []int64
 	// state is, per source partition, whether its Partial of the window
 	// was read (partAbsent, partMerged, partForeign); digest the merged one's
 	// cellDigest sum. Both nil in an empty Window (no Partial read).
@@ -596,6 +598,17 @@ func (w *Window) Partitions() int { return w.merged }
 // had no events for an idle timeout.) So it may be published with the
 // release (release.Coverage).
 func (w *Window) Included() (included, partitions int) { return w.m.n - w.foreign, w.m.n }
+
+// Dropped is the contributions to histogram h of the window that the
+// cross-window bound dropped, summed over the merged Partials
+// (Partial.Dropped). Private, like Counts: for the operator's drop share
+// only.
+func (w *Window) Dropped(h int) int64 {
+	if w == nil || h < 0 || h >= len(w.dropped) {
+		return 0
+	}
+	return w.dropped[h]
+}
 
 // Counts writes the counts of histogram h, group g summed over the source
 // partitions into dst, grown to the histogram's bins; zeros for a cell no

@@ -31,6 +31,15 @@ func (m *Merger) sum(w *Window, p *Partial) {
 		digest += mix64(h)
 	}
 	w.digest[p.Partition] = digest
+	for _, d := range p.Dropped {
+		if d.H >= len(m.layout.Bins) {
+			continue // not a histogram of this layout
+		}
+		if w.dropped == nil {
+			w.dropped = make([]int64, len(m.layout.Bins))
+		}
+		w.dropped[d.H] += d.N
+	}
 }
 
 // reread reports whether the record at offset is read again after a

@@ -710,3 +710,46 @@ func TestMergerSumsLimit(t *testing.T) {
 		t.Errorf("at most %d windows held sums (limit 2), %d re-reads (want some)", maxSums, rereads)
 	}
 }
+
+// TestMergerDropped (issue 23 item 3): the window-bound drops of a
+// window's Partials are summed per histogram (for the operator's drop
+// share), also for a Partial past the sums limit once re-read; a duplicate
+// adds nothing.
+func TestMergerDropped(t *testing.T) {
+	withDrops := func(p *Partial, d ...DropCell) *Partial { p.Dropped = d; return p }
+	log := []*Partial{
+		withDrops(part(0, 0, cell(0, 0, 1, 0, 0)), DropCell{H: 0, N: 5}, DropCell{H: 1, N: 2}),
+		withDrops(part(0, 1), DropCell{H: 0, N: 7}),
+		withDrops(part(0, 1), DropCell{H: 0, N: 7}), // duplicate
+		part(10, 0), part(10, 1), part(20, 0), part(20, 1),
+		withDrops(part(20, 2), DropCell{H: 1, N: 9}),
+		part(0, 2), part(10, 2),
+	}
+	for _, limit := range []int{0, 1} {
+		m, err := NewMerger(3, testSize, 0, testLayout, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit > 0 {
+			m.SetSumsLimit(limit)
+		}
+		got := map[int64][2]int64{}
+		for pos := 0; pos < len(log); {
+			if _, err := m.Add(log[pos], int64(pos)); err != nil {
+				t.Fatal(err)
+			}
+			pos++
+			for w, ok := m.Next(); ok; w, ok = m.Next() {
+				got[w.Start] = [2]int64{w.Dropped(0), w.Dropped(1)}
+				m.Released(w)
+			}
+			if o, ok := m.Reread(); ok {
+				pos = int(o)
+			}
+		}
+		want := map[int64][2]int64{0: {12, 2}, 10: {0, 0}, 20: {0, 9}}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("sums limit %d: dropped per window %v, want %v", limit, got, want)
+		}
+	}
+}

@@ -146,6 +146,23 @@ type Partial struct {
 	// one, the partition's kept users (averages.go). Absent from the
 	// Partials of older bounders (which had no average histograms).
 	Averages []AverageCell `json:"averages,omitempty"`
+	// Dropped lists, per histogram with any, the contributions of the
+	// window the cross-window bound (contribution.max_windows_per_user)
+	// dropped on this partition, on arrival and at the close: what the
+	// releaser needs for the window's drop share (aggregate.BlindWatch),
+	// which goes to the operator only, never into a release. Internal to
+	// the stage like Counts. Absent without the bound, and from the
+	// Partials of older bounders (the share then counts their
+	// partitions' drops as 0).
+	Dropped []DropCell `json:"dropped,omitempty"`
+}
+
+// DropCell is one histogram's contributions dropped by the cross-window
+// bound in a Partial's window.
+type DropCell struct {
+	// H is the histogram's index in the config's histograms list.
+	H int   `json:"h"`
+	N int64 `json:"n"`
 }
 
 // Total is the sum of the Partial's counts (bounded contributions).
@@ -192,6 +209,11 @@ func DecodePartial(b []byte) (*Partial, error) {
 	for _, c := range p.Counts {
 		if c.H < 0 || c.G < 0 {
 			return nil, fmt.Errorf("%w: partial cell (%d, %d)", ErrFormat, c.H, c.G)
+		}
+	}
+	for _, d := range p.Dropped {
+		if d.H < 0 || d.N < 0 {
+			return nil, fmt.Errorf("%w: partial drop cell (%d, %d)", ErrFormat, d.H, d.N)
 		}
 	}
 	if err := checkAverages(&p); err != nil {
@@ -331,11 +353,28 @@ const MaxAdmittedChunk = 20000
 // cross-window bound (contribution.max_windows_per_user), as keyed user
 // hashes (aggregate.UserKey of the partition's key).
 type Admitted struct {
-	V      int      `json:"v"`
-	Period int64    `json:"period"`
-	Window int64    `json:"window"`
-	Chunk  int      `json:"chunk"`
-	Users  []uint64 `json:"users"`
+	V      int   `json:"v"`
+	Period int64 `json:"period"`
+	Window int64 `json:"window"`
+	Chunk  int   `json:"chunk"`
+	// View is, for the histograms with their own, longer window
+	// (histograms[].window), that window's length in ms: the users admitted
+	// to the window of that size starting at Window (one admission state per
+	// window size); 0 for the base window's state.
+	View  int64    `json:"view,omitempty"`
+	Users []uint64 `json:"users"`
+}
+
+// Key is a's progress topic key: AdmittedKey, with "/v<view ms>" appended
+// for a view's admissions (the "adm/" prefix and the period stay where
+// ParseAdmittedKey reads them, so a period's records of every view are
+// tombstoned alike).
+func (a *Admitted) Key() []byte {
+	k := AdmittedKey(a.Period, a.Window, a.Chunk)
+	if a.View > 0 {
+		k = fmt.Appendf(k, "/v%d", a.View)
+	}
+	return k
 }
 
 // AdmittedKey is the progress topic key of one chunk of a window's
@@ -359,13 +398,26 @@ func ParseAdmittedKey(key []byte) (period int64, ok bool) {
 	return period, err == nil
 }
 
+// IsViewAdmittedKey reports whether key is a view's admissions key
+// (Admitted.Key with Admitted.View > 0).
+func IsViewAdmittedKey(key []byte) bool {
+	rest, ok := strings.CutPrefix(string(key), "adm/")
+	return ok && strings.Count(rest, "/") == 3 && strings.Contains(rest, "/v")
+}
+
 // ChunkAdmitted splits one window's admitted users into records of at most
 // MaxAdmittedChunk users; none when users is empty.
 func ChunkAdmitted(period, window int64, users []uint64) []*Admitted {
+	return ChunkViewAdmitted(0, period, window, users)
+}
+
+// ChunkViewAdmitted is ChunkAdmitted for the admission state of the
+// windows of view ms (Admitted.View; 0: the base window).
+func ChunkViewAdmitted(view, period, window int64, users []uint64) []*Admitted {
 	var out []*Admitted
 	for i := 0; i < len(users); i += MaxAdmittedChunk {
 		j := min(i+MaxAdmittedChunk, len(users))
-		out = append(out, &Admitted{Period: period, Window: window, Chunk: len(out), Users: users[i:j]})
+		out = append(out, &Admitted{Period: period, Window: window, Chunk: len(out), View: view, Users: users[i:j]})
 	}
 	return out
 }

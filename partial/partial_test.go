@@ -8,7 +8,7 @@ import (
 
 func TestPartialRoundTrip(t *testing.T) {
 	p := &Partial{WindowStart: 60000, WindowMs: 60000, Partition: 3, Partitions: 12, Next: 120000, Watermark: 125000,
-		Counts: []Cell{{H: 0, G: 2, Counts: []float64{1, 0, 4}}}}
+		Counts: []Cell{{H: 0, G: 2, Counts: []float64{1, 0, 4}}}, Dropped: []DropCell{{H: 1, N: 17}}}
 	got, err := DecodePartial(p.Encode())
 	if err != nil {
 		t.Fatal(err)
@@ -52,6 +52,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"partition out of range", `{"v":1,"window_start":0,"window_ms":1,"partition":1,"partitions":1,"next":1}`},
 		{"next not the window end", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":2}`},
 		{"negative cell", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":1,"counts":[{"h":-1,"g":0}]}`},
+		{"negative drop cell", `{"v":1,"window_start":0,"window_ms":1,"partition":0,"partitions":1,"next":1,"dropped":[{"h":0,"n":-1}]}`},
 		{"previous window not before", `{"v":1,"window_start":10,"window_ms":10,"partition":0,"partitions":1,"next":20,"prev":10}`},
 		{"first window after", `{"v":1,"window_start":10,"window_ms":10,"partition":0,"partitions":1,"next":20,"first":20}`},
 	} {

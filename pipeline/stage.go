@@ -3,6 +3,7 @@ package pipeline
 import (
 	"sync/atomic"
 
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/plan"
 )
@@ -62,6 +63,11 @@ func (s *Stage) Lag() map[int]int64 { return s.n.Lag() }
 
 // Budget returns the spend of the budget periods seen since the start.
 func (s *Stage) Budget() []BudgetStatus { return s.n.Budget() }
+
+// WindowBound returns each histogram's window-bound drop share in its last
+// closed window (node.Node.WindowBound; nil without
+// contribution.max_windows_per_user). Private: the operator listener's.
+func (s *Stage) WindowBound() []aggregate.WindowShare { return s.n.WindowBound() }
 
 // BrokerTimeRegressions returns, per input partition, how many times a
 // broker-set record time ran backwards (node.Node.BrokerTimeRegressions).

@@ -94,6 +94,46 @@
 // |S ∪ S′| ≤ min(2K, W) under replace, so a period composes
 // WindowBound.AverageReleases releases' (ε_r, δ_r) by basic composition.
 //
+// # Views: each histogram's own windows and bound
+//
+// A histogram with its own window (histograms[].window = r_h·window.size,
+// dividing the period; W_h = period / window_h windows per period) has its
+// own bound K_h (config.Config.HistWindowBound: histograms[].
+// max_windows_per_user, else K at window.size; a coarser histogram must
+// set it) and K′_h = min(K_h, W_h). Admission is per window size, over that
+// size's windows: a user's events count in histogram h only in the K_h
+// earliest windows of h's size in the period in which the user has an
+// eligible event for a histogram of that size (histograms of one size have
+// one bound, so they share the decision, as all histograms share it at
+// window.size). That set is again a function of the user's own events, so
+// the claim above holds for each histogram over its own windows: the
+// period's releases of count histogram h are (λ, K′_h·c(λ))-RDP, c the
+// per-window curve (one calibration, and one window of h bounds a user to
+// m events over its groups, as a base window does: "Per-histogram windows"
+// in Plan). The views' releases are independent draws, so by composition
+// (000 Lemma 2) the period costs
+//
+//	ε(λ) = Σ_h K′_h·c(λ)     (count histograms h)
+//
+// plus the average histograms' Σ_h AverageReleases_h·(ε_r, δ_r) with
+// AverageReleases_h = K′_h (add_remove) or min(2K_h, W_h) (replace). The
+// grid residual is inside c (CountPlan.Charge) and linear in k, so each
+// view's K′_h windows carry K′_h residuals, as above. The calibration
+// spreads the budget over Units = Σ_h K′_h curves, and histogram h's
+// reservation is CountPlan.Reservations[h] = K′_h copies of Charge: an hour
+// view with K_h = 24 costs 24 windows' curves a day, the same as 24 minute
+// windows, but each of its windows counts a user's events of the whole
+// hour (still m of them). Neither view's admissions constrain the other's:
+// a user can count in K_minute minute windows and K_hour hour windows,
+// and both are charged.
+//
+// Changing one histogram's K_h, or its window, in the middle of a period
+// gives its reservation a new key (release.ReservationKey covers K_h and the
+// curve), so a new reservation is charged on top: the argument of the
+// next section, per histogram. The admission state of a window size is
+// kept across such a change (it is monotone: the windows admitted under
+// the old K_h count towards the new one).
+//
 // # Charging: the period reservation
 //
 // With the bound the period's cost does not grow with the windows

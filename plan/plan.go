@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
@@ -157,18 +158,26 @@ type Plan struct {
 	// average releases: the basic composition of all of them.
 	ApproxEpsilon, ApproxDelta float64
 	// Bound is the cross-window bound contribution.max_windows_per_user
-	// and what it composes per period (Bound.K = 0: off, every window of
-	// the period is charged).
+	// and what it composes per period for a histogram at window.size
+	// (Bound.K = 0: off, every window of the period is charged).
 	Bound WindowBound
+	// HistBounds is, by config histogram index, that histogram's own
+	// cross-window bound K_h (config.Config.HistWindowBound: its
+	// histograms[].max_windows_per_user, else Bound's K at window.size)
+	// and what it composes over its own W_h windows per period; all zero
+	// when the bound is off. See "Views" in the package doc.
+	HistBounds []WindowBound
 }
 
 // WindowBound is what the cross-window bound K =
 // contribution.max_windows_per_user makes a period compose (see the
 // package doc, "The cross-window bound", for the proof).
 type WindowBound struct {
-	// K is contribution.max_windows_per_user; 0 when the bound is off (the
-	// other fields are then 0).
+	// K is contribution.max_windows_per_user (for a histogram's own bound,
+	// K_h); 0 when the bound is off (the other fields are then 0).
 	K int
+	// Windows is W: the windows of this size per period.
+	Windows int
 	// CountWindows = min(K, W): the per-window RDP curves a count
 	// histogram's period reservation composes.
 	CountWindows int
@@ -188,12 +197,12 @@ func windowBound(k, windows int, neighbour string) WindowBound {
 	if neighbour == config.NeighbourReplace {
 		avg = 2 * k
 	}
-	return WindowBound{K: k, CountWindows: min(k, windows), AverageReleases: min(avg, windows)}
+	return WindowBound{K: k, Windows: windows, CountWindows: min(k, windows), AverageReleases: min(avg, windows)}
 }
 
 // Charges is the number of charges made per period: one per (histogram,
 // window) unit, or with the cross-window bound one period reservation per
-// histogram.
+// histogram (each over its own windows).
 func (p *Plan) Charges() int {
 	if p.Bound.K > 0 {
 		n := len(p.Averages)
@@ -220,22 +229,25 @@ type CountPlan struct {
 	// Units is the number of per-window curves (Charge) composed per
 	// period: Σ over the count histograms of their windows per period
 	// (WindowsPerPeriod each, fewer for a histogram with its own window), or
-	// with the cross-window bound min(K, windows) × count histograms.
+	// with the cross-window bound Σ_h min(K_h, W_h) over the count
+	// histograms (HistBounds[h].CountWindows).
 	Units int
 	// FitUnits is how many units the budget covers per period, when
 	// privacy.rdp_epsilon fixes the calibration; 0 when the plan spreads the
-	// budget over all Units. With the cross-window bound it is a multiple
-	// of min(K, windows): whole reservations.
+	// budget over all Units. With the cross-window bound it is a sum of
+	// whole reservations (HistBounds[h].CountWindows each), in the order
+	// their first units are charged (ReservationOrder).
 	FitUnits  int
 	Mechanism mechanism.Mechanism
 	// Charge is the RDP curve of one (histogram, window) unit: what it is
 	// charged without the cross-window bound; with it (replace), the curve
 	// max(c_r, 2·c_a) (see WindowBound).
 	Charge budget.Curve
-	// Reservation is, with the cross-window bound, the RDP curve one count
-	// histogram's period reservation charges (Charge composed
-	// min(K, windows) times, rounded up); empty without the bound.
-	Reservation budget.Curve
+	// Reservations is, with the cross-window bound, by config histogram
+	// index, the RDP curve count histogram h's period reservation charges:
+	// Charge composed min(K_h, W_h) times (HistBounds[h].CountWindows),
+	// rounded up; empty for an average histogram and without the bound.
+	Reservations []budget.Curve
 	// PlannedEpsilon is what composing all planned RDP units converts to at
 	// RDPDelta (≤ RDPEpsilon).
 	PlannedEpsilon float64
@@ -259,8 +271,9 @@ type AveragePlan struct {
 	// (Mechanism.DP), without the residual.
 	IdealEpsilon, IdealDelta float64
 	// ReserveEpsilon and ReserveDelta are, with the cross-window bound, the
-	// histogram's period reservation: Bound.AverageReleases releases'
-	// (ε, δ), added up rounded up (budget.AddUp); 0 without the bound.
+	// histogram's period reservation: its HistBounds[Index].AverageReleases
+	// releases' (ε, δ), added up rounded up (budget.AddUp); 0 without the
+	// bound.
 	ReserveEpsilon, ReserveDelta float64
 	// Windows is the number of the histogram's windows (releases) per
 	// period.
@@ -327,22 +340,30 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, fmt.Errorf("derive privacy plan: privacy.budget.period (%s) must be a whole multiple of window.size (%s)", period, size)
 	}
 	windows := int(period / size)
+	bound := windowBound(cfg.Contribution.MaxWindowsPerUser, windows, cfg.Privacy.Neighbour)
+	hbounds := make([]WindowBound, len(cfg.Histograms))
 	counts, units := 0, 0
 	for i, h := range cfg.Histograms {
 		hw, err := HistWindows(cfg, i)
 		if err != nil {
 			return nil, fmt.Errorf("derive privacy plan: %w", err)
 		}
+		if bound.K > 0 {
+			kh := cfg.HistWindowBound(i)
+			if kh <= 0 { // config validation refuses it
+				return nil, fmt.Errorf("derive privacy plan: histograms[%d].max_windows_per_user: required for a histogram with its own window under contribution.max_windows_per_user", i)
+			}
+			hbounds[i] = windowBound(kh, hw, cfg.Privacy.Neighbour)
+		}
 		if !h.IsAverage() {
 			counts++
+			if bound.K > 0 {
+				hw = hbounds[i].CountWindows // Σ_h min(K_h, W_h): see "Views"
+			}
 			units += hw
 		}
 	}
-	bound := windowBound(cfg.Contribution.MaxWindowsPerUser, windows, cfg.Privacy.Neighbour)
-	if bound.K > 0 { // histograms[].window is refused with the bound: every histogram has base windows
-		units = bound.CountWindows * counts
-	}
-	avgs, aEps, aDelta, err := planAverages(cfg, windows, bound, counts, len(cfg.Histograms)-counts)
+	avgs, aEps, aDelta, err := planAverages(cfg, windows, hbounds, counts, len(cfg.Histograms)-counts)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
@@ -356,6 +377,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		ApproxEpsilon:    aEps,
 		ApproxDelta:      aDelta,
 		Bound:            bound,
+		HistBounds:       hbounds,
 	}
 	if counts == 0 {
 		if plan.Orders, err = budget.WithOrder(budget.DefaultOrders(), cfg.Privacy.Order); err != nil {
@@ -396,7 +418,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	}
 	var cp *CountPlan
 	if cfg.Privacy.RDPEpsilon > 0 {
-		if cp, err = explicitPlan(cfg, spec, counts, units, bound, rdpEps, rdpDelta); err != nil {
+		if cp, err = explicitPlan(cfg, spec, counts, units, hbounds, rdpEps, rdpDelta); err != nil {
 			return nil, err
 		}
 	} else {
@@ -418,9 +440,15 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	}
 	cp.RDPEpsilon, cp.RDPDelta = rdpEps, rdpDelta
 	if bound.K > 0 {
-		cp.Reservation = cp.Charge.Scale(float64(bound.CountWindows))
-		if err := cp.Reservation.Err(); err != nil {
-			return nil, fmt.Errorf("derive privacy plan: %w", err)
+		cp.Reservations = make([]budget.Curve, len(cfg.Histograms))
+		for i, h := range cfg.Histograms {
+			if h.IsAverage() {
+				continue
+			}
+			cp.Reservations[i] = cp.Charge.Scale(float64(hbounds[i].CountWindows))
+			if err := cp.Reservations[i].Err(); err != nil {
+				return nil, fmt.Errorf("derive privacy plan: histograms[%d]: %w", i, err)
+			}
 		}
 	}
 	plan.Count = cp
@@ -444,7 +472,7 @@ func HistWindows(cfg *config.Config, i int) (int, error) {
 // planAverages calibrates the n average histograms and returns the period's
 // reservation for them. When counts > 0 count histograms share the budget
 // (they then need some of it left: both parts strictly positive).
-func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n int) (plans []AveragePlan, eps, delta float64, err error) {
+func planAverages(cfg *config.Config, windows int, hbounds []WindowBound, counts, n int) (plans []AveragePlan, eps, delta float64, err error) {
 	if n == 0 {
 		return nil, 0, 0, nil
 	}
@@ -452,24 +480,27 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 	budgetEps, budgetDelta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
 	// Planned: the book's checks are exact, and W·n charges of share/(W·n)
 	// are summed one at a time (rounded up). With the cross-window bound a
-	// period composes AverageReleases releases per histogram, not W.
+	// period composes AverageReleases releases of each histogram (its own
+	// bound over its own windows), not W_h.
 	share := budget.Planned(budgetDelta)
 	if withCounts {
 		share /= 2
 	}
+	bounded := false
 	releases := 0 // average releases per period
-	if bound.K > 0 {
-		releases = bound.AverageReleases * n
-	} else {
-		for i, h := range cfg.Histograms {
-			if h.IsAverage() {
-				hw, err := HistWindows(cfg, i)
-				if err != nil {
-					return nil, 0, 0, err
-				}
-				releases += hw
-			}
+	for i, h := range cfg.Histograms {
+		if !h.IsAverage() {
+			continue
 		}
+		hw, err := HistWindows(cfg, i)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if hb := hbounds[i]; hb.K > 0 {
+			bounded = true
+			hw = hb.AverageReleases
+		}
+		releases += hw
 	}
 	defDelta := share / float64(releases)
 	for i, h := range cfg.Histograms {
@@ -506,12 +537,15 @@ func planAverages(cfg *config.Config, windows int, bound WindowBound, counts, n 
 	// order (base window by base window, the histograms whose windows end
 	// there in config order), each rounded up (budget.AddUp) — not
 	// W_h·ε_r, which can be below it by rounding. With the cross-window
-	// bound each histogram charges one period reservation (its
-	// AverageReleases releases added up), in config order.
-	if bound.K > 0 {
+	// bound each histogram charges one period reservation (its own
+	// AverageReleases releases added up); the reservations are added in
+	// config order — a sum of values each rounded up, which the book's
+	// exact check of the same values in another order bounds to within
+	// rounding, far inside Planned's margin.
+	if bounded {
 		for i := range plans {
 			p := &plans[i]
-			for j := 0; j < bound.AverageReleases; j++ {
+			for j := 0; j < hbounds[p.Index].AverageReleases; j++ {
 				p.ReserveEpsilon = budget.AddUp(p.ReserveEpsilon, p.Epsilon)
 				p.ReserveDelta = budget.AddUp(p.ReserveDelta, p.Delta)
 			}
@@ -570,7 +604,7 @@ func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechan
 // that would take the period past (ε, δ), and the stage publishes a
 // budget_exhausted status instead. FitUnits says how many units fit (with
 // the cross-window bound: how many whole reservations, in units).
-func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, bound WindowBound, eps, delta float64) (*CountPlan, error) {
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, hbounds []WindowBound, eps, delta float64) (*CountPlan, error) {
 	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
 	m, err := mechanism.New(spec)
 	if err != nil {
@@ -586,25 +620,33 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, bo
 	}
 	// FitUnits is what the book will accept one charge at a time; its
 	// checks are exact, so count with the same rounding (Add, rounded up).
-	// With the cross-window bound the book is charged whole reservations.
-	step, each := 1, charge
-	if bound.K > 0 {
-		step, each = bound.CountWindows, charge.Scale(float64(bound.CountWindows))
+	// With the cross-window bound the book is charged whole reservations,
+	// each count histogram's own, in the order their first units come.
+	var steps []int
+	bounded := len(hbounds) > 0 && hbounds[0].K > 0 // the bound is on for every histogram or none
+	if bounded {
+		for _, h := range ReservationOrder(cfg) {
+			if !cfg.Histograms[h].IsAverage() {
+				steps = append(steps, hbounds[h].CountWindows)
+			}
+		}
+	} else {
+		steps = slices.Repeat([]int{1}, units)
 	}
 	fit := 0
 	total, _ := budget.ZeroCurve(orders)
-	for k := step; k <= units; k += step {
-		total = total.Add(each)
+	for _, step := range steps {
+		total = total.Add(charge.Scale(float64(step)))
 		e, _ := budget.ToEpsilon(total, delta)
 		if !(e <= eps) {
 			break
 		}
-		fit = k
+		fit += step
 	}
 	if fit == 0 {
 		what := "a single release"
-		if bound.K > 0 {
-			what = fmt.Sprintf("a single histogram's period reservation (%d windows)", bound.CountWindows)
+		if bounded {
+			what = fmt.Sprintf("a single histogram's period reservation (%d windows)", steps[0])
 		}
 		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon=%g: %s already exceeds the period budget left to count histograms (ε=%g, δ=%g); lower privacy.rdp_epsilon or raise privacy.budget.epsilon", spec.RDPEpsilon, what, eps, delta)
 	}
@@ -618,4 +660,41 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, bo
 		Charge:         charge,
 		PlannedEpsilon: planned,
 	}, nil
+}
+
+// ReservationOrder is the config histogram indices in the order their
+// period reservations are first charged in a period with the cross-window
+// bound: a histogram's first unit closes at the end of its first window, so
+// by increasing window size, then config order (Releaser.Record records the
+// histograms closing at one boundary in config order). With every
+// histogram's reservation in the book the period's charge is the same in
+// any order; the order only decides which one a too-small budget refuses.
+func ReservationOrder(cfg *config.Config) []int {
+	out := make([]int, len(cfg.Histograms))
+	for i := range out {
+		out[i] = i
+	}
+	slices.SortStableFunc(out, func(a, b int) int {
+		return cmpDur(cfg.Histograms[a].WindowSize(cfg.Window.Size), cfg.Histograms[b].WindowSize(cfg.Window.Size))
+	})
+	return out
+}
+
+func cmpDur(a, b config.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ReservationOf is the RDP curve count histogram h's period reservation
+// charges (Reservations[h]); empty without the cross-window bound.
+func (cp *CountPlan) ReservationOf(h int) budget.Curve {
+	if h < 0 || h >= len(cp.Reservations) {
+		return budget.Curve{}
+	}
+	return cp.Reservations[h]
 }

@@ -17,6 +17,58 @@ const DefaultPlanningEvents = 1000
 // error of answering "uniform" without looking at the data.
 const NearUniformRatio = 0.5
 
+// UsefulRatio is the error ratio up to which a release is called useful:
+// its expected ℓ2 error is at most a fifth of the distance of a typical
+// histogram from the uniform one (UniformL2). For 5 bins that is ℓ2 ≤
+// 0.073, about ±3 percentage points per bin; between UsefulRatio and
+// NearUniformRatio a release is rough (it shows large differences only).
+// The thresholds are the planner's convention, stated so that `stage
+// validate` and `stage plan` give the same answer; they are not derived
+// from the data.
+const UsefulRatio = 0.2
+
+// Verdict names what a release at error ratio (ℓ2 / UniformL2) is good
+// for: "useful" (≤ UsefulRatio), "rough" (≤ NearUniformRatio),
+// "near-uniform" beyond (NaN included).
+func Verdict(ratio float64) string {
+	switch {
+	case ratio <= UsefulRatio:
+		return "useful"
+	case ratio <= NearUniformRatio:
+		return "rough"
+	default:
+		return "near-uniform"
+	}
+}
+
+// EventsForRatio is the smallest events per release n (to 2 significant
+// digits, rounded up) at which m's releases over d bins reach
+// ExpectedL2 ≤ ratio·UniformL2(d); +Inf when no n up to 10¹⁵ does. The
+// error falls with n for every model of ExpectedL2 (the Dirichlet's
+// variance and bias, the additive mechanisms' s/n), so a bisection on
+// log n finds it.
+func EventsForRatio(m mechanism.Mechanism, d int, ratio float64) float64 {
+	target := ratio * UniformL2(d)
+	ok := func(n float64) bool { return ExpectedL2(m, d, n) <= target }
+	lo, hi := 1.0, 1e15
+	if ok(lo) {
+		return lo
+	}
+	if !ok(hi) {
+		return math.Inf(1)
+	}
+	for hi/lo > 1.001 {
+		mid := math.Sqrt(lo * hi)
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	e := math.Pow(10, math.Floor(math.Log10(hi))-1) // two significant digits, up
+	return math.Ceil(hi/e) * e
+}
+
 // Utility is what one count histogram's release is expected to show at a
 // planning figure of N events per release (one histogram, one group, one
 // window).
@@ -63,11 +115,14 @@ func UniformL2(d int) float64 {
 //     clipped at 0 and normalized. To first order in z/n the error is
 //     eᵢ = (zᵢ − pᵢ·Σz)/n, so E‖e‖² = s²·(d − 2 + d·Σpᵢ²)/n², and under the
 //     flat prior E Σpᵢ² = 2/(d+1). Clipping is ignored: the figure is
-//     accurate while s ≪ n/d and an upper-side estimate beyond.
+//     accurate while s ≪ n/d and an upper-side estimate beyond, so it is
+//     capped at NoiseOnlyL2, the error of a release of noise alone (what
+//     the mechanism releases from empty counts, n = 0).
 //
+// n may be 0 (a window that counts nobody: the activity prediction).
 // NaN when the mechanism has no model here.
 func ExpectedL2(m mechanism.Mechanism, d int, n float64) float64 {
-	if d < 2 || !(n > 0) {
+	if d < 2 || !(n >= 0) || math.IsInf(n, 0) {
 		return math.NaN()
 	}
 	p := m.Params()
@@ -87,7 +142,38 @@ func ExpectedL2(m mechanism.Mechanism, d int, n float64) float64 {
 	default:
 		return math.NaN()
 	}
-	return math.Sqrt(s2*(df-2+2*df/(df+1))) / n
+	return math.Min(math.Sqrt(s2*(df-2+2*df/(df+1)))/n, NoiseOnlyL2(d, p.Sigma > 0))
+}
+
+// NoiseOnlyL2 is the root-mean-square ℓ2 distance, under the flat prior on
+// p, between p and a release of an additive mechanism from empty counts:
+// q = z⁺/Σz⁺ for i.i.d. symmetric noise z (uniform when every zᵢ ≤ 0, as
+// the mechanisms release), gaussian or Laplace. It does not depend on the
+// noise's scale. With k ~ Binomial(d, ½) positive coordinates, E q = u,
+// q ⟂ p, so E‖q − p‖² = E‖q‖² − 2/d + 2/(d+1), and given k the positive
+// parts are i.i.d. with squared coefficient of variation c, normalized:
+// for Laplace noise they are exponential (c = 1) and q is Dir(1, …, 1) on
+// the k coordinates, E‖q‖² = 2/(k+1) exactly; for Gaussian noise they are
+// half-normal (c = π/2 − 1), approximated by the Dirichlet of the same c,
+// E‖q‖² ≈ (1+c)/(k+c) (TestNoiseOnlyL2 checks both against the
+// mechanisms' own releases).
+func NoiseOnlyL2(d int, gaussian bool) float64 {
+	if d < 2 {
+		return math.NaN()
+	}
+	c := 1.0
+	if gaussian {
+		c = math.Pi/2 - 1
+	}
+	df := float64(d)
+	sq := math.Exp(-df*math.Ln2) / df // k = 0: the uniform release
+	for k := 1; k <= d; k++ {
+		lc, _ := math.Lgamma(df + 1)
+		a, _ := math.Lgamma(float64(k) + 1)
+		b, _ := math.Lgamma(df - float64(k) + 1)
+		sq += math.Exp(lc-a-b-df*math.Ln2) * (1 + c) / (float64(k) + c)
+	}
+	return math.Sqrt(max(sq-2/df+2/(df+1), 0))
 }
 
 // Utilities returns the expected error of every count histogram's release
@@ -115,7 +201,9 @@ func Utilities(cfg *config.Config, p *Plan) []Utility {
 
 // Warnings are the plan's warnings: a count histogram whose releases are
 // expected to be near-uniform at the planning figure, said in plain words
-// with what to change. `stage validate` prints them, `stage run` logs them.
+// with what to change, and with privacy.expected_windows_per_user the
+// activity warnings (ActivityWarnings). Each carries its config line.
+// `stage validate` prints them, `stage run` logs them.
 func Warnings(cfg *config.Config, p *Plan) []config.Warning {
 	var out []config.Warning
 	for _, u := range Utilities(cfg, p) {
@@ -134,12 +222,13 @@ func Warnings(cfg *config.Config, p *Plan) []config.Warning {
 		if cfg.Privacy.Mechanism == config.MechanismDirichlet && cfg.Privacy.Calibration != config.CalibrationOptimal {
 			fix += ", or use privacy.calibration: optimal"
 		}
-		out = append(out, config.Warning{Path: fmt.Sprintf("histograms[%d]", histIndex(cfg, u.Histogram)), Message: fmt.Sprintf(
+		path := fmt.Sprintf("histograms[%d]", histIndex(cfg, u.Histogram))
+		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path), Message: fmt.Sprintf(
 			"releases will be near-uniform: at this budget a release is expected to be ℓ2 ≈ %.3g from the true histogram at %s, "+
 				"while answering \"uniform\" without looking at the data is ≈ %.3g off (%.0f%% of it); %s",
 			u.L2, at, u.UniformL2, 100*u.Ratio(), fix)})
 	}
-	return out
+	return append(out, ActivityWarnings(cfg, p)...)
 }
 
 func histIndex(cfg *config.Config, name string) int {

@@ -74,7 +74,7 @@ func TestWindowBoundScheduleFitsTheBook(t *testing.T) {
 				if nb == "replace" {
 					avgN = 2 * k
 				}
-				if p.Bound != (plan.WindowBound{K: k, CountWindows: k, AverageReleases: avgN}) || p.Count.Units != 2*k || p.Charges() != 3 {
+				if p.Bound != (plan.WindowBound{K: k, Windows: 1440, CountWindows: k, AverageReleases: avgN}) || p.Count.Units != 2*k || p.Charges() != 3 {
 					t.Fatalf("bound %+v units %d charges %d", p.Bound, p.Count.Units, p.Charges())
 				}
 				book, err := budget.NewBook(p.Orders, p.Epsilon, p.Delta, noStore{})
@@ -83,8 +83,8 @@ func TestWindowBoundScheduleFitsTheBook(t *testing.T) {
 				}
 				a := p.Averages[0]
 				charges := []budget.Charge{
-					{RDP: p.Count.Reservation, Reservation: "pages"},
-					{RDP: p.Count.Reservation, Reservation: "devices"},
+					{RDP: p.Count.ReservationOf(0), Reservation: "pages"},
+					{RDP: p.Count.ReservationOf(1), Reservation: "devices"},
 					{Epsilon: a.ReserveEpsilon, Delta: a.ReserveDelta, Reservation: "interests"},
 				}
 				for _, c := range charges {
@@ -95,7 +95,7 @@ func TestWindowBoundScheduleFitsTheBook(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if _, err := book.Check(0, budget.Charge{RDP: p.Count.Reservation, Reservation: "third"}); !errors.Is(err, budget.ErrBudgetExceeded) {
+				if _, err := book.Check(0, budget.Charge{RDP: p.Count.ReservationOf(0), Reservation: "third"}); !errors.Is(err, budget.ErrBudgetExceeded) {
 					t.Errorf("a third count reservation: %v, want refused", err)
 				}
 				if !(a.ReserveEpsilon >= float64(avgN)*a.Epsilon && a.ReserveDelta >= float64(avgN)*a.Delta) {
@@ -168,8 +168,8 @@ func TestWindowBoundCounts(t *testing.T) {
 		if p.Count.Units != units {
 			t.Errorf("K=%d: %d units, want %d", tc.k, p.Count.Units, units)
 		}
-		if (tc.k > 0) != (p.Count.Reservation.Len() > 0) || (tc.k > 0) != (p.Averages[0].ReserveEpsilon > 0) {
-			t.Errorf("K=%d: reservation %v, average reservation %v", tc.k, p.Count.Reservation, p.Averages[0].ReserveEpsilon)
+		if (tc.k > 0) != (p.Count.ReservationOf(1).Len() > 0) || (tc.k > 0) != (p.Averages[0].ReserveEpsilon > 0) {
+			t.Errorf("K=%d: reservation %v, average reservation %v", tc.k, p.Count.ReservationOf(1), p.Averages[0].ReserveEpsilon)
 		}
 	}
 }

@@ -312,16 +312,16 @@ func (r *Releaser) totalWith(p int64, pending []budget.Charge) (budget.Total, er
 	return total, err
 }
 
-// countCharge is what a unit of a count histogram is charged: the
-// per-window curve, or with the cross-window bound the histogram's period
-// reservation.
-func (r *Releaser) countCharge(hist string) budget.Charge {
+// countCharge is what a unit of count histogram h is charged: the
+// per-window curve, or with the cross-window bound the histogram's own
+// period reservation (K_h of its windows: plan.CountPlan.Reservations).
+func (r *Releaser) countCharge(h int) budget.Charge {
 	cp := r.plan.Count
 	if r.plan.Bound.K == 0 {
 		return budget.Charge{RDP: cp.Charge}
 	}
-	c := budget.Charge{RDP: cp.Reservation}
-	c.Reservation = ReservationKey(hist, r.plan.Bound.K, r.plan.Neighbour, c)
+	c := budget.Charge{RDP: cp.ReservationOf(h)}
+	c.Reservation = r.reservationKey(h, c)
 	return c
 }
 
@@ -331,8 +331,20 @@ func (r *Releaser) averageCharge(ap *plan.AveragePlan) budget.Charge {
 		return budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
 	}
 	c := budget.Charge{Epsilon: ap.ReserveEpsilon, Delta: ap.ReserveDelta}
-	c.Reservation = ReservationKey(ap.Name, r.plan.Bound.K, r.plan.Neighbour, c)
+	c.Reservation = r.reservationKey(ap.Index, c)
 	return c
+}
+
+// reservationKey is the key of histogram h's period reservation c: under
+// its own bound K_h, and for a histogram with its own window, that window
+// (ViewReservationKey; a histogram at window.size keeps ReservationKey's).
+func (r *Releaser) reservationKey(h int, c budget.Charge) string {
+	hist := r.cfg.Histograms[h]
+	var windowMs int64
+	if size := hist.WindowSize(r.cfg.Window.Size); size != r.cfg.Window.Size {
+		windowMs = size.D().Milliseconds()
+	}
+	return ViewReservationKey(hist.Name, windowMs, r.plan.HistBounds[h].K, r.plan.Neighbour, c)
 }
 
 // recordWindow records the units of one window durably in one ledger
@@ -382,7 +394,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	w := u.WindowStart
 	cp := r.plan.Count
 	period := u.Period
-	c := r.countCharge(hist.Name)
+	c := r.countCharge(h)
 	total, covered, err := r.charge(u, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
@@ -447,7 +459,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 				RDPEpsilon:       releaseRDP(cp, order),
 				ChargeID:         chargeID,
 				ChargeRDPEpsilon: chargeRDP,
-				ChargeWindows:    r.plan.Bound.CountWindows,
+				ChargeWindows:    r.plan.HistBounds[h].CountWindows,
 				SpentEpsilon:     total.Epsilon,
 				BudgetEpsilon:    total.LimitEpsilon,
 				Delta:            total.LimitDelta,
@@ -548,7 +560,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 		Coverage:      coverage(aw),
 		Privacy: Privacy{
 			ChargeID:       chargeID,
-			ChargeWindows:  r.plan.Bound.AverageReleases,
+			ChargeWindows:  r.plan.HistBounds[h].AverageReleases,
 			ReleaseEpsilon: ap.Epsilon,
 			ReleaseDelta:   ap.Delta,
 			SpentEpsilon:   total.Epsilon,

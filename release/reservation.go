@@ -11,7 +11,8 @@ import (
 )
 
 // With contribution.max_windows_per_user = K > 0 a histogram's period is
-// charged one period reservation (plan's package doc, "Charging: the
+// charged one period reservation — its own, over its own windows and bound
+// K_h (plan's package doc, "Views") (plan's package doc, "Charging: the
 // period reservation"): the first unit of the histogram in the period
 // charges it before any of its values leaves the process, the later units
 // of the period are covered by it and charge nothing (ledger.Unit.
@@ -27,6 +28,17 @@ import (
 // hex of the first 16 bytes of a SHA-256 over a length-prefixed encoding
 // of those fields (floats by their IEEE bits).
 func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) string {
+	return ViewReservationKey(histogram, 0, k, neighbour, c)
+}
+
+// ViewReservationKey is ReservationKey for a histogram with its own window
+// of windowMs (histograms[].window; 0: window.size, the key of
+// ReservationKey): the window is part of the key, because the admission
+// state is per window size — a histogram given another window in the
+// middle of a period starts a fresh admission state, so its releases under
+// the new window must be covered by a reservation of their own, not by
+// the one made under the old window.
+func ViewReservationKey(histogram string, windowMs int64, k int, neighbour string, c budget.Charge) string {
 	h := sha256.New()
 	var n [8]byte
 	put := func(v uint64) {
@@ -41,6 +53,10 @@ func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) 
 	str(histogram)
 	put(uint64(k))
 	str(neighbour)
+	if windowMs > 0 {
+		str("window")
+		put(uint64(windowMs))
+	}
 	orders, eps := c.RDP.Orders(), c.RDP.Epsilons()
 	put(uint64(len(orders)))
 	for i := range orders {

@@ -72,7 +72,7 @@ func reservationsOf(t *testing.T, p *plan.Plan, n int) budget.Curve {
 	t.Helper()
 	total, _ := budget.ZeroCurve(p.Orders)
 	for i := 0; i < n; i++ {
-		total = total.Add(p.Count.Reservation)
+		total = total.Add(p.Count.ReservationOf(0))
 	}
 	return total
 }
@@ -91,8 +91,8 @@ func TestReservationCoversThePeriod(t *testing.T) {
 		t.Fatalf("plan bound %+v, units %d; want 2 windows × 2 histograms", p.Bound, p.Count.Units)
 	}
 	want := p.Count.Charge.Scale(2)
-	if fmt.Sprint(p.Count.Reservation.Epsilons()) != fmt.Sprint(want.Epsilons()) {
-		t.Fatalf("reservation %v, want 2 × charge %v", p.Count.Reservation, want)
+	if fmt.Sprint(p.Count.ReservationOf(0).Epsilons()) != fmt.Sprint(want.Epsilons()) {
+		t.Fatalf("reservation %v, want 2 × charge %v", p.Count.ReservationOf(0), want)
 	}
 	period := int64(29_000_000) * minute
 	keys := map[string]string{}
@@ -104,7 +104,7 @@ func TestReservationCoversThePeriod(t *testing.T) {
 			}
 			first := k == 0 || k == 5
 			if first {
-				if u.Reservation == "" || u.CoveredBy != "" || fmt.Sprint(u.Charge.Epsilons) != fmt.Sprint(p.Count.Reservation.Epsilons()) {
+				if u.Reservation == "" || u.CoveredBy != "" || fmt.Sprint(u.Charge.Epsilons) != fmt.Sprint(p.Count.ReservationOf(0).Epsilons()) {
 					t.Errorf("window %d %s: reservation %q covered by %q charge %v; want the reservation charged", k, u.Histogram, u.Reservation, u.CoveredBy, u.Charge.Epsilons)
 				}
 				keys[u.Histogram] = u.Reservation
@@ -116,7 +116,7 @@ func TestReservationCoversThePeriod(t *testing.T) {
 				if err := json.Unmarshal(m.Value, &r); err != nil {
 					t.Fatal(err)
 				}
-				at, _ := p.Count.Reservation.At(r.Privacy.Order)
+				at, _ := p.Count.ReservationOf(0).At(r.Privacy.Order)
 				if r.Privacy.ChargeID != keys[u.Histogram] || r.Privacy.ChargeRDPEpsilon != at || r.Privacy.ChargeWindows != 2 {
 					t.Errorf("window %d %s: charge id %s rdp %v windows %d; want %s %v 2", k, u.Histogram, r.Privacy.ChargeID, r.Privacy.ChargeRDPEpsilon, r.Privacy.ChargeWindows, keys[u.Histogram], at)
 				}
@@ -177,7 +177,7 @@ func TestReservationSurvivesRestart(t *testing.T) {
 		t.Errorf("spend %v, want the two reservations %v", after.Epsilons(), want.Epsilons())
 	}
 	// The restored book refuses to make a held reservation again.
-	c := budget.Charge{RDP: p.Count.Reservation}
+	c := budget.Charge{RDP: p.Count.ReservationOf(0)}
 	c.Reservation = release.ReservationKey("pages", 3, p.Neighbour, c)
 	if held, err := g.rel.Book().Reserved(period, c.Reservation); err != nil || !held {
 		t.Errorf("restored book: reservation held %v (%v)", held, err)
@@ -229,7 +229,7 @@ func TestReservationAfterConfigChange(t *testing.T) {
 					// Keep the K = 2 calibration (as privacy.rdp_epsilon would)
 					// so that the new reservations are twice the old ones.
 					p.Count.Mechanism, p.Count.Charge = p2.Count.Mechanism, p2.Count.Charge
-					p.Count.Reservation = p2.Count.Charge.Scale(4)
+					setReservations(p, p2.Count.Charge.Scale(4))
 				}
 			})
 			p4 := mustPlan(t, &cfg4)
@@ -292,7 +292,7 @@ func TestReservationChargedWithTheFirstUnit(t *testing.T) {
 	p1 := mustPlan(t, &cfg1)
 	g := reopen(t, f, func(q *plan.Plan) {
 		q.Count.Mechanism, q.Count.Charge = p1.Count.Mechanism, p1.Count.Charge
-		q.Count.Reservation = p1.Count.Charge.Scale(float64(p.Bound.CountWindows))
+		setReservations(q, p1.Count.Charge.Scale(float64(p.Bound.CountWindows)))
 	})
 	if e, _ := budget.ToEpsilon(p1.Count.Charge, p1.Count.RDPDelta); !(e < 1) {
 		t.Fatalf("one window's curve converts to ε %v: the test needs it within the budget", e)
@@ -420,5 +420,14 @@ func TestReservationRefusedForThePeriod(t *testing.T) {
 	}
 	if f.exh != 6 {
 		t.Errorf("OnExhausted %d times, want 6", f.exh)
+	}
+}
+
+// setReservations makes every count histogram's period reservation c.
+func setReservations(p *plan.Plan, c budget.Curve) {
+	for i := range p.Count.Reservations {
+		if p.Count.Reservations[i].Len() > 0 {
+			p.Count.Reservations[i] = c
+		}
 	}
 }

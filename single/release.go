@@ -174,16 +174,20 @@ func (s *stage) releaseFailed(soft, gctx context.Context, w int64, err error) {
 // closeAndRecord closes window w and records every histogram's unit (or
 // finds it recorded). It returns the units still to publish.
 func (s *stage) closeAndRecord(ctx context.Context, sess *generation, w int64) ([]*ledger.Unit, error) {
-	counts, users, err := consume.CloseWindow(s.Node, sess.Session, w)
+	counts, users, views, err := consume.CloseWindow(s.Node, sess.Session, w)
 	if err != nil {
 		return nil, err
 	}
 	defer counts.Release()
-	var adm *ledger.Admitted // the users the cross-window bound admits to w
+	var adm *ledger.Admitted // the users the cross-window bound admits to w, and to the views' windows ending with it
 	if sess.Adm != nil {
-		adm = &ledger.Admitted{Period: s.PeriodOf(w), Users: users}
+		adm = &ledger.Admitted{Period: s.PeriodOf(w), Users: users, Views: views}
 	}
-	return s.Rel.RecordAdmitted(ctx, w, counts, counts, adm)
+	units, err := s.Rel.RecordAdmitted(ctx, w, counts, counts, adm)
+	if err == nil {
+		s.NoteWindowBound(counts.Bounds) // the operator's drop share and warning (never in a release)
+	}
+	return units, err
 }
 
 // commit commits, per partition, the offset before which every message

@@ -235,7 +235,7 @@ func (s *stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	if moved && s.Cfg.State.KafkaLedger() {
 		assigns = s.fromEarliest(assigns, sess, next)
 	}
-	if sess.Adm, err = s.restoreAdmissions(next); err != nil {
+	if sess.Adm, sess.ViewAdm, err = s.restoreAdmissions(next); err != nil {
 		s.Fail(fmt.Errorf("read ledger: %w", err))
 		return source.GenerationDone
 	}
@@ -327,20 +327,12 @@ func (s *stage) fromEarliest(assigns []kafka.PartitionAssignment, sess *generati
 	return out
 }
 
-func (s *stage) restoreAdmissions(next int64) (*aggregate.Admissions, error) {
-	k := s.Cfg.Contribution.MaxWindowsPerUser
-	if k <= 0 {
-		return nil, nil
-	}
-	adm, err := aggregate.NewAdmissions(k)
-	if err != nil {
-		return nil, err
-	}
+func (s *stage) restoreAdmissions(next int64) (*aggregate.Admissions, map[int64]*aggregate.Admissions, error) {
 	p := s.PeriodOf(next)
-	counts, err := s.Ledger.Admissions(p)
-	if err != nil {
-		return nil, err
-	}
-	adm.Restore(p, counts)
-	return adm, nil
+	return consume.RestoreAdmissions(s.Cfg, p, func(view int64) (map[uint64]uint16, error) {
+		if view == 0 {
+			return s.Ledger.Admissions(p)
+		}
+		return s.Ledger.ViewAdmissions(p, view)
+	})
 }

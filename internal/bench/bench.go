@@ -245,6 +245,13 @@ type Results struct {
 	InProcessEventsPerSec  float64 `json:"inprocess_events_per_sec,omitempty"`
 	InProcessAllocsPerEvt  float64 `json:"inprocess_allocs_per_event"`
 	InProcessCountedPerEvt float64 `json:"inprocess_counted_per_event,omitempty"`
+	// The same events as Avro and Protobuf in the Confluent wire format
+	// (issue 24); the CPU per event relative to JSON's is
+	// InProcessEventsPerSec / InProcess<Format>EventsPerSec.
+	InProcessAvroEventsPerSec     float64 `json:"inprocess_avro_events_per_sec,omitempty"`
+	InProcessAvroAllocsPerEvt     float64 `json:"inprocess_avro_allocs_per_event,omitempty"`
+	InProcessProtobufEventsPerSec float64 `json:"inprocess_protobuf_events_per_sec,omitempty"`
+	InProcessProtobufAllocsPerEvt float64 `json:"inprocess_protobuf_allocs_per_event,omitempty"`
 
 	ReleasePerSecD10     float64 `json:"release_per_sec_d10,omitempty"`
 	ReleasePerSecD1000   float64 `json:"release_per_sec_d1000,omitempty"`
@@ -414,7 +421,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		if err := inProcess(cfg, w, res); err != nil {
 			return res, err
 		}
-		cfg.progress("in-process: %.0f events/s, %.3f allocs/event", res.InProcessEventsPerSec, res.InProcessAllocsPerEvt)
+		cfg.progress("in-process: %.0f events/s, %.3f allocs/event; avro %.0f/s (%.2f× JSON's CPU per event), protobuf %.0f/s (%.2f×)",
+			res.InProcessEventsPerSec, res.InProcessAllocsPerEvt,
+			res.InProcessAvroEventsPerSec, res.InProcessEventsPerSec/res.InProcessAvroEventsPerSec,
+			res.InProcessProtobufEventsPerSec, res.InProcessEventsPerSec/res.InProcessProtobufEventsPerSec)
 	}
 	if !cfg.SkipRelease {
 		if err := releases(cfg, res); err != nil {

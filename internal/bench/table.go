@@ -12,8 +12,11 @@ import (
 // Targets (issues 5 and 16); the table marks each measured figure against
 // its target.
 const (
-	TargetStageVsReader      = 0.9
-	TargetInProcessPerSec    = 1_000_000
+	TargetStageVsReader   = 0.9
+	TargetInProcessPerSec = 1_000_000
+	// TargetFormatCPURatio: Avro's and Protobuf's in-process CPU per event
+	// over JSON's (issue 24).
+	TargetFormatCPURatio     = 1.5
 	TargetLatencyP99Ms       = 100
 	TargetBytesPerActiveUser = 100
 )
@@ -114,6 +117,16 @@ func WriteTable(out io.Writer, r *Results) error {
 	if r.InProcessEventsPerSec > 0 {
 		row("inprocess_events_per_sec", rate(r.InProcessEventsPerSec),
 			check(r.InProcessEventsPerSec >= TargetInProcessPerSec, "≥ 1,000,000/s")+fmt.Sprintf("; one goroutine; %.4f allocs/event", r.InProcessAllocsPerEvt))
+		for _, f := range []struct {
+			name         string
+			rate, allocs float64
+		}{{"avro", r.InProcessAvroEventsPerSec, r.InProcessAvroAllocsPerEvt}, {"protobuf", r.InProcessProtobufEventsPerSec, r.InProcessProtobufAllocsPerEvt}} {
+			if f.rate > 0 {
+				ratio := r.InProcessEventsPerSec / f.rate
+				row("inprocess_"+f.name+"_events_per_sec", rate(f.rate),
+					check(ratio <= TargetFormatCPURatio, "≤ 1.5× JSON's CPU per event")+fmt.Sprintf("; %.2f× JSON's; same events, Confluent wire format; %.4f allocs/event", ratio, f.allocs))
+			}
+		}
 	}
 	if r.ReleasePerSecD10 > 0 {
 		row("release_per_sec_d10", rate(r.ReleasePerSecD10), "Dirichlet, one goroutine")

@@ -81,7 +81,7 @@ func TestPlanExact(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, s := range []string{"dirichlet (exact)", "neighbour", "replace", "α=", `histogram "pages": 5 bins, 3 group(s)`,
-		`histogram "countries": 4 bins`, "uniform", "skewed", "sampling ℓ2", "verdict",
+		`histogram "countries": 4 bins`, "flat", "skewed", "sampling ℓ2", `"uniform" ℓ2`, "verdict",
 		"calibrations compared at this budget", "dirichlet optimal", "gaussian", "N=1000"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
@@ -102,8 +102,8 @@ func TestPlanBadFlags(t *testing.T) {
 	cfg := planConfig(t, "concentrated")
 	for _, args := range [][]string{
 		{"plan", "--events", "100"},
-		{"plan", "--config", cfg},
 		{"plan", "--config", cfg, "--events", "0"},
+		{"plan", "--config", cfg, "--events", "10", "--out", ""},
 		{"plan", "--config", cfg, "--events", "10,x"},
 		{"plan", "--config", cfg, "--events", "10", "--reps", "5"},
 		{"plan", "--config", filepath.Join(t.TempDir(), "missing.yaml"), "--events", "10"},

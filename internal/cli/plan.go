@@ -20,29 +20,43 @@ import (
 	"github.com/dpstage/stage/plan"
 )
 
-const planUsage = `usage: stage plan --config FILE --events N[,N...] [--out DIR] [--reps N] [--seed S]
+const planUsage = `usage: stage plan --config FILE [--events N[,N...]] [--out DIR] [--reps N] [--seed S]
 
-Answers "is my window big enough for this ε?" for a real config: derives the
-stage's privacy plan (as stage run does), prints the per-release calibration,
-and estimates the error of one release of each histogram's group when its
-window holds N events, for each N given:
-  ℓ2        mean ‖y − x/N‖₂ between the release y and the window's exact
-            normalized histogram x/N (95% confidence interval)
-  KL        mean D_KL(x/N ‖ y) (Gaussian/Laplace: +Inf when y has a zero where x/N
-            does not; the share of such releases is shown)
-  sampling  mean ‖x/N − p‖₂, the error of the exact histogram itself as an
-            estimate of the true distribution p (no privacy)
-  uniform   mean ‖u − x/N‖₂ of a release that ignores the data
+Answers "will my releases be useful, and what would make them so?" for a
+real config: derives the stage's privacy plan (as stage run does), prints the
+per-release calibration, and estimates the error of one release of each
+histogram's group when its window holds N events, for each N given:
+  ℓ2               mean ‖y − x/N‖₂ between the release y and the window's exact
+                   normalized histogram x/N (95% confidence interval)
+  KL               mean D_KL(x/N ‖ y) (Gaussian/Laplace: +Inf when y has a zero
+                   where x/N does not; the share of such releases is shown)
+  sampling ℓ2      mean ‖x/N − p‖₂, the error of the exact histogram itself as an
+                   estimate of the true distribution p (no privacy)
+  "uniform" ℓ2     mean ‖u − x/N‖₂ of the answer "uniform" (u = 1/d per bin),
+                   a release that ignores the data
 All by Monte-Carlo over x ~ Multinomial(N, p) and the mechanism's own draws,
-for two ground truths over the declared bins: uniform, and skewed (Zipf,
-p_i ∝ 1/i). Verdict per row: "ok" when the privacy error is at most the
-sampling error, "marginal" up to 3×, "too small" beyond (and "useless" when
-no better than the uniform release). Writes plan.csv and plan.png into --out.
+for two true distributions over the declared bins: flat (p_i = 1/d) and
+skewed (Zipf, p_i ∝ 1/i). The verdict compares ℓ2 with the distance of a
+typical histogram from "uniform" (over the flat prior on histograms: 0.365
+for 5 bins; the figure stage validate prints): "useful" up to 20% of it,
+"rough" up to 50%, "near-uniform" beyond; when a row is not useful it says
+from how many events per release this calibration is (the plan's error
+model), and which other mechanism would be useful at this N.
+
+With privacy.expected_windows_per_user it also predicts, through a budget
+period, the share of each window's active users the window bound still
+counts and each window's error, for the config and for the best K and
+mechanism at each candidate window size (plan/activity.go), and recommends
+the finest useful one.
 
 Flags:
   --config FILE   the stage's YAML config (required)
-  --events LIST   comma-separated events per window and group, e.g. 100,1000,10000 (required)
-  --out DIR       where plan.csv and plan.png go (default ./plan-out)
+  --events LIST   comma-separated events per window and group, e.g. 100,1000,10000
+                  (default: the config's privacy.expected_events_per_release,
+                  or 1000 when it has none)
+  --out DIR       write plan.csv and plan.png (and with the activity figure
+                  activity.csv and activity.png) into DIR; without it nothing
+                  is written
   --reps N        Monte-Carlo repetitions per point (default 500)
   --seed S        simulation seed (default 1)
 `
@@ -54,7 +68,7 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	path := fs.String("config", "", "")
 	events := fs.String("events", "", "")
-	out := fs.String("out", "plan-out", "")
+	out := fs.String("out", "", "")
 	reps := fs.Int("reps", 500, "")
 	seed := fs.Uint64("seed", 1, "")
 	if err := fs.Parse(args); err != nil {
@@ -73,38 +87,56 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "stage plan: --config is required (see stage plan -h)")
 		return 2
 	}
-	ns, err := parseEvents(*events)
-	if err != nil {
-		fmt.Fprintf(stderr, "stage plan: %v\n", err)
+	outSet := false
+	fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+	if outSet && *out == "" {
+		fmt.Fprintln(stderr, "stage plan: --out must not be empty (leave it out to write no files)")
 		return 2
+	}
+	eventsSet := strings.TrimSpace(*events) != ""
+	var ns []int
+	if eventsSet {
+		var err error
+		if ns, err = parseEvents(*events); err != nil {
+			fmt.Fprintf(stderr, "stage plan: %v\n", err)
+			return 2
+		}
 	}
 	if *reps < 100 {
 		fmt.Fprintf(stderr, "stage plan: --reps must be an integer ≥ 100, got %d\n", *reps)
 		return 2
 	}
-	if *out == "" {
-		fmt.Fprintln(stderr, "stage plan: --out must not be empty")
-		return 2
-	}
-	cfg, plan, code := loadPlan(*path, stderr)
-	if plan == nil {
+	cfg, pl, code := loadPlan(*path, stderr)
+	if pl == nil {
 		return code
 	}
-	if plan.Count == nil {
+	if pl.Count == nil {
 		fmt.Fprintf(stderr, "stage plan: %s has only average histograms; `stage validate` prints their guarantee (stage plan draws the count histograms' errors)\n", *path)
 		return 2
 	}
-	printReleasePlan(stdout, cfg, plan)
-	printCalibrations(stdout, cfg, ns)
+	if !eventsSet {
+		n, assumed := cfg.Privacy.ExpectedEventsPerRelease, false
+		if !(n > 0) {
+			n, assumed = plan.DefaultPlanningEvents, true
+		}
+		ns = []int{max(1, int(math.Round(min(n, 1e9))))}
+		if assumed {
+			fmt.Fprintf(stdout, "events per release: %d (assumed: the config has no privacy.expected_events_per_release; give --events or set it)\n\n", ns[0])
+		} else {
+			fmt.Fprintf(stdout, "events per release: %d (privacy.expected_events_per_release; --events gives others)\n\n", ns[0])
+		}
+	}
+	printReleasePlan(stdout, cfg, pl)
+	alts := printCalibrations(stdout, cfg, ns)
 
 	var rows []planRow
-	for _, h := range cfg.Histograms {
+	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			fmt.Fprintf(stdout, "\nhistogram %q: average (simplex Dirichlet): see stage validate for its guarantee; not drawn here\n", h.Name)
 			continue
 		}
 		d := len(h.Bins)
-		pts, err := eval.PlanErrors(plan.Count.Mechanism, d, ns, *reps, *seed, runtime.NumCPU())
+		pts, err := eval.PlanErrors(pl.Count.Mechanism, d, ns, *reps, *seed, runtime.NumCPU())
 		if err != nil {
 			fmt.Fprintf(stderr, "stage plan: histogram %s: %v\n", h.Name, err)
 			return 1
@@ -113,34 +145,59 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		if groups == 0 {
 			groups = 1
 		}
-		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s\n", h.Name, d, groups, cfg.Window.Size.D())
-		printPlanErrors(stdout, pts)
+		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s%s; \"uniform\" scores %.3g on the flat prior\n",
+			h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), viewShare(pl, i), plan.UniformL2(d))
+		var hrows []planRow
 		for _, p := range pts {
-			rows = append(rows, planRow{h.Name, d, p})
+			hrows = append(hrows, planRow{hist: h.Name, d: d, p: p, verdict: rowVerdict(pl.Count.Mechanism, d, p, alts, cfg)})
 		}
+		printPlanErrors(stdout, hrows)
+		rows = append(rows, hrows...)
+	}
+	rec, hasActivity := plan.Recommend(cfg, pl, true)
+	if hasActivity {
+		printRecommendation(stdout, rec)
+	}
+	if !outSet {
+		files := "plan.csv and plan.png"
+		if hasActivity {
+			files = "plan.csv, plan.png, activity.csv and activity.png"
+		}
+		fmt.Fprintf(stdout, "\n(no files written: --out DIR writes %s)\n", files)
+		return 0
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "stage plan: %v\n", err)
 		return 1
 	}
-	cs := plan.Count.Mechanism.Spec()
+	cs := pl.Count.Mechanism.Spec()
 	title := fmt.Sprintf("%s %s, (λ=%g, ε=%.3g)-RDP per release", cs.Kind, cs.Calibration, cs.Order, cs.RDPEpsilon)
-	if k := plan.Bound.K; k > 0 {
+	if k := pl.Bound.K; k > 0 {
 		title += fmt.Sprintf(", max_windows_per_user=%d", k)
 	}
-	for _, f := range []struct {
+	type file struct {
 		name string
 		fn   func(string) error
-	}{
+	}
+	files := []file{
 		{"plan.csv", func(p string) error { return writePlanCSV(p, rows) }},
 		{"plan.png", func(p string) error { return eval.PlotPlan(p, title, planSeries(rows)) }},
-	} {
-		if err := f.fn(filepath.Join(*out, f.name)); err != nil {
+	}
+	if hasActivity {
+		files = append(files,
+			file{"activity.csv", func(p string) error { return writeActivityCSV(p, rec) }},
+			file{"activity.png", func(p string) error { return plotActivity(p, cfg, rec) }})
+	}
+	var names []string
+	for _, f := range files {
+		p := filepath.Join(*out, f.name)
+		if err := f.fn(p); err != nil {
 			fmt.Fprintf(stderr, "stage plan: %s: %v\n", f.name, err)
 			return 1
 		}
+		names = append(names, p)
 	}
-	fmt.Fprintf(stdout, "\nwrote %s and %s\n", filepath.Join(*out, "plan.csv"), filepath.Join(*out, "plan.png"))
+	fmt.Fprintf(stdout, "\nwrote %s\n", strings.Join(names, ", "))
 	return 0
 }
 
@@ -201,40 +258,79 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	tw.Flush()
 }
 
-func printPlanErrors(w io.Writer, pts []eval.PlanPoint) {
+func printPlanErrors(w io.Writer, rows []planRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "truth\tN\tℓ2 (95%% CI)\tKL\tsampling ℓ2\tuniform ℓ2\tverdict\t\n")
-	for _, p := range pts {
+	fmt.Fprintf(tw, "truth\tN\tℓ2 (95%% CI)\tKL\tsampling ℓ2\t\"uniform\" ℓ2\t\tverdict\n")
+	for _, r := range rows {
+		p := r.p
 		klv := fmt.Sprintf("%.3g", p.KL.Mean())
 		if f := p.KL.InfFraction(); f > 0 {
 			klv = fmt.Sprintf("%s (+Inf %.0f%%)", klv, 100*f)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3g ± %.2g\t%s\t%.3g\t%.3g\t%s\t\n", p.Truth, p.N, p.L2.Mean(), p.L2.HalfWidth(), klv,
-			p.Sampling.Mean(), p.UniformL2.Mean(), verdict(p))
+		fmt.Fprintf(tw, "%s\t%d\t%.3g ± %.2g\t%s\t%.3g\t%.3g\t\t%s\n", p.Truth, p.N, p.L2.Mean(), p.L2.HalfWidth(), klv,
+			p.Sampling.Mean(), p.UniformL2.Mean(), r.verdict)
 	}
 	tw.Flush()
 }
 
-// verdict compares the privacy error with the sampling error (see
-// planUsage).
-func verdict(p eval.PlanPoint) string {
-	r := p.L2.Mean() / p.Sampling.Mean()
-	switch {
-	case p.Truth != "uniform" && p.L2.Mean() >= p.UniformL2.Mean():
-		return "useless"
-	case r <= 1:
-		return "ok"
-	case r <= 3:
-		return fmt.Sprintf("marginal (%.1f× sampling)", r)
-	default:
-		return fmt.Sprintf("too small (%.1f× sampling)", r)
+// rowVerdict answers "will this be useful, and what would make it so" for
+// one row: plan.Verdict of the row's ℓ2 against the flat prior's
+// distance from "uniform" (the figure stage validate uses, so both say the
+// same), and when it is not useful, the events per release from which this
+// calibration is (plan.EventsForRatio, the error model) and the best other
+// mechanism that is useful at this N (alts, from the calibrations table).
+//
+// (The verdict used to compare ℓ2 with the sampling error: since that falls
+// as 1/√N while a calibrated release's error falls as 1/N only once N is
+// large, and a Dirichlet release of a small window collapses to its prior
+// — uniform, which is the flat truth itself — the ratio was not monotone
+// in N: "marginal" at N = 100 but "too small" at 1,000, and "too small" at
+// N = 15,000 where ℓ2 is 0.02.)
+func rowVerdict(m mechanism.Mechanism, d int, p eval.PlanPoint, alts []altErrors, cfg *config.Config) string {
+	ratio := p.L2.Mean() / plan.UniformL2(d)
+	v := fmt.Sprintf("%s (%.0f%%)", plan.Verdict(ratio), 100*ratio)
+	if ratio <= plan.UsefulRatio {
+		return v
 	}
+	if n := plan.EventsForRatio(m, d, plan.UsefulRatio); !math.IsInf(n, 1) && n > float64(p.N) {
+		v += fmt.Sprintf(": useful from N ≈ %s", humanCount(n))
+	}
+	best, bestL2 := "", plan.UsefulRatio*plan.UniformL2(d)
+	for _, a := range alts {
+		if m, ok := a.mech[p.N]; ok && a.name != currentMechanism(cfg) {
+			if l2 := plan.ExpectedL2(m, d, float64(p.N)); l2 <= bestL2 {
+				best, bestL2 = a.name, l2
+			}
+		}
+	}
+	if best != "" {
+		v += fmt.Sprintf("; %s would be useful at this N (ℓ2 ≈ %.2g)", best, bestL2)
+	}
+	return v
+}
+
+// currentMechanism names the config's mechanism as comparedMechanisms do.
+func currentMechanism(cfg *config.Config) string {
+	if cfg.Privacy.Mechanism == config.MechanismDirichlet {
+		return "dirichlet " + cfg.Privacy.Calibration
+	}
+	return cfg.Privacy.Mechanism
+}
+
+// humanCount writes n with thousands separators: 15000 → 15,000.
+func humanCount(n float64) string {
+	s := strconv.FormatFloat(math.Round(n), 'f', 0, 64)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 type planRow struct {
-	hist string
-	d    int
-	p    eval.PlanPoint
+	hist    string
+	d       int
+	p       eval.PlanPoint
+	verdict string
 }
 
 func writePlanCSV(path string, rows []planRow) error {
@@ -242,12 +338,12 @@ func writePlanCSV(path string, rows []planRow) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(f, "histogram,d,truth,n,reps,mean_l2,ci95_lo,ci95_hi,mean_kl,kl_inf_fraction,mean_sampling_l2,mean_uniform_l2,mean_uniform_kl,verdict")
+	fmt.Fprintln(f, "histogram,d,truth,n,reps,mean_l2,ci95_lo,ci95_hi,mean_kl,kl_inf_fraction,mean_sampling_l2,mean_uniform_answer_l2,mean_uniform_answer_kl,ratio_to_prior_uniform_l2,verdict")
 	for _, r := range rows {
 		p := r.p
-		fmt.Fprintf(f, "%s,%d,%s,%d,%d,%.6g,%.6g,%.6g,%.6g,%.4g,%.6g,%.6g,%.6g,%q\n", r.hist, r.d, p.Truth, p.N, p.L2.N,
+		fmt.Fprintf(f, "%s,%d,%s,%d,%d,%.6g,%.6g,%.6g,%.6g,%.4g,%.6g,%.6g,%.6g,%.4g,%q\n", r.hist, r.d, p.Truth, p.N, p.L2.N,
 			p.L2.Mean(), p.L2.Lo(), p.L2.Hi(), p.KL.Mean(), p.KL.InfFraction(), p.Sampling.Mean(), p.UniformL2.Mean(),
-			p.UniformKL.Mean(), verdict(p))
+			p.UniformKL.Mean(), p.L2.Mean()/plan.UniformL2(r.d), r.verdict)
 	}
 	return f.Close()
 }
@@ -288,11 +384,19 @@ var comparedMechanisms = []struct{ name, mechanism, calibration string }{
 	{"laplace", config.MechanismLaplace, ""},
 }
 
+// altErrors is one row of printCalibrations: a mechanism calibrated at
+// the config's budget for each N (optimal: at that N).
+type altErrors struct {
+	name string
+	mech map[int]mechanism.Mechanism
+}
+
 // printCalibrations compares, at the config's budget, composition and
 // contribution bounds, the expected ℓ2 error of one release of the first
 // count histogram (plan.ExpectedL2) under every mechanism and Dirichlet
-// calibration, at each N of --events (optimal calibrated at that N).
-func printCalibrations(w io.Writer, cfg *config.Config, ns []int) {
+// calibration, at each N of --events (optimal calibrated at that N), and
+// returns the table.
+func printCalibrations(w io.Writer, cfg *config.Config, ns []int) []altErrors {
 	hist := -1
 	for i, h := range cfg.Histograms {
 		if !h.IsAverage() {
@@ -301,7 +405,7 @@ func printCalibrations(w io.Writer, cfg *config.Config, ns []int) {
 		}
 	}
 	if hist < 0 {
-		return
+		return nil
 	}
 	d := len(cfg.Histograms[hist].Bins)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -312,8 +416,10 @@ func printCalibrations(w io.Writer, cfg *config.Config, ns []int) {
 		fmt.Fprintf(tw, "N=%d\t", n)
 	}
 	fmt.Fprintln(tw)
+	var alts []altErrors
 	for _, m := range comparedMechanisms {
 		fmt.Fprintf(tw, "%s\t", m.name)
+		a := altErrors{name: m.name, mech: map[int]mechanism.Mechanism{}}
 		for _, n := range ns {
 			c := *cfg
 			c.Privacy.Mechanism, c.Privacy.Calibration = m.mechanism, m.calibration
@@ -321,11 +427,14 @@ func printCalibrations(w io.Writer, cfg *config.Config, ns []int) {
 			c.Privacy.PriorAlpha = 0
 			cell := "—"
 			if p, err := plan.DerivePlan(&c); err == nil && p.Count != nil {
+				a.mech[n] = p.Count.Mechanism
 				cell = fmt.Sprintf("%.3g", plan.ExpectedL2(p.Count.Mechanism, d, float64(n)))
 			}
 			fmt.Fprintf(tw, "%s\t", cell)
 		}
+		alts = append(alts, a)
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	return alts
 }

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -193,7 +195,7 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		web.Attach(st)
 	}
 	for _, w := range append(cfg.Warnings(), plan.Warnings(cfg, st.Plan())...) {
-		log.Warn("config: "+w.Message, zap.String("path", w.Path))
+		log.Warn("config: "+w.Message, zap.String("path", w.Path), zap.Int("line", w.Line))
 	}
 	logPlan(log, cfg, st.Plan())
 
@@ -243,6 +245,12 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 		fields = append(fields, zap.Dict("average_"+a.Name,
 			zap.Float64("epsilon_per_release", a.Epsilon), zap.Float64("delta_per_release", a.Delta)))
 	}
+	if p.Bound.K > 0 { // each view's own cross-window bound (histograms[].max_windows_per_user)
+		for i, h := range cfg.Histograms {
+			fields = append(fields, zap.Dict("view_"+h.Name, zap.Duration("window", h.WindowSize(cfg.Window.Size).D()),
+				zap.Int("max_windows_per_user", p.HistBounds[i].K), zap.Int("windows_per_period", p.HistBounds[i].Windows)))
+		}
+	}
 	log.Info("privacy plan", fields...)
 }
 
@@ -265,15 +273,34 @@ func embeddedTopics(cfg *config.Config) map[string]int {
 // newGenerator builds the configured generator; extra supplies OnError and
 // GiveUpAfter.
 func newGenerator(cfg *config.Config, extra generator.Config) (*generator.Generator, error) {
+	prefix, err := runPrefix()
+	if err != nil {
+		return nil, err
+	}
 	return generator.New(generator.Config{
 		Users:           cfg.Generator.Users,
 		EventsPerSecond: cfg.Generator.EventsPerSecond,
 		TimeScale:       cfg.Generator.TimeScale,
 		UserLifetime:    cfg.Generator.UserLifetime.D(),
 		Seed:            uint64(time.Now().UnixNano()),
+		IDPrefix:        prefix,
 		OnError:         extra.OnError,
 		GiveUpAfter:     extra.GiveUpAfter,
 	})
+}
+
+// runPrefix is a user-id prefix of its own for each generator run
+// ("r" and 8 random hex digits, then "-"): the ledger keeps the window
+// bound's count of each user's windows for the whole budget period, so a
+// second demo run with the previous run's ids would find most of its users
+// already through their max_windows_per_user windows and drop their events
+// (bound_windows).
+func runPrefix() (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generator: user id prefix: %w", err)
+	}
+	return "r" + hex.EncodeToString(b[:]) + "-", nil
 }
 
 func newLogger(lc config.Log, stderr io.Writer) (*zap.Logger, error) {

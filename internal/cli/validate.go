@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
@@ -86,14 +87,35 @@ func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	if plan.Count != nil {
 		printCountPlan(tw, cfg, plan)
 	}
-	for _, h := range cfg.Histograms {
+	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
-			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D())
+			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s%s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
 			continue
 		}
-		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s\n", h.Name, len(h.Bins), len(h.GroupNames()), h.WindowSize(cfg.Window.Size).D())
+		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s%s\n", h.Name, len(h.Bins), len(h.GroupNames()), h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
 	}
 	tw.Flush()
+}
+
+// viewShare says, with the cross-window bound, what histogram i's view
+// costs of the period budget: its own bound K_h over its W_h windows, and
+// its period reservation — for a count histogram K′_h of the plan's
+// Σ_h K′_h per-window curves (its share of the count histograms' RDP
+// budget, and what the reservation alone converts to), for an average
+// histogram its releases' (ε, δ) — ("" without the bound).
+func viewShare(p *plan.Plan, i int) string {
+	if p.Bound.K == 0 || i >= len(p.HistBounds) {
+		return ""
+	}
+	b := p.HistBounds[i]
+	if a := p.Average(i); a != nil {
+		return fmt.Sprintf("; a user counts in at most %d of its %d windows a period: reservation of %d releases, ε=%.6g, δ=%.3g",
+			b.K, b.Windows, b.AverageReleases, a.ReserveEpsilon, a.ReserveDelta)
+	}
+	cp := p.Count
+	alone, _ := budget.ToEpsilon(cp.ReservationOf(i), cp.RDPDelta)
+	return fmt.Sprintf("; a user counts in at most %d of its %d windows a period: reservation of %d per-window curves = %.3g%% of the count histograms' period budget (alone ε=%.6g at δ=%.3g)",
+		b.K, b.Windows, b.CountWindows, 100*float64(b.CountWindows)/float64(cp.Units), alone, cp.RDPDelta)
 }
 
 // printAveragePlan prints the average histograms' (ε, δ) releases and their
@@ -108,7 +130,10 @@ func printAveragePlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  average %s\tsimplex Dirichlet Dir(k·p), k=%g, η=%g, users=%d: (ε=%.6g, δ=%.3g)-DP per release (γ=%.4g), grid residual included (ideal ε=%.6g, δ=%.3g; + %d·log((1+ρ)/(1−ρ)), ×(1+ρ)^%d, ρ=%g)\n",
 			a.Name, sp.K, sp.Eta, sp.Users, a.Epsilon, a.Delta, g.Gamma, a.IdealEpsilon, a.IdealDelta, sp.Bins, sp.Bins, mechanism.ReleaseGridRho)
 	}
-	if b := plan.Bound; b.K > 0 {
+	if b := plan.Bound; b.K > 0 && averageViewsDiffer(plan) {
+		fmt.Fprintf(tw, "  average share\teach average histogram's own releases (its max_windows_per_user of its windows%s; see its line), basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
+			replaceTwice(plan), plan.ApproxEpsilon, plan.ApproxDelta)
+	} else if b.K > 0 {
 		fmt.Fprintf(tw, "  average share\t%d releases (max_windows_per_user=%d of %d windows%s) × %d average histograms, basic composition: ε=%.6g, δ=%.3g per period, one reservation per histogram\n",
 			b.AverageReleases, b.K, plan.WindowsPerPeriod, replaceTwice(plan), len(plan.Averages), plan.ApproxEpsilon, plan.ApproxDelta)
 	} else {
@@ -138,12 +163,13 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
 	}
 	printUtilities(tw, "  ", cfg, plan)
+	printActivity(tw, "  ", cfg, plan)
 	units := cp.Units
 	if cp.FitUnits > 0 && cp.FitUnits < cp.Units {
 		units = cp.FitUnits
-		if b := plan.Bound; b.K > 0 {
+		if plan.Bound.K > 0 {
 			fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers the period reservations of %d of the %d count histograms; the others get budget_exhausted status messages for the whole period\n",
-				cp.FitUnits/b.CountWindows, cp.UnitsPerWindow)
+				fittingReservations(cfg, plan), cp.UnitsPerWindow)
 		} else {
 			fmt.Fprintf(tw, "  WARNING\tprivacy.rdp_epsilon fixes the calibration: the budget covers %d of the %d charges per period (%.3g%% of windows); the rest get budget_exhausted status messages\n",
 				cp.FitUnits, cp.Units, 100*float64(cp.FitUnits)/float64(cp.Units))
@@ -183,8 +209,37 @@ func compositionLine(cfg *config.Config, plan *plan.Plan, what string) string {
 	if b.K == 0 {
 		return countComposition(cfg, plan, what)
 	}
+	if views := viewComposition(cfg, plan); views != "" {
+		return fmt.Sprintf("%s = %d per-window curves per period (each histogram its own max_windows_per_user of its own windows), charged as one period reservation per histogram",
+			views, cp.Units)
+	}
 	return fmt.Sprintf("%d windows (max_windows_per_user=%d of %d) × %d %s = %d per-window curves per period, charged as one period reservation per histogram",
 		b.CountWindows, b.K, plan.WindowsPerPeriod, cp.UnitsPerWindow, what, cp.Units)
+}
+
+// viewComposition is, with the cross-window bound and some count histogram
+// under a bound or window other than the base one's, the sum of the count
+// histograms' min(K_h, W_h) ("pages 2 of 1440 (1m) + hourly 24 of 24
+// (1h)"); "" otherwise.
+func viewComposition(cfg *config.Config, p *plan.Plan) string {
+	s, differ := "", false
+	for i, h := range cfg.Histograms {
+		if h.IsAverage() || i >= len(p.HistBounds) {
+			continue
+		}
+		b := p.HistBounds[i]
+		if b != p.Bound {
+			differ = true
+		}
+		if s != "" {
+			s += " + "
+		}
+		s += fmt.Sprintf("%s %d of %d (%s)", h.Name, b.CountWindows, b.Windows, h.WindowSize(cfg.Window.Size).D())
+	}
+	if !differ {
+		return ""
+	}
+	return s
 }
 
 // perReleaseNote says, with the cross-window bound under replace, that the
@@ -228,14 +283,78 @@ func deltaUsers(cfg *config.Config) string {
 
 // printUtilities prints each count histogram's expected release error at
 // the planning figure (plan.Utilities) beside the error of answering
-// "uniform".
+// "uniform", with plan.Verdict's word for it (the one `stage plan`'s
+// verdict column uses).
 func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	for _, u := range plan.Utilities(cfg, p) {
 		at := fmt.Sprintf("%g events per release", u.N)
 		if u.Assumed {
 			at += " (assumed; set privacy.expected_events_per_release)"
 		}
-		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%)\n",
-			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio())
+		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
+			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
 	}
+}
+
+// printActivity prints, with privacy.expected_windows_per_user, what the
+// plan predicts through a period for users at that figure
+// (plan.PredictActivity): when windows count fewer than half, and fewer
+// than plan.BlindShare, of their active users, and the error of the
+// period's first and last windows and its mean.
+func printActivity(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
+	a, ok := plan.PredictActivity(cfg, p)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(tw, "%sactivity	%s\n", indent, activityLine(a))
+}
+
+// activityLine describes an activity prediction in one line.
+func activityLine(a plan.Activity) string {
+	period := plan.ShortDuration(time.Duration(a.Windows) * a.Window)
+	s := fmt.Sprintf("a user at the %dth percentile is active in %g of the %d windows of a period (p = %.3g per window)", config.ActivityPercentile, a.PerUser, a.Windows, a.P)
+	switch {
+	case a.K == 0:
+		s += "; no window bound: every window counts all of its users"
+	case a.Blind():
+		s += fmt.Sprintf("; with K = %d windows count fewer than half of their active users after %s and go blind (fewer than %.0f%%) after %s of each %s", a.K, plan.ShortDuration(a.HalfAfter()), 100*plan.BlindShare, plan.ShortDuration(a.BlindAfter()), period)
+	case a.HalfFrom < a.Windows:
+		s += fmt.Sprintf("; with K = %d windows count fewer than half of their active users after %s of each %s (never fewer than %.0f%%)", a.K, plan.ShortDuration(a.HalfAfter()), period, 100*plan.BlindShare)
+	default:
+		s += fmt.Sprintf("; with K = %d every window counts at least half of its active users", a.K)
+	}
+	assumed := ""
+	if a.Assumed {
+		assumed = ", assumed"
+	}
+	return s + fmt.Sprintf("; predicted ℓ2 of %s: %.3g in the first window, %.3g in the last, mean %.3g over the period (%s; at %g events per release before the bound%s)",
+		a.Histogram, a.L2[0], a.L2[len(a.L2)-1], a.MeanL2, plan.Verdict(a.MeanRatio()), a.Events, assumed)
+}
+
+// fittingReservations is how many count histograms' period reservations
+// the budget covers when privacy.rdp_epsilon fixes the calibration
+// (plan.CountPlan.FitUnits: whole reservations, in plan.ReservationOrder).
+func fittingReservations(cfg *config.Config, p *plan.Plan) int {
+	n, units := 0, 0
+	for _, h := range plan.ReservationOrder(cfg) {
+		if cfg.Histograms[h].IsAverage() {
+			continue
+		}
+		if units += p.HistBounds[h].CountWindows; units > p.Count.FitUnits {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// averageViewsDiffer reports whether some average histogram has a bound or
+// window other than the base one's (plan.Plan.HistBounds).
+func averageViewsDiffer(p *plan.Plan) bool {
+	for _, a := range p.Averages {
+		if a.Index < len(p.HistBounds) && p.HistBounds[a.Index] != p.Bound {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package eval
 import (
 	"fmt"
 	"image/color"
+	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -14,7 +15,7 @@ import (
 // holding N events, for one ground truth p (all by Monte-Carlo: fresh
 // x ~ Multinomial(N, p) and a fresh release y for each replication).
 type PlanPoint struct {
-	Truth string // "uniform" or "skewed" (Zipf, p_i ∝ 1/i)
+	Truth string // "flat" (p_i = 1/d) or "skewed" (Zipf, p_i ∝ 1/i)
 	N     int
 	// L2 is ‖y − x/N‖₂ and KL is D_KL(x/N ‖ y): the error the mechanism
 	// adds to the window's exact normalized histogram. KL is +Inf when y has
@@ -26,12 +27,14 @@ type PlanPoint struct {
 	// limits accuracy.
 	Sampling Stat
 	// UniformL2 and UniformKL are ‖u − x/N‖₂ and D_KL(x/N ‖ u) for the
-	// uniform u: what a release that ignores the data achieves. A release
-	// no better than this carries no information.
+	// answer "uniform" u: what a release that ignores the data achieves. A
+	// release no better than this carries no information.
 	UniformL2, UniformKL Stat
 }
 
-// PlanTruths are the two ground truths `stage plan` evaluates on d bins.
+// PlanTruths are the two ground truths `stage plan` evaluates on d bins:
+// "flat", every bin 1/d (named so that "uniform" names only the answer
+// that ignores the data, UniformL2), and "skewed".
 func PlanTruths(d int) []struct {
 	Name string
 	P    []float64
@@ -39,7 +42,7 @@ func PlanTruths(d int) []struct {
 	return []struct {
 		Name string
 		P    []float64
-	}{{"uniform", Uniform(d)}, {"skewed", Zipf(d)}}
+	}{{"flat", Uniform(d)}, {"skewed", Zipf(d)}}
 }
 
 // PlanErrors estimates the errors of m's releases of d bins at each N, for
@@ -134,4 +137,53 @@ func PlotPlan(path, title string, lines []PlanLine) error {
 	}
 	p.Legend.Left, p.Legend.Top = false, true // the lines fall from the top left
 	return saveGrid(path, [][]*plot.Plot{{p}}, 6.5*vg.Inch, 4.5*vg.Inch)
+}
+
+// ActivityLine is one line of `stage plan`'s activity figure: predicted ℓ2
+// per window against hours into the budget period (a step per window: its
+// start and end at its value).
+type ActivityLine struct {
+	Name      string
+	Reference bool // a constant reference level (drawn dashed, grey)
+	Hours, L2 []float64
+}
+
+// PlotActivity draws the activity prediction (linear time, log ℓ2) into a
+// PNG at path.
+func PlotActivity(path, title string, lines []ActivityLine) error {
+	cols := []color.RGBA{{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, {R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
+		{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, {R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, {R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
+		{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}, {R: 0xe3, G: 0x77, B: 0xc2, A: 0xff}, {R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
+		{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff}}
+	grey := color.RGBA{R: 0x70, G: 0x70, B: 0x70, A: 0xff}
+	var ss []series
+	i := 0
+	for _, l := range lines {
+		c := grey
+		if !l.Reference {
+			c = cols[i%len(cols)]
+			i++
+		}
+		ss = append(ss, series{name: l.Name, xs: l.Hours, ys: l.L2, dashed: l.Reference, col: &c})
+	}
+	p, err := newPanel(title, "hours into the budget period", "predicted ℓ2 error per window", false, true, ss, true)
+	if err != nil {
+		return err
+	}
+	// Room for the legend below the lowest line: the lines span the
+	// period's whole width.
+	lo, hi := math.Inf(1), 0.0
+	for _, l := range lines {
+		for _, y := range l.L2 {
+			if y > 0 && !math.IsInf(y, 0) {
+				lo, hi = math.Min(lo, y), math.Max(hi, y)
+			}
+		}
+	}
+	if hi > 0 {
+		span := math.Max(hi/lo, 10)
+		p.Y.Min, p.Y.Max = lo/math.Pow(span, 0.9), hi*1.5
+	}
+	p.Legend.Left, p.Legend.Top = false, false
+	return saveGrid(path, [][]*plot.Plot{{p}}, 8*vg.Inch, 5.5*vg.Inch)
 }

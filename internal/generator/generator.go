@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -92,6 +93,13 @@ type Config struct {
 	// is the population contribution.max_windows_per_user is made for.
 	// Default 0: every user lives for the whole stream ("u<slot>").
 	UserLifetime time.Duration
+	// IDPrefix is prepended to every user id ("<prefix>u<slot>…"), so that
+	// streams with different prefixes have no user in common: the demo
+	// gives each run a random one, and a second run's users are not the
+	// previous run's, whose windows the cross-window bound has already
+	// counted (contribution.max_windows_per_user). At most 32 of
+	// A–Z a–z 0–9 . _ -. Default "": ids as above.
+	IDPrefix string
 	// Disorder, when positive, moves each event's time back by a uniform
 	// random amount in [0, Disorder), so the stream arrives slightly out of
 	// event-time order (as real streams do). Default 0: in order.
@@ -191,6 +199,9 @@ func New(cfg Config) (*Generator, error) {
 	if cfg.BatchSize < 0 {
 		errs = append(errs, fmt.Errorf("batch size must not be negative, got %d", cfg.BatchSize))
 	}
+	if len(cfg.IDPrefix) > 32 || strings.TrimLeft(cfg.IDPrefix, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != "" {
+		errs = append(errs, fmt.Errorf("user id prefix must be at most 32 of A-Z a-z 0-9 . _ -, got %q", cfg.IDPrefix))
+	}
 	if cfg.GiveUpAfter < 0 {
 		errs = append(errs, fmt.Errorf("give-up time must not be negative, got %v", cfg.GiveUpAfter))
 	}
@@ -224,7 +235,7 @@ func New(cfg Config) (*Generator, error) {
 	g.userIDs = make([]string, cfg.Users)
 	g.userCtry = make([]uint8, cfg.Users)
 	for k := range g.userIDs {
-		g.userIDs[k] = "u" + strconv.Itoa(k)
+		g.userIDs[k] = cfg.IDPrefix + "u" + strconv.Itoa(k)
 		g.userCtry[k] = uint8(pick(g.ctryCDF, unit(mix(cfg.Seed^0x636f756e747279, uint64(k)))))
 	}
 	return g, nil

@@ -412,3 +412,30 @@ func TestUserLifetime(t *testing.T) {
 		t.Errorf("without a lifetime the user id is %q, want u<slot>", id)
 	}
 }
+
+// TestIDPrefix: the prefix starts every user id and leaves the rest of the
+// stream as it was, so two prefixes give streams without a common user;
+// ids that JSON would need to escape are refused.
+func TestIDPrefix(t *testing.T) {
+	plain := mustNew(t, Config{Start: t0, Seed: 3, UserLifetime: time.Minute})
+	a := mustNew(t, Config{Start: t0, Seed: 3, UserLifetime: time.Minute, IDPrefix: "r0a1b2c3d-"})
+	b := mustNew(t, Config{Start: t0, Seed: 3, UserLifetime: time.Minute, IDPrefix: "r99999999-"})
+	seen := map[string]bool{}
+	for i := int64(0); i < 2000; i++ {
+		e, ea := plain.Event(i), a.Event(i)
+		if ea.UserID != "r0a1b2c3d-"+e.UserID || ea.Page != e.Page || !ea.Time.Equal(e.Time) {
+			t.Fatalf("event %d: %+v with the prefix, %+v without", i, ea, e)
+		}
+		seen[ea.UserID] = true
+	}
+	for i := int64(0); i < 2000; i++ {
+		if id := b.Event(i).UserID; seen[id] {
+			t.Fatalf("user %s in both streams", id)
+		}
+	}
+	for _, p := range []string{`r"`, "r\\", "a b", strings.Repeat("x", 33)} {
+		if _, err := New(Config{IDPrefix: p}); err == nil {
+			t.Errorf("prefix %q accepted", p)
+		}
+	}
+}

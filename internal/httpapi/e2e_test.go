@@ -105,7 +105,10 @@ dpstage_events_dropped_total{reason="missing_user"} 1
 dpstage_events_dropped_total{reason="out_of_domain"} 1
 dpstage_events_dropped_total{reason="oversized"} 0
 dpstage_events_dropped_total{reason="time_too_far_ahead"} 0
+dpstage_events_dropped_total{reason="undecodable"} 0
 dpstage_events_dropped_total{reason="unknown_group"} 1
+dpstage_events_dropped_total{reason="unknown_magic_byte"} 0
+dpstage_events_dropped_total{reason="unknown_schema_id"} 0
 dpstage_events_dropped_total{reason="wrong_partition"} 0
 dpstage_events_dropped_total{reason="wrong_type"} 0
 # HELP dpstage_ready 1 when the stage is ready (as /readyz), else 0.

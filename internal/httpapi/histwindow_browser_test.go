@@ -25,6 +25,9 @@ func TestBrowserHistogramWindows(t *testing.T) {
 	cfg.Histograms[1].Name = "hourly"
 	cfg.Histograms[1].GroupBy, cfg.Histograms[1].Groups = "", nil
 	cfg.Histograms[1].Window = 3600e9
+	// Views with their own bounds (issue #23 item 2): the page says each.
+	cfg.Contribution.MaxWindowsPerUser, cfg.Contribution.MaxTrackedUsers = 2, 0
+	cfg.Histograms[1].MaxWindowsPerUser = 24
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,5 +80,10 @@ func TestBrowserHistogramWindows(t *testing.T) {
 	}
 	if !strings.Contains(dom, "every 1 hour") {
 		t.Errorf("the page does not say the hourly histogram is released every hour")
+	}
+	for _, want := range []string{"a user counts in at most 2 of its 1440 windows a period", "a user counts in at most 24 of its 24 windows a period"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the page does not say %q", want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/pipeline"
@@ -62,6 +63,34 @@ const (
 const (
 	MetricPartialGaps     = "dpstage_partial_gaps"
 	MetricPartialDataLoss = "dpstage_partials_data_loss_total"
+)
+
+// The cross-window bound's drop share (issue 23 item 3), per histogram,
+// with contribution.max_windows_per_user: private (a window's exact
+// counts), so on the operator listener only.
+const (
+	MetricWindowBoundShare   = "dpstage_window_bound_dropped_share"
+	MetricWindowBoundCounted = "dpstage_window_bound_counted_total"
+	MetricWindowBoundDropped = "dpstage_window_bound_dropped_total"
+	MetricWindowBoundBlind   = "dpstage_window_bound_blind"
+)
+
+// windowBoundSource is a Source that follows the cross-window bound's drop
+// share (the stage, with contribution.max_windows_per_user); nil shares
+// without the bound.
+type windowBoundSource interface {
+	WindowBound() []aggregate.WindowShare
+}
+
+var (
+	windowBoundShareDesc = prometheus.NewDesc(MetricWindowBoundShare, "With contribution.max_windows_per_user: the share of the histogram's last closed window's contributions "+
+		"the bound dropped (dropped / (counted + dropped); on arrival and at the close). Near 1, the window counted almost none of its users and its release is noise "+
+		"(raise K or use a coarser histograms[].window; see docs/choosing.md). Private: never in a release or on the public listener.", []string{"histogram"}, nil)
+	windowBoundCountedDesc = prometheus.NewDesc(MetricWindowBoundCounted, "With contribution.max_windows_per_user: contributions counted in the histogram's closed windows.", []string{"histogram"}, nil)
+	windowBoundDroppedDesc = prometheus.NewDesc(MetricWindowBoundDropped, "With contribution.max_windows_per_user: contributions to the histogram's closed windows dropped by the bound (its part of "+
+		MetricContribBounded+"{bound=\"windows\"}).", []string{"histogram"}, nil)
+	windowBoundBlindDesc = prometheus.NewDesc(MetricWindowBoundBlind, "With contribution.max_windows_per_user: 1 when the histogram's last closed window's drop share is above contribution.blind_warning_share "+
+		"(listed under window_bound_blind on the operator's /readyz; a warning is logged).", []string{"histogram"}, nil)
 )
 
 // newRegistry returns the server's own registry (never the global one): the
@@ -159,6 +188,9 @@ func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
+	for _, d := range []*prometheus.Desc{windowBoundShareDesc, windowBoundCountedDesc, windowBoundDroppedDesc, windowBoundBlindDesc} {
+		ch <- d
+	}
 }
 
 func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -214,8 +246,8 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	// before the first drop: bounding outcomes under the bounded metric,
 	// the others (the decoder's and the window rule's) under dropped.
 	for r := decode.Reason(1); r < decode.NumReasons; r++ {
-		if r == decode.ReasonBoundAverageUsers {
-			continue // counted apart: st.AverageNotSelected
+		if r == decode.ReasonBoundAverageUsers || r.Hold() {
+			continue // counted apart: st.AverageNotSelected; a hold is not a drop
 		}
 		if label, ok := r.Bound(); ok {
 			counter(c.bounded, st.DroppedBy(r), label)
@@ -232,6 +264,19 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	if bt, ok := src.(brokerTimeSource); ok {
 		for p, n := range bt.BrokerTimeRegressions() {
 			counter(brokerRegressionsDesc, n, strconv.Itoa(p))
+		}
+	}
+
+	if wb, ok := src.(windowBoundSource); ok {
+		if shares := wb.WindowBound(); shares != nil {
+			for _, sh := range shares {
+				counter(windowBoundCountedDesc, sh.TotalCounted, sh.Histogram)
+				counter(windowBoundDroppedDesc, sh.TotalDropped, sh.Histogram)
+				gauge(windowBoundBlindDesc, b2f(sh.Blind), sh.Histogram)
+				if sh.Closed {
+					gauge(windowBoundShareDesc, sh.Share, sh.Histogram)
+				}
+			}
 		}
 	}
 

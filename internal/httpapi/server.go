@@ -11,7 +11,11 @@
 //     and Prometheus only.
 //
 // Both serve the liveness and readiness probes (/healthz, /readyz), which
-// carry no count. A path of the other surface answers 404 on each.
+// carry no count; the operator's /readyz also lists, with
+// contribution.max_windows_per_user, the histograms whose last closed
+// window the bound left blind (window_bound_blind, not a condition of
+// ready: a function of private drop counts, so never on the public
+// listener). A path of the other surface answers 404 on each.
 //
 // # What each may show
 //
@@ -281,7 +285,7 @@ func (s *Server) publicRoutes() http.Handler {
 func (s *Server) operatorRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
-	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /readyz", s.operatorReadyz)
 	mux.Handle("GET /metrics", s.operator.auth(promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: zap.NewStdLog(s.log), Timeout: 10 * time.Second})))
 	return securityHeaders(mux)
 }
@@ -359,6 +363,46 @@ type readiness struct {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	rd, code := s.readiness()
+	writeJSON(w, code, rd)
+}
+
+// operatorReadiness is the body of the operator listener's /readyz: the
+// public one's and, with contribution.max_windows_per_user, the histograms
+// whose last closed window the bound left blind (its drop share above
+// contribution.blind_warning_share). window_bound_blind is not a condition
+// of ready — the stage is doing its job; its configuration does not fit
+// the traffic — and it is on the operator listener only: whether a share
+// passed a threshold is a function of a window's private drop counts, so
+// even as a boolean it must not reach the public listener. /readyz stays
+// open without a token (a kubelet probe sends none), so with
+// http.operator_token the list is shown only to a request that sends the
+// token, like /metrics.
+type operatorReadiness struct {
+	readiness
+	WindowBoundBlind []string `json:"window_bound_blind,omitempty"`
+}
+
+func (s *Server) operatorReadyz(w http.ResponseWriter, r *http.Request) {
+	rd, code := s.readiness()
+	body := operatorReadiness{readiness: rd}
+	if s.operator.set && !s.operator.authorized(r.Header.Get("Authorization")) {
+		writeJSON(w, code, body)
+		return
+	}
+	if wb, ok := s.source().(windowBoundSource); ok {
+		for _, sh := range wb.WindowBound() {
+			if sh.Blind {
+				body.WindowBoundBlind = append(body.WindowBoundBlind, sh.Histogram)
+			}
+		}
+	}
+	writeJSON(w, code, body)
+}
+
+// readiness is /readyz's body without the operator's conditions, and its
+// status code.
+func (s *Server) readiness() (readiness, int) {
 	var rd pipeline.Readiness
 	if src := s.source(); src != nil {
 		rd = src.Readiness()
@@ -367,7 +411,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !rd.Ready() {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, readiness{Ready: rd.Ready(), Readiness: rd})
+	return readiness{Ready: rd.Ready(), Readiness: rd}, code
 }
 
 // maxLimit caps /api/releases?limit=.
@@ -441,6 +485,31 @@ type BudgetView struct {
 	Delta         float64                 `json:"delta"`
 	PeriodSeconds float64                 `json:"period_seconds"`
 	Periods       []pipeline.BudgetStatus `json:"periods"`
+	// Charging is how a period's budget is charged (public config):
+	// ChargingPerWindow, or with contribution.max_windows_per_user
+	// ChargingReservation — each histogram's whole period is reserved when
+	// its first window of the period closes, so spent_epsilon is near the
+	// budget from then on while releases keep coming. Note says so in
+	// words (the dashboard shows it).
+	Charging string `json:"charging"`
+	Note     string `json:"note"`
+}
+
+// BudgetView.Charging values, and the notes that go with them.
+const (
+	ChargingPerWindow   = "per_window"
+	ChargingReservation = "period_reservation"
+
+	NotePerWindow   = "each window's releases are charged when the window closes; when the period's budget is used up, releases stop until the next period"
+	NoteReservation = "reserved for the period; later releases of the period are covered (with contribution.max_windows_per_user each histogram reserves its period's whole charge when its first window of the period closes: the spend reaches the budget early while releases keep coming)"
+)
+
+// budgetCharging is how cfg charges a period (BudgetView.Charging).
+func budgetCharging(cfg *config.Config) string {
+	if cfg.Contribution.MaxWindowsPerUser > 0 {
+		return ChargingReservation
+	}
+	return ChargingPerWindow
 }
 
 func (s *Server) budget(w http.ResponseWriter, _ *http.Request) {
@@ -449,6 +518,11 @@ func (s *Server) budget(w http.ResponseWriter, _ *http.Request) {
 		Delta:         s.cfg.Privacy.Budget.Delta,
 		PeriodSeconds: s.cfg.Privacy.Budget.Period.D().Seconds(),
 		Periods:       []pipeline.BudgetStatus{},
+		Charging:      budgetCharging(s.cfg),
+		Note:          NotePerWindow,
+	}
+	if v.Charging == ChargingReservation {
+		v.Note = NoteReservation
 	}
 	if src := s.source(); src != nil {
 		if b := src.Budget(); b != nil {
@@ -467,6 +541,9 @@ type Layout struct {
 	Mechanism     string            `json:"mechanism"`
 	Calibration   string            `json:"calibration,omitempty"`
 	BandLevel     float64           `json:"band_level"`
+	// BudgetCharging is BudgetView.Charging (public config), for the
+	// page's explanations.
+	BudgetCharging string `json:"budget_charging"`
 }
 
 // LayoutHistogram is one declared histogram.
@@ -477,6 +554,12 @@ type LayoutHistogram struct {
 	// WindowSeconds is the histogram's own window (histograms[].window, else
 	// window.size): how often it is released.
 	WindowSeconds float64 `json:"window_seconds"`
+	// MaxWindowsPerUser is the histogram's cross-window bound K_h (public
+	// config: config.Config.HistWindowBound) and WindowsPerPeriod its
+	// windows per budget period: a user counts in at most
+	// MaxWindowsPerUser of them. Absent without the bound.
+	MaxWindowsPerUser int `json:"max_windows_per_user,omitempty"`
+	WindowsPerPeriod  int `json:"windows_per_period,omitempty"`
 }
 
 func newLayout(cfg *config.Config) Layout {
@@ -485,12 +568,17 @@ func newLayout(cfg *config.Config) Layout {
 		Mechanism:     cfg.Privacy.Mechanism,
 		BandLevel:     BandLevel,
 	}
+	l.BudgetCharging = budgetCharging(cfg)
 	if cfg.Privacy.Mechanism == config.MechanismDirichlet {
 		l.Calibration = cfg.Privacy.Calibration
 	}
-	for _, h := range cfg.Histograms {
-		l.Histograms = append(l.Histograms, LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames(),
-			WindowSeconds: h.WindowSize(cfg.Window.Size).D().Seconds()})
+	for i, h := range cfg.Histograms {
+		lh := LayoutHistogram{Name: h.Name, Bins: h.Bins, Groups: h.GroupNames(),
+			WindowSeconds: h.WindowSize(cfg.Window.Size).D().Seconds()}
+		if k, size := cfg.HistWindowBound(i), h.WindowSize(cfg.Window.Size); k > 0 && size > 0 {
+			lh.MaxWindowsPerUser, lh.WindowsPerPeriod = k, int(cfg.Privacy.Budget.Period/size)
+		}
+		l.Histograms = append(l.Histograms, lh)
 	}
 	return l
 }

@@ -36,14 +36,36 @@ var kafka = []string{
 // (its non-test dependencies, transitively) holds no Kafka client and none
 // of the packages that speak Kafka.
 func TestNoKafkaBelowPipeline(t *testing.T) {
+	pkgs := make([]string, 0, len(below))
+	for _, p := range below {
+		pkgs = append(pkgs, module+p)
+	}
+	deps := listDeps(t, pkgs...)
+	for _, b := range below {
+		d, ok := deps[module+b]
+		if !ok {
+			t.Errorf("package %s not listed", b)
+			continue
+		}
+		for _, dep := range d {
+			for _, k := range kafka {
+				if dep == k || strings.HasPrefix(dep, k+"/") {
+					t.Errorf("%s depends on %s", b, dep)
+				}
+			}
+		}
+	}
+}
+
+// listDeps is `go list -json` of pkgs: each package's non-test
+// dependencies, transitively, by import path (the test skips without the
+// go command).
+func listDeps(t *testing.T, pkgs ...string) map[string][]string {
+	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("the go command is not on PATH")
 	}
-	args := []string{"list", "-deps", "-json=ImportPath,Deps"}
-	for _, p := range below {
-		args = append(args, module+p)
-	}
-	cmd := exec.Command("go", args...)
+	cmd := exec.Command("go", append([]string{"list", "-json=ImportPath,Deps"}, pkgs...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -62,18 +84,5 @@ func TestNoKafkaBelowPipeline(t *testing.T) {
 		}
 		deps[p.ImportPath] = p.Deps
 	}
-	for _, b := range below {
-		d, ok := deps[module+b]
-		if !ok {
-			t.Errorf("package %s not listed", b)
-			continue
-		}
-		for _, dep := range d {
-			for _, k := range kafka {
-				if dep == k || strings.HasPrefix(dep, k+"/") {
-					t.Errorf("%s depends on %s", b, dep)
-				}
-			}
-		}
-	}
+	return deps
 }

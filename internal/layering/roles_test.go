@@ -2,10 +2,7 @@ package layering
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,34 +29,13 @@ func above(i int) []string {
 // TestRolesPointDown: `go list -deps` of each role package (non-test,
 // transitively) holds no role above it or beside it.
 func TestRolesPointDown(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("the go command is not on PATH")
-	}
-	args := []string{"list", "-deps=false", "-json=ImportPath,Deps"}
+	pkgs := make([]string, 0, len(roles))
 	for _, r := range roles {
-		args = append(args, module+r)
+		pkgs = append(pkgs, module+r)
 	}
-	cmd := exec.Command("go", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
-	deps := map[string][]string{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for dec.More() {
-		var p struct {
-			ImportPath string
-			Deps       []string
-		}
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
-		deps[strings.TrimPrefix(p.ImportPath, module)] = p.Deps
-	}
+	deps := listDeps(t, pkgs...)
 	for i, r := range roles {
-		d, ok := deps[r]
+		d, ok := deps[module+r]
 		if !ok {
 			t.Errorf("package %s not listed", r)
 			continue

@@ -11,7 +11,7 @@ import (
 // tools are the folders of internal/ that sit above pipeline/: the stage
 // command's parts and the test and bench harnesses. lib is the folder of
 // the low-level helpers every layer may import.
-var tools = []string{"internal/cli", "internal/bench", "internal/eval", "internal/httpapi", "internal/generator", "internal/e2e", "internal/composecheck"}
+var tools = []string{"internal/cli", "internal/bench", "internal/eval", "internal/httpapi", "internal/generator", "internal/e2e", "internal/composecheck", "internal/srtest"}
 
 const lib = "internal/lib/"
 

@@ -47,6 +47,8 @@
 //	admit/<period ms>/<end ms>/<chunk>  the user hashes admitted to the window ending
 //	                                    at end by the cross-window bound (8 bytes
 //	                                    each, ascending, ≤ 65536 per record)
+//	admitv/<window ms>/<period ms>/…    the same for the histograms whose own window
+//	                                    is <window ms> long (histograms[].window)
 //	user_hash_key                       the 16-byte user hash key, written once (a secret)
 //	last_window_end                     the largest window end recorded (decimal ms)
 //	open                                the barrier an owner commits when it opens

@@ -22,6 +22,7 @@ const (
 	testTopic = "stage-ledger"
 	testTxnID = "stage-ledger-0"
 	minute    = int64(60_000)
+	hour      = int64(3_600_000)
 	day       = int64(86_400_000)
 )
 
@@ -150,6 +151,20 @@ func dump(t *testing.T, r reader, periods ...int64) string {
 			fmt.Fprintf(&b, " %x:%d", u, adm[u])
 		}
 		b.WriteString("\n")
+		for _, view := range []int64{hour, day} {
+			adm, err := r.ViewAdmissions(p, view)
+			must(t, err)
+			users := make([]uint64, 0, len(adm))
+			for u := range adm {
+				users = append(users, u)
+			}
+			slices.Sort(users)
+			fmt.Fprintf(&b, "period %d view %d:", p, view)
+			for _, u := range users {
+				fmt.Fprintf(&b, " %x:%d", u, adm[u])
+			}
+			b.WriteString("\n")
+		}
 	}
 	end, okEnd, err := r.LastWindowEnd()
 	must(t, err)

@@ -62,7 +62,8 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		{name: "publish again", publish: [][]byte{ledger.UnitKey("pages", -minute)}},
 		{name: "publish unknown", publish: [][]byte{ledger.UnitKey("nope", 0)}, anyErr: true},
 		{name: "reserving window 3min, admissions", units: []*ledger.Unit{reserving(released("r", 3*minute, 0.2, "j"), "rk1"), reserving(released("s", 3*minute, 0.1, "k"), "rk2")},
-			spent: curve(0.9, 1.2), adm: &ledger.Admitted{Period: 0, Users: []uint64{7, 1 << 60, 3}}},
+			spent: curve(0.9, 1.2), adm: &ledger.Admitted{Period: 0, Users: []uint64{7, 1 << 60, 3},
+				Views: []ledger.ViewAdmitted{{WindowMs: hour, Users: []uint64{3, 8}}, {WindowMs: day, Users: []uint64{3}}}}},
 		{name: "user hash key", userKey: []byte("0123456789abcdef")},
 		{name: "histogram since, one kept, one new, one dropped", since: []string{"pages3@180000", "daily@86400000"}, sinceAt: 3 * minute},
 		{name: "reopen", reopen: true},
@@ -70,7 +71,9 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 			want: map[string]int64{"pages3@180000": math.MinInt64, "daily@86400000": 3 * minute, "pages@60000": 4 * minute}},
 		{name: "user hash key kept", userKey: []byte("fedcba9876543210")},
 		{name: "covered window 4min, admissions", units: []*ledger.Unit{covered("r", 4*minute, "rk1")},
-			adm: &ledger.Admitted{Period: 0, Users: []uint64{3, 9}}},
+			adm: &ledger.Admitted{Period: 0, Users: []uint64{3, 9}, Views: []ledger.ViewAdmitted{{WindowMs: hour, Users: []uint64{3, 4}}}}},
+		{name: "a view given twice", units: []*ledger.Unit{released("r4", 5*minute, 0.1, "p")}, spent: curve(1, 1.3),
+			adm: &ledger.Admitted{Period: 0, Views: []ledger.ViewAdmitted{{WindowMs: hour, Users: []uint64{1}}, {WindowMs: hour, Users: []uint64{2}}}}, anyErr: true},
 		{name: "reservation again", units: []*ledger.Unit{reserving(released("r2", 5*minute, 0.2, "l"), "rk1")}, spent: curve(1, 1.3), anyErr: true},
 		{name: "user admitted twice to a window", units: []*ledger.Unit{released("r3", 5*minute, 0.1, "m")}, spent: curve(1, 1.3),
 			adm: &ledger.Admitted{Period: 0, Users: []uint64{5, 5}}, anyErr: true},
@@ -153,14 +156,14 @@ func TestSameAsBoltAndReopen(t *testing.T) {
 		if db != dk {
 			t.Fatalf("op %d %s: state differs\nbolt:\n%s\nkafka:\n%s", i, o.name, db, dk)
 		}
-		for _, s := range []string{`"published":true`, "spent true", "approx true", "limit true", `reservations ["rk1" "rk2"]`, " 3:2", "last end true 420000"} {
+		for _, s := range []string{`"published":true`, "spent true", "approx true", "limit true", `reservations ["rk1" "rk2"]`, " 3:2", "last end true 420000", "view 3600000: 3:2 4:1 8:1\n"} {
 			if strings.Contains(dk, s) {
 				seen[s] = true
 			}
 		}
 	}
 	// The states compared were not trivial.
-	if len(seen) != 7 {
+	if len(seen) != 8 {
 		t.Fatalf("no state had all of published units, spends, approx spends, limits, reservations, admissions and a last end: %v", seen)
 	}
 }

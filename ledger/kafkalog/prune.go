@@ -74,9 +74,12 @@ func (l *Log) Prune(ctx context.Context, before int64) (units, periods int, err 
 				recs = append(recs, tombstones(ks)...)
 			}
 		}
-		for _, p := range sortedKeys(l.st.admitKeys) {
-			if p+m.PeriodMs <= before {
-				recs = append(recs, tombstones(l.st.admitKeys[p])...)
+		for _, view := range l.st.admitViews() {
+			as := l.st.admits[view]
+			for _, p := range sortedKeys(as.admitKeys) {
+				if p+m.PeriodMs <= before {
+					recs = append(recs, tombstones(as.admitKeys[p])...)
+				}
 			}
 		}
 	}

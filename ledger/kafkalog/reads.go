@@ -152,13 +152,24 @@ func (l *Log) Reservations(period int64) ([]string, error) {
 // period starting at period (Unix ms) the user was admitted to (see
 // RecordWindowAdmitted).
 func (l *Log) Admissions(period int64) (map[uint64]uint16, error) {
+	return l.ViewAdmissions(period, 0)
+}
+
+// ViewAdmissions is Admissions for the histograms whose own window is
+// windowMs long (histograms[].window; ledger.Admitted.Views); 0: the base
+// window's (Admissions).
+func (l *Log) ViewAdmissions(period, windowMs int64) (map[uint64]uint16, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dead != nil {
 		return nil, l.dead
 	}
-	out := make(map[uint64]uint16, len(l.st.admitted[period]))
-	for u, n := range l.st.admitted[period] {
+	var counts map[uint64]uint16
+	if as := l.st.admits[windowMs]; as != nil {
+		counts = as.admitted[period]
+	}
+	out := make(map[uint64]uint16, len(counts))
+	for u, n := range counts {
 		out[u] = n
 	}
 	return out, nil

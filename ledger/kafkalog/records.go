@@ -48,6 +48,11 @@ const (
 	// record. Written once, in the window's transaction; a period's
 	// records are tombstoned together.
 	prefixAdmit = "admit/"
+	// prefixAdmitView: admitv/<window ms>/<period ms>/<window end ms>/<chunk>,
+	// as prefixAdmit for the histograms whose own window is <window ms>
+	// long (histograms[].window; ledger.Admitted.Views): one admission
+	// state per window size.
+	prefixAdmitView = "admitv/"
 	// keyUserHash: the 16-byte user hash key (ledger.Ledger.UserHashKey),
 	// written once. A secret: see the package doc.
 	keyUserHash = "user_hash_key"
@@ -212,13 +217,11 @@ type state struct {
 	// reservations maps a period to its reservation keys → the unit key
 	// that made each.
 	reservations map[int64]map[string]string
-	// admitted maps a period to each admitted user's window count;
-	// admitKeys to the record keys that hold them (for tombstones and to
-	// refuse a key applied twice).
-	admitted  map[int64]map[uint64]uint16
-	admitKeys map[int64]map[string]bool
-	userKey   []byte // nil: none recorded
-	lastEnd   *int64 // nil: none recorded
+	// admits maps a window size (ms; 0: the base window) to its admission
+	// state.
+	admits  map[int64]*admitSet
+	userKey []byte // nil: none recorded
+	lastEnd *int64 // nil: none recorded
 	// since is HistogramSince's map; nil: none recorded.
 	since map[string]int64
 }
@@ -233,17 +236,43 @@ func newState() *state {
 		limits: map[int64]ledger.Limit{},
 
 		reservations: map[int64]map[string]string{},
-		admitted:     map[int64]map[uint64]uint16{},
-		admitKeys:    map[int64]map[string]bool{},
+		admits:       map[int64]*admitSet{},
 	}
 }
+
+// admitSet is one window size's admission state: admitted maps a period to
+// each admitted user's window count; admitKeys to the record keys that
+// hold them (for tombstones and to refuse a key applied twice).
+type admitSet struct {
+	admitted  map[int64]map[uint64]uint16
+	admitKeys map[int64]map[string]bool
+}
+
+// admitsOf returns the admission state of window size view (0: the base
+// window), made empty if absent.
+func (s *state) admitsOf(view int64) *admitSet {
+	a := s.admits[view]
+	if a == nil {
+		a = &admitSet{admitted: map[int64]map[uint64]uint16{}, admitKeys: map[int64]map[string]bool{}}
+		s.admits[view] = a
+	}
+	return a
+}
+
+// admitViews is the window sizes holding admission state, in order (0, the
+// base window, first).
+func (s *state) admitViews() []int64 { return sortedKeys(s.admits) }
 
 func reservationRecordKey(period int64, key string) string {
 	return prefixReservation + strconv.FormatInt(period, 10) + "/" + key
 }
 
-func admitRecordKey(period, windowEnd int64, chunk int) string {
-	return prefixAdmit + strconv.FormatInt(period, 10) + "/" + strconv.FormatInt(windowEnd, 10) + "/" + strconv.Itoa(chunk)
+func admitRecordKey(view, period, windowEnd int64, chunk int) string {
+	k := prefixAdmit + strconv.FormatInt(period, 10) + "/" + strconv.FormatInt(windowEnd, 10) + "/" + strconv.Itoa(chunk)
+	if view > 0 {
+		k = prefixAdmitView + strconv.FormatInt(view, 10) + "/" + k[len(prefixAdmit):]
+	}
+	return k
 }
 
 // applyMisc folds the records of the keys added with the cross-window
@@ -300,8 +329,18 @@ func (s *state) applyMisc(k string, v []byte) (ok bool, err error) {
 		}
 		s.reservations[p][rk] = string(v)
 		return true, nil
-	case strings.HasPrefix(k, prefixAdmit):
-		parts := strings.Split(k[len(prefixAdmit):], "/")
+	case strings.HasPrefix(k, prefixAdmit), strings.HasPrefix(k, prefixAdmitView):
+		var view int64
+		rest := strings.TrimPrefix(k, prefixAdmit)
+		if vs, ok := strings.CutPrefix(k, prefixAdmitView); ok {
+			s, r, cut := strings.Cut(vs, "/")
+			n, err := strconv.ParseInt(s, 10, 64)
+			if !cut || err != nil || n <= 0 {
+				return true, fmt.Errorf("%w: malformed admissions key %q", ErrIncompatible, k)
+			}
+			view, rest = n, r
+		}
+		parts := strings.Split(rest, "/")
 		if len(parts) != 3 {
 			return true, fmt.Errorf("%w: malformed admissions key %q", ErrIncompatible, k)
 		}
@@ -309,25 +348,26 @@ func (s *state) applyMisc(k string, v []byte) (ok bool, err error) {
 		if err != nil {
 			return true, fmt.Errorf("%w: malformed admissions key %q", ErrIncompatible, k)
 		}
+		as := s.admitsOf(view)
 		if v == nil {
 			// A period's admissions are tombstoned together (Prune,
 			// RecordWindowAdmitted): the first tombstone drops the period.
-			delete(s.admitted, p)
-			delete(s.admitKeys, p)
+			delete(as.admitted, p)
+			delete(as.admitKeys, p)
 			return true, nil
 		}
 		if len(v)%8 != 0 {
 			return true, fmt.Errorf("%w: admissions record %q of %d bytes", ErrIncompatible, k, len(v))
 		}
-		if s.admitKeys[p][k] {
+		if as.admitKeys[p][k] {
 			return true, fmt.Errorf("%w: admissions record %q applied twice", ErrIncompatible, k)
 		}
-		if s.admitKeys[p] == nil {
-			s.admitKeys[p] = map[string]bool{}
-			s.admitted[p] = map[uint64]uint16{}
+		if as.admitKeys[p] == nil {
+			as.admitKeys[p] = map[string]bool{}
+			as.admitted[p] = map[uint64]uint16{}
 		}
-		s.admitKeys[p][k] = true
-		counts := s.admitted[p]
+		as.admitKeys[p][k] = true
+		counts := as.admitted[p]
 		for i := 0; i < len(v); i += 8 {
 			u := binary.BigEndian.Uint64(v[i : i+8])
 			if counts[u] == math.MaxUint16 {

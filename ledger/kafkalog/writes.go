@@ -140,26 +140,53 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve, adm *
 }
 
 // admitRecords are the admissions records of a window ending at end
-// (RecordWindowAdmitted; l.mu held): tombstones for the admissions of the
-// periods before adm.Period, then the admitted users in chunks.
+// (RecordWindowAdmitted; l.mu held), for the base window's state and each
+// view's (adm.Views): tombstones for the admissions of the periods before
+// adm.Period, then the admitted users in chunks.
 func (l *Log) admitRecords(end int64, adm *ledger.Admitted) ([]*kgo.Record, error) {
 	if adm == nil {
 		return nil, nil
 	}
+	recs, err := l.admitRecordsOf(0, end, adm.Period, adm.Users)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[int64]bool{}
+	for _, v := range adm.Views {
+		if v.WindowMs <= 0 || seen[v.WindowMs] {
+			return nil, fmt.Errorf("admissions of window size %d ms: not a positive size, or given twice", v.WindowMs)
+		}
+		seen[v.WindowMs] = true
+		r, err := l.admitRecordsOf(v.WindowMs, end, adm.Period, v.Users)
+		if err != nil {
+			return nil, fmt.Errorf("admissions of the %d ms windows: %w", v.WindowMs, err)
+		}
+		recs = append(recs, r...)
+	}
+	return recs, nil
+}
+
+// admitRecordsOf is admitRecords for the admission state of window size
+// view (0: the base window).
+func (l *Log) admitRecordsOf(view, end, period int64, admitted []uint64) ([]*kgo.Record, error) {
 	var recs []*kgo.Record
-	for _, p := range sortedKeys(l.st.admitKeys) {
-		if p < adm.Period {
-			recs = append(recs, tombstones(l.st.admitKeys[p])...)
+	as := l.st.admits[view]
+	if as == nil {
+		as = &admitSet{}
+	}
+	for _, p := range sortedKeys(as.admitKeys) {
+		if p < period {
+			recs = append(recs, tombstones(as.admitKeys[p])...)
 		}
 	}
-	users := slices.Clone(adm.Users)
+	users := slices.Clone(admitted)
 	slices.Sort(users)
 	for i := 1; i < len(users); i++ {
 		if users[i] == users[i-1] {
 			return nil, fmt.Errorf("user %x admitted twice to one window", users[i])
 		}
 	}
-	counts := l.st.admitted[adm.Period]
+	counts := as.admitted[period]
 	for _, u := range users {
 		if counts[u] == math.MaxUint16 {
 			return nil, fmt.Errorf("user %x admitted to more than %d windows", u, math.MaxUint16)
@@ -171,8 +198,8 @@ func (l *Log) admitRecords(end int64, adm *ledger.Admitted) ([]*kgo.Record, erro
 		for i, u := range part {
 			binary.BigEndian.PutUint64(v[8*i:], u)
 		}
-		k := admitRecordKey(adm.Period, end, c)
-		if l.st.admitKeys[adm.Period][k] {
+		k := admitRecordKey(view, period, end, c)
+		if as.admitKeys[period][k] {
 			return nil, fmt.Errorf("admissions of the window ending at %d are already recorded", end)
 		}
 		recs = append(recs, newRecord(k, v))

@@ -55,7 +55,26 @@ func (r *Restored) Counts(period int64) map[uint64]uint16 {
 		}
 	}
 	for _, a := range r.Admitted {
-		if a.Period != period {
+		if a.Period != period || a.View != 0 {
+			continue
+		}
+		for _, u := range a.Users {
+			counts[u]++
+		}
+	}
+	return counts
+}
+
+// ViewCounts is Counts for the admission state of the histograms whose own
+// window is view ms long (partial.Admitted.View > 0): one per Admitted
+// record of that view and period. A checkpoint holds the base window's
+// state only, and never tombstones a view's records (Writer.planEmit): a
+// view has one window per view length, so its records are few (24 a day
+// per partition for an hour view) and stay until their period is over.
+func (r *Restored) ViewCounts(period, view int64) map[uint64]uint16 {
+	counts := map[uint64]uint16{}
+	for _, a := range r.Admitted {
+		if a.Period != period || a.View != view {
 			continue
 		}
 		for _, u := range a.Users {

@@ -1,6 +1,9 @@
 package kafkapartial
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dpstage/stage/partial"
@@ -65,15 +68,22 @@ type ckptState struct {
 	// since is the number of users in the Admitted records written after
 	// it.
 	since int
-	// live are the keys of the Admitted records present (not tombstoned).
+	// live are the keys of the base window's Admitted records present (not
+	// tombstoned).
 	live map[string]struct{}
+	// views are the views' Admitted records present (partial.Admitted.View
+	// > 0), key → value. A checkpoint holds the base window's state only;
+	// it writes these records again after its first part, so that a
+	// restore from it, which reads from there on, still finds every view's
+	// state.
+	views map[string][]byte
 }
 
 // restored sets the checkpoint state from a Restore.
 func (w *Writer) restored(r *Restored) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c := ckptState{live: map[string]struct{}{}}
+	c := ckptState{live: map[string]struct{}{}, views: map[string][]byte{}}
 	if r.Progress != nil && r.Progress.Snap != nil {
 		off := *r.Progress.Snap
 		c.off = &off
@@ -82,6 +92,10 @@ func (w *Writer) restored(r *Restored) {
 		c.parts, c.users, c.period = s.Parts, len(s.Counts), s.Period
 	}
 	for _, a := range r.Admitted {
+		if a.View > 0 {
+			c.views[a.Key] = a.Encode() // not folded into checkpoints: see ckptState.views
+			continue
+		}
 		c.live[a.Key] = struct{}{}
 		c.since += len(a.Users)
 	}
@@ -107,7 +121,10 @@ func (w *Writer) planEmit(e Emission) txnPlan {
 	recs := make([]*kgo.Record, 0, 2+len(e.Admitted)+len(e.Tombstones))
 	recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: e.Partial.Key(), Value: e.Partial.Encode()})
 	for _, a := range e.Admitted {
-		recs = append(recs, rec(partial.AdmittedKey(a.Period, a.Window, a.Chunk), a.Encode()))
+		if e.Snapshot != nil && a.View > 0 {
+			continue // written after the checkpoint's first part, below
+		}
+		recs = append(recs, rec(a.Key(), a.Encode()))
 	}
 	dead := map[string]bool{}
 	tomb := func(k []byte) {
@@ -143,6 +160,19 @@ func (w *Writer) planEmit(e Emission) txnPlan {
 		for _, s := range parts[1:] {
 			plan.first = append(plan.first, rec(partial.SnapshotKey(s.Part), s.Encode()))
 		}
+		// The views' records, again after the first part (ckptState.views):
+		// those present and not tombstoned now, and this window's.
+		keys := slices.Sorted(maps.Keys(w.ckpt.views))
+		for _, k := range keys {
+			if !dead[k] {
+				plan.first = append(plan.first, rec([]byte(k), w.ckpt.views[k]))
+			}
+		}
+		for _, a := range e.Admitted {
+			if a.View > 0 {
+				plan.first = append(plan.first, rec(a.Key(), a.Encode()))
+			}
+		}
 		plan.then = func() []*kgo.Record {
 			off := first.Offset // set by the acknowledged produce
 			pr.Snap = &off
@@ -154,11 +184,19 @@ func (w *Writer) planEmit(e Emission) txnPlan {
 		if c.live == nil {
 			c.live = map[string]struct{}{}
 		}
+		if c.views == nil {
+			c.views = map[string][]byte{}
+		}
 		for k := range dead {
 			delete(c.live, k)
+			delete(c.views, k)
 		}
 		for _, a := range e.Admitted {
-			c.live[string(partial.AdmittedKey(a.Period, a.Window, a.Chunk))] = struct{}{}
+			if a.View > 0 {
+				c.views[string(a.Key())] = a.Encode() // not folded into checkpoints
+				continue
+			}
+			c.live[string(a.Key())] = struct{}{}
 			c.since += len(a.Users)
 		}
 		if len(parts) > 0 {

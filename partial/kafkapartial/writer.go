@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -168,8 +169,8 @@ func (w *Writer) Emit(ctx context.Context, e Emission) error {
 	if e.Partial == nil || e.Progress == nil {
 		return errors.New("kafkapartial: emission without partial or progress")
 	}
-	if e.Snapshot != nil && len(e.Admitted) > 0 {
-		return errors.New("kafkapartial: emission with both a checkpoint and admissions records")
+	if e.Snapshot != nil && slices.ContainsFunc(e.Admitted, func(a *partial.Admitted) bool { return a.View == 0 }) {
+		return errors.New("kafkapartial: emission with both a checkpoint and the base window's admissions records (a view's may come with it)")
 	}
 	return w.run(ctx, func() txnPlan { return w.planEmit(e) })
 }
