@@ -328,14 +328,10 @@ func setIndex(index [][]int32, pos int, v []int32) [][]int32 {
 	return index
 }
 
-// histBound is the cross-window bound of histogram i (0: none): the
-// contribution-level K, which applies to the histograms at window.size.
-func histBound(cfg *config.Config, i int) int {
-	if cfg.Histograms[i].WindowSize(cfg.Window.Size) != cfg.Window.Size {
-		return 0 // a coarser window cannot be combined with the bound in this build
-	}
-	return cfg.Contribution.MaxWindowsPerUser
-}
+// histBound is the cross-window bound of histogram i (0: none): its own
+// histograms[].max_windows_per_user, else the contribution-level K at
+// window.size (config.Config.HistWindowBound, as the stage reads it).
+func histBound(cfg *config.Config, i int) int { return cfg.HistWindowBound(i) }
 
 // valueIndex maps each of values to its index in bins (the overflow bin's
 // when absent and one is declared, else -1).

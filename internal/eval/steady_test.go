@@ -238,3 +238,53 @@ func TestSteadyFiles(t *testing.T) {
 		t.Errorf("window 0: %d releases measured, want 4", res.Views[0].Windows[0].L2.N)
 	}
 }
+
+// TestSteadyViewsOwnBounds: each view has its own cross-window bound over
+// its own windows (histograms[].max_windows_per_user). Minute view K = 3,
+// 5-minute view K = 1: a user counts in the minute view's windows as in
+// TestSteadyMinuteViewUnderTheWindowBound, and in the 5-minute view only in
+// the first 5-minute window it is active in — whatever the minute view's
+// bound did to it.
+func TestSteadyViewsOwnBounds(t *testing.T) {
+	t.Parallel()
+	extra := "  - {name: p5, field: page, bins: [a, b, c], window: 5m, max_windows_per_user: 1}"
+	c := SteadyConfig{Name: "own", Config: steadyConfig(t, extra, ", max_windows_per_user: 3")}
+	o := SteadyOptions{Users: 40, P: 0.3, Reps: 1, Seed: 5, Workers: 1, Configs: []SteadyConfig{c}, Keep: true}
+	res, err := RunSteady(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Views) != 2 || res.Views[0].K != 3 || res.Views[1].K != 1 {
+		t.Fatalf("views: %d, K %d %d", len(res.Views), res.Views[0].K, res.Views[1].K)
+	}
+	var minute [10]float64
+	var five [2]float64
+	active := map[int]int{}
+	seen5 := map[int]int{} // user → first 5-minute window active in, +1
+	replay(t, o, c, func(w, u int, ev *decode.Event) {
+		if active[u] < 3 {
+			minute[w]++
+		}
+		active[u]++
+		if seen5[u] == 0 {
+			seen5[u] = w/5 + 1
+		}
+	})
+	// A user counts once in the 5-minute window of its first activity.
+	for _, first := range seen5 {
+		five[first-1]++
+	}
+	for w, win := range res.Views[0].Windows {
+		if win.Counted != minute[w] {
+			t.Errorf("minute window %d: counted %g, want %g", w, win.Counted, minute[w])
+		}
+	}
+	for w, win := range res.Views[1].Windows {
+		if win.Counted != five[w] {
+			t.Errorf("5-minute window %d: counted %g, want %g (users first active in it)", w, win.Counted, five[w])
+		}
+	}
+	if five[1] == 0 || five[1] == res.Views[1].Windows[1].TrueEvents {
+		t.Errorf("5-minute window 1: %g users first active in it of %g events: a test that cannot tell", five[1], res.Views[1].Windows[1].TrueEvents)
+	}
+}
