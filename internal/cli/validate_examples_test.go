@@ -13,7 +13,7 @@ import (
 // collision term) fits them — no δ·users warning — and their releases are
 // informative (no near-uniform warning).
 func TestShippedExamplesPassTheirOwnChecks(t *testing.T) {
-	for _, f := range []string{"examples/quickstart.yaml", "deploy/stage.yaml"} {
+	for _, f := range []string{"examples/quickstart.yaml", "deploy/stage.yaml", "examples/returning-users.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			var out, errb bytes.Buffer
 			if code := Validate([]string{"--config", filepath.Join("..", "..", f)}, &out, &errb); code != 0 {

@@ -260,12 +260,12 @@ func PlotSteady(path string, r *SteadyResult) error {
 			return err
 		}
 		pl.X.Tick.Marker = durationTicks{}
-		pl.Legend.Top, pl.Legend.Left = false, false
+		pl.Legend.Top, pl.Legend.Left = true, false // above the curves: see Y.Max below
 		row = append(row, pl)
 	}
 	for _, p := range row {
 		if lo < hi {
-			p.Y.Min, p.Y.Max = lo/1.3, hi*1.3
+			p.Y.Min, p.Y.Max = lo/1.3, hi*4 // room for the legend above the curves
 		}
 		p.X.Min, p.X.Max = xmin.Hours()/1.2, xmax.Hours()*1.2
 	}
