@@ -26,7 +26,10 @@ import (
 // bin (the value of a histogram's field) is drawn afresh from the Zipf law
 // p_i ∝ 1/i over the declared bins (the "skewed" truth of `stage plan`).
 // Histograms of one field share the event's value (a minute, an hour and a
-// day view of the same page field see the same page).
+// day view of the same page field see the same page). The data streams
+// depend on the seed, the period's index (reps) and the config's fields
+// and groups: configs that declare the same fields and groups see the same
+// events (a paired comparison), others different draws of the workload.
 //
 // Every view — each count histogram at its own window (window.size or
 // histograms[].window) — goes through the stage's own code: the counting
@@ -70,7 +73,7 @@ type SteadyResult struct {
 	Users  int
 	P      float64
 	Reps   int
-	Events int64 // events generated per config and period (first rep)
+	Events int64 // events of the first config's first period
 	Views  []*SteadyView
 	// Elapsed is the time each config took (all reps), in config order.
 	Elapsed []time.Duration
@@ -166,7 +169,9 @@ func RunSteady(o SteadyOptions) (*SteadyResult, error) {
 			res.Elapsed[c] += took[i]
 			if t.rep == 0 {
 				views = outs[i]
-				res.Events = events[i]
+				if c == 0 {
+					res.Events = events[i]
+				}
 				continue
 			}
 			for v, view := range outs[i] { // merge the rep into rep 0
