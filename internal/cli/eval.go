@@ -21,12 +21,16 @@ runs and writes CSV files and PNG plots into --out:
   renyi_vs_r   exact Rényi divergence vs 001 Algorithm 1's guarantee, λ ∈ {2, 20, 200}
                (001 Figure 3, top)
   kl_vs_eps    KL(f̃ ‖ y) vs ε̂ at δ = 1e-5 with a uniform baseline (001 Figure 3, bottom)
-and prints a short summary. A full run takes about a minute on 2 cores.
+and prints a short summary. A full run takes about 2 minutes of CPU (a minute on 2 idle cores).
+
+  stage eval steady --config FILE ...   the steady-population benchmark: the
+               error of every view of a config through a budget period when
+               the same users come back all day (stage eval steady -h)
 
 Flags:
   --out DIR     output directory (default ./eval-out)
   --quick       small grids and 100 repetitions (a smoke run of a few seconds)
-  --reps N      repetitions per Monte-Carlo point (default 2000; --quick 100)
+  --reps N      repetitions per Monte-Carlo point (default 5000; --quick 100)
   --seed S      seed of the simulation streams (default 1); runs are reproducible
                 for a given seed whatever the number of workers
   --workers N   goroutines (default: the number of CPUs)
@@ -34,6 +38,9 @@ Flags:
 
 // Eval implements `stage eval`. Exit codes: 0 success, 1 failure, 2 bad flags.
 func Eval(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "steady" {
+		return EvalSteady(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	out := fs.String("out", "eval-out", "")

@@ -140,3 +140,52 @@ func TestCalibrateExact(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalSteady: `stage eval steady` on the shipped deploy config, over
+// one hour instead of its day, prints the table and writes the files.
+func TestEvalSteady(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, out, errs := runMain("eval", "steady", "--config", "../../deploy/stage.yaml", "--config", "../../examples/quickstart.yaml",
+		"--users", "300", "--p", "0.5", "--period", "1h", "--window", "1m", "--out", dir, "--workers", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, s := range []string{"U = 300 users", "pages (1m, K=5)", "countries (1m, K=5)", "whole period", "0–5m", "20m–1h", "wrote steady.csv"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	for _, f := range []string{"steady.csv", "steady_summary.csv", "steady.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestEvalSteadyBadFlags(t *testing.T) {
+	t.Parallel()
+	cfg := "../../deploy/stage.yaml"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "--config is required"},
+		{[]string{"--config", cfg, "--p", "0"}, "--p must be a probability"},
+		{[]string{"--config", cfg, "--p", "NaN"}, "--p must be a probability"},
+		{[]string{"--config", cfg, "--p", "1.5"}, "--p must be a probability"},
+		{[]string{"--config", cfg, "--users", "0"}, "--users must be"},
+		{[]string{"--config", cfg, "--reps", "0"}, "--reps must be"},
+		{[]string{"--config", cfg, "extra"}, "unexpected argument"},
+		{[]string{"--config", cfg, "--period", "90s"}, "with --period/--window"},
+		{[]string{"--config", "/nonexistent.yaml"}, "nonexistent.yaml"},
+	} {
+		code, _, errs := runMain(append([]string{"eval", "steady"}, tc.args...)...)
+		if code != 2 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, %q (want 2 and %q)", tc.args, code, errs, tc.want)
+		}
+	}
+	if code, out, _ := runMain("eval", "steady", "-h"); code != 0 || !strings.Contains(out, "usage: stage eval steady") {
+		t.Errorf("-h: exit %d", code)
+	}
+}

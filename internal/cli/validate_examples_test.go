@@ -13,7 +13,7 @@ import (
 // collision term) fits them — no δ·users warning — and their releases are
 // informative (no near-uniform warning).
 func TestShippedExamplesPassTheirOwnChecks(t *testing.T) {
-	for _, f := range []string{"examples/quickstart.yaml", "examples/quickstart-avro.yaml", "examples/quickstart-protobuf.yaml", "deploy/stage.yaml"} {
+	for _, f := range []string{"examples/quickstart.yaml", "examples/quickstart-avro.yaml", "examples/quickstart-protobuf.yaml", "deploy/stage.yaml", "examples/returning-users.yaml"} {
 		t.Run(f, func(t *testing.T) {
 			// From the repository's root, as the README runs them (the
 			// demos' events.schema_files paths are relative to it).
