@@ -1,0 +1,121 @@
+package release_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dpstage/stage/ledger"
+)
+
+// TestReservationCoveredByDominance: the plan spreads the period's budget
+// over Σ_h K′_h per-window curves, so a config change of one view in the
+// middle of a period changes every histogram's per-window curve and
+// reservation key. Recorded: 3 boundaries of viewsConfig (pages K = 2 of
+// 6 minute windows, devices K = 1 of 2 three-minute windows; its first
+// window released at boundary 2), whose reservations fill the budget; then
+// a restart with a changed devices view, the plan derived normally.
+//
+//   - devices K 1 → 2: Units 3 → 4, pages' curve goes down: its releases
+//     are covered by its held reservation (CoveredBy, ChargeID: the held
+//     key), nothing is charged; devices' own new reservation (another K)
+//     is refused, visibly. A second restart makes the same decisions and
+//     the spend is the same.
+//   - devices K 2 → 1: Units 4 → 3, pages' curve goes up: not dominated,
+//     refused like devices'.
+//
+// Before the cover by dominance, pages was budget_exhausted at boundaries
+// 3, 4 and 5 in the first case too.
+func TestReservationCoveredByDominance(t *testing.T) {
+	counts := fixedCounts{0: {3, 1}, 1: {1, 2}}
+	w0 := 4_833_333 * 6 * minute // a period start
+	for _, tc := range []struct {
+		name         string
+		from, to     int
+		want         string // statuses at boundaries 3, 4, 5
+		wantRefusals string // Refusals after the change
+	}{
+		{"curve down", 1, 2, "pages:covered pages:covered pages:covered devices:budget_exhausted", "[devices]"},
+		{"curve up", 2, 1, "pages:budget_exhausted pages:budget_exhausted pages:budget_exhausted devices:budget_exhausted", "[pages devices]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			f := newFixture(t, viewsConfig(t, tc.from, dir))
+			keys := map[string]string{}
+			for b := range int64(3) {
+				units, err := f.rel.Record(w0+b*minute, counts, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, u := range units {
+					if u.Status != ledger.StatusReleased {
+						t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
+					}
+					if u.Reservation != "" {
+						keys[u.Histogram] = u.Reservation
+					}
+				}
+			}
+			before := spentCurve(t, f.led, w0)
+			cfg2 := viewsConfig(t, tc.to, dir)
+			run := func(g *fixture, bs ...int64) []string {
+				t.Helper()
+				var got []string
+				for _, b := range bs {
+					units, err := g.rel.Record(w0+b*minute, counts, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, u := range units {
+						st := string(u.Status)
+						if u.CoveredBy != "" {
+							st = "covered"
+							if u.CoveredBy != keys[u.Histogram] || len(u.Charge.Epsilons) != 0 || u.Reservation != "" {
+								t.Errorf("boundary %d %s covered by %q charge %v reservation %q; want covered by its held %q, no charge",
+									b, u.Histogram, u.CoveredBy, u.Charge.Epsilons, u.Reservation, keys[u.Histogram])
+							}
+							for g, r := range releases(t, u) {
+								if r.Privacy.ChargeID != keys[u.Histogram] || r.Privacy.ChargeWindows != 2 {
+									t.Errorf("%s/%s: charge %q over %d windows, want the covering %q over 2", u.Histogram, g, r.Privacy.ChargeID, r.Privacy.ChargeWindows, keys[u.Histogram])
+								}
+							}
+						}
+						got = append(got, u.Histogram+":"+st)
+					}
+				}
+				return got
+			}
+			g := reopen(t, &fixture{cfg: cfg2, led: f.led, agg: f.agg, dec: f.dec}, nil)
+			refs, err := g.rel.Refusals(w0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, r := range refs {
+				names = append(names, r.Histogram)
+				if r.End != w0+6*minute {
+					t.Errorf("%s: releases resume at %d, want the period's end %d", r.Histogram, r.End, w0+6*minute)
+				}
+			}
+			if fmt.Sprint(names) != tc.wantRefusals {
+				t.Errorf("refusals at start %v, want %s", names, tc.wantRefusals)
+			}
+			got := run(g, 3)
+			// A restart in the middle: the same decisions from the ledger.
+			h := reopen(t, &fixture{cfg: cfg2, led: f.led, agg: f.agg, dec: f.dec}, nil)
+			got = append(got, run(h, 4, 5)...)
+			if s := strings.Join(got, " "); s != tc.want {
+				t.Errorf("after the change: %s\nwant                %s", s, tc.want)
+			}
+			if after := spentCurve(t, f.led, w0); fmt.Sprint(after.Epsilons()) != fmt.Sprint(before.Epsilons()) {
+				t.Errorf("spend %v → %v; want unchanged", before.Epsilons(), after.Epsilons())
+			}
+			if rs, err := f.led.Reservations(w0); err != nil || len(rs) != 2 {
+				t.Errorf("reservations %v (%v), want the 2 made before the change", rs, err)
+			}
+			if st, _ := h.rel.Book().Status(w0); !(st.Epsilon <= 1) {
+				t.Errorf("period total ε %v over the budget", st.Epsilon)
+			}
+		})
+	}
+}
