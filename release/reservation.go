@@ -27,8 +27,10 @@ import (
 // configuration that fixes its cost: the cross-window bound k, the
 // neighbour relation and the reservation's charge — its RDP curve (count
 // histograms) or (ε, δ) (average histograms). A change of any of them in
-// the middle of a period makes a new key, and so a new reservation; the
-// same configuration after a restart gives the same key. The key is the
+// the middle of a period makes a new key, and so a new reservation —
+// unless a reservation the period holds dominates it ("Cover by
+// dominance" below); the same configuration after a restart gives the
+// same key. The key is the
 // hex of the first 16 bytes of a SHA-256 over a length-prefixed encoding
 // of those fields (floats by their IEEE bits).
 func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) string {
