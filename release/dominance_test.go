@@ -2,10 +2,13 @@ package release_test
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
+	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/release"
 )
 
 // TestReservationCoveredByDominance: the plan spreads the period's budget
@@ -117,5 +120,42 @@ func TestReservationCoveredByDominance(t *testing.T) {
 				t.Errorf("period total ε %v over the budget", st.Epsilon)
 			}
 		})
+	}
+}
+
+// TestDominates: a held reservation dominates a new one only when its
+// charge is at least the new one at every order of the same grid (RDP), or
+// in both ε and δ ((ε, δ)); never across kinds, grids or NaN.
+func TestDominates(t *testing.T) {
+	curve := func(orders []float64, eps ...float64) budget.Curve {
+		c, err := budget.NewCurve(orders, eps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	g := []float64{2, 4, 8}
+	inf := math.Inf(1)
+	for _, tc := range []struct {
+		name     string
+		old, new budget.Charge
+		want     bool
+	}{
+		{"equal", budget.Charge{RDP: curve(g, 1, 2, 3)}, budget.Charge{RDP: curve(g, 1, 2, 3)}, true},
+		{"below everywhere", budget.Charge{RDP: curve(g, 1, 2, 3)}, budget.Charge{RDP: curve(g, 0.5, 1, 3)}, true},
+		{"above at one order", budget.Charge{RDP: curve(g, 1, 2, 3)}, budget.Charge{RDP: curve(g, 0.5, 2.0000001, 1)}, false},
+		{"old +Inf", budget.Charge{RDP: curve(g, 1, 2, inf)}, budget.Charge{RDP: curve(g, 1, 2, 1e300)}, true},
+		{"new +Inf", budget.Charge{RDP: curve(g, 1, 2, 1e300)}, budget.Charge{RDP: curve(g, 1, 2, inf)}, false},
+		{"other grid", budget.Charge{RDP: curve([]float64{2, 4, 16}, 9, 9, 9)}, budget.Charge{RDP: curve(g, 1, 1, 1)}, false},
+		{"approx below", budget.Charge{Epsilon: 1, Delta: 1e-7}, budget.Charge{Epsilon: 0.5, Delta: 1e-7}, true},
+		{"approx δ above", budget.Charge{Epsilon: 1, Delta: 1e-7}, budget.Charge{Epsilon: 0.5, Delta: 2e-7}, false},
+		{"approx ε above", budget.Charge{Epsilon: 1, Delta: 1e-7}, budget.Charge{Epsilon: 1.5, Delta: 1e-8}, false},
+		{"approx NaN", budget.Charge{Epsilon: math.NaN(), Delta: 1e-7}, budget.Charge{Epsilon: 0.5, Delta: 1e-8}, false},
+		{"rdp for approx", budget.Charge{RDP: curve(g, 9, 9, 9)}, budget.Charge{Epsilon: 0.5, Delta: 1e-8}, false},
+		{"approx for rdp", budget.Charge{Epsilon: 9, Delta: 1e-3}, budget.Charge{RDP: curve(g, 1, 1, 1)}, false},
+	} {
+		if got := release.Dominates(tc.old, tc.new); got != tc.want {
+			t.Errorf("%s: dominates %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
