@@ -131,10 +131,13 @@ func releaseRDP(cp *plan.CountPlan, order float64) float64 {
 // held keys are the book's (restored from the ledger), the dominating
 // curve is the one the reserving unit recorded (ledger.Store.
 // ReservationUnit), and among several the smallest key is taken — so a
-// restart makes the same decisions and restores the same spend. When the
-// reserving unit was pruned (state.retention shorter than the period) no
-// dominance is found and the new reservation is charged or refused as
-// before: never less safe. A reservation that raises the curve at some
+// restart makes the same decisions and restores the same spend. One
+// exception: when the reserving unit was pruned (state.retain shorter than
+// the period: ledger.Prune keeps a period's reservation keys, not the
+// units that made them) its curve is gone, no dominance is found, and the
+// new reservation is charged or refused as without the cover — never less
+// safe, but a restart after such a prune can refuse what was covered
+// before it. A reservation that raises the curve at some
 // order (removing a view, raising a K_h, another window) is not dominated:
 // it is charged, or refused when the period's budget is used up.
 
