@@ -127,9 +127,13 @@ func (s *Node) warnRefused(p int64) error {
 		return fmt.Errorf("node: compose the period reservations onto the recorded spend: %w", err)
 	}
 	for _, r := range refs {
+		why := "the config changed in the middle of the budget period, changing the histogram's period reservation, and the reservations made before the change already hold the period's budget (a change that does not raise the histogram's charge is covered by its earlier reservation)"
+		if r.Covered {
+			why = "the privacy budget was lowered below what the period has already spent"
+		}
 		s.Log.Warn("this histogram's period reservation does not fit in what the period has already spent: its releases are refused (budget_exhausted) until the period ends",
 			zap.String("histogram", r.Histogram),
-			zap.String("why", "the config changed in the middle of the budget period, changing the histogram's period reservation, and the reservations made before the change already hold the period's budget (a reservation that does not grow the histogram's charge would have been covered)"),
+			zap.String("why", why),
 			zap.String("period_start", release.RFC3339(r.Period)),
 			zap.String("releases_resume", release.RFC3339(r.End)),
 			zap.Error(r.Err))

@@ -241,6 +241,11 @@ type Refusal struct {
 	// Period and End are the period's start and end (Unix ms): releases
 	// resume at End.
 	Period, End int64
+	// Covered: the histogram's releases are covered by a reservation the
+	// period holds, but the period has spent more than its current budget
+	// (a budget cut); otherwise its reservation does not fit (a config
+	// change in the middle of the period).
+	Covered bool
 	// Err is the book's refusal.
 	Err error
 }
@@ -286,7 +291,7 @@ func (r *Releaser) Refusals(p int64) ([]Refusal, error) {
 			pending = append(pending, c)
 		}
 		if errors.Is(err, budget.ErrBudgetExceeded) {
-			out = append(out, Refusal{Histogram: hist.Name, Period: p, End: p + r.periodMs, Err: err})
+			out = append(out, Refusal{Histogram: hist.Name, Period: p, End: p + r.periodMs, Covered: held, Err: err})
 		} else if err != nil {
 			return nil, err
 		}

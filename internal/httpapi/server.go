@@ -515,7 +515,7 @@ const (
 	// NoteReservationRefused is NoteReservation when the current period's
 	// reservation of some histograms was refused (BudgetStatus.
 	// RefusedHistograms, from the budget book): followed by their names.
-	NoteReservationRefused = "reserved for the period; later releases of the period are covered, except for the histograms whose reservation was refused — a config change in the middle of the period changed it and the period's budget was already reserved — which are not released until the period ends: "
+	NoteReservationRefused = "reserved for the period; later releases of the period are covered, except for the histograms whose reservation was refused — a config change in the middle of the period changed it and the period's budget was already reserved, or the budget was lowered below the period's spend — which are not released until the period ends: "
 )
 
 // budgetCharging is how cfg charges a period (BudgetView.Charging).
