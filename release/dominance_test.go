@@ -6,8 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
 )
 
@@ -157,5 +161,92 @@ func TestDominates(t *testing.T) {
 		if got := release.Dominates(tc.old, tc.new); got != tc.want {
 			t.Errorf("%s: dominates %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestAverageReservationDominance: an average histogram's held (ε, δ)
+// reservation covers a new one that is no larger in ε and δ (the release
+// names the held key, the period's (ε, δ) spend is unchanged); one larger
+// in ε is a reservation of its own — here refused, the budget being
+// used. ("equal": the same reservation, covered by its own key.)
+func TestAverageReservationDominance(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		scaleEpsilon float64
+		scaleDelta   float64
+		covered      bool
+	}{
+		{"smaller", 0.5, 0.5, true},
+		{"equal", 1, 1, true},
+		{"larger ε", 2, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			y := fmt.Sprintf(`
+kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
+events: {time_field: ts, user_field: user_id}
+window: {size: 1m, watermark: event, start: "2026-01-01T00:00:00Z"}
+histograms:
+  - {name: pages, field: page, bins: [home, cart]}
+  - name: interests
+    kind: average
+    field: interests
+    bins: [news, sport, music]
+    average: {users: 1000000, k: 1000, eta: 0.01}
+contribution: {max_windows_per_user: 2}
+privacy:
+  mechanism: gaussian
+  neighbour: replace
+  budget: {epsilon: 100, delta: 1.0e-6, period: 10m}
+state: {dir: %q}
+`, t.TempDir())
+			cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newFixture(t, cfg)
+			ap := mustPlan(t, cfg).Averages[0]
+			avg, err := aggregate.NewAverager(consume.AverageHists(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			period := int64(29_000_000) * minute
+			record := func(f *fixture, w int64) *ledger.Unit {
+				t.Helper()
+				counts, err := f.agg.Close(w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer counts.Release()
+				units, err := f.rel.Record(w, counts, avg.Close(w))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return units[1]
+			}
+			key := record(f, period).Reservation
+			g := reopen(t, f, func(p *plan.Plan) {
+				p.Averages[0].ReserveEpsilon *= tc.scaleEpsilon
+				p.Averages[0].ReserveDelta *= tc.scaleDelta
+			})
+			u := record(g, period+minute)
+			a, _, err := f.led.ApproxSpent(period)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.covered {
+				if u.Status != ledger.StatusReleased || u.CoveredBy != key || u.Reservation != "" || u.Approx != nil {
+					t.Errorf("%s covered by %q reservation %q approx %+v; want covered by the held %q", u.Status, u.CoveredBy, u.Reservation, u.Approx, key)
+				}
+				if r := releases(t, u)["*"]; r.Privacy.ChargeID != key {
+					t.Errorf("charge id %q, want the held %q", r.Privacy.ChargeID, key)
+				}
+				if a.Epsilon != ap.ReserveEpsilon || a.Releases != 1 {
+					t.Errorf("(ε, δ) spend %+v, want the one reservation ε %v", a, ap.ReserveEpsilon)
+				}
+			} else if u.CoveredBy != "" || u.Status != ledger.StatusBudgetExhausted || a.Releases != 1 {
+				// The plan's RDP part holds the rest of the budget: no room.
+				t.Errorf("%s covered by %q reservation %q, spend %+v; want not covered: a new reservation, refused", u.Status, u.CoveredBy, u.Reservation, a)
+			}
+		})
 	}
 }
