@@ -75,6 +75,30 @@ func (l *Ledger) Reservations(period int64) ([]string, error) {
 	return keys, nil
 }
 
+// ReservationUnit returns the unit that made the period reservation key in
+// the period starting at period (Unix ms) — its Charge or Approx is the
+// reservation's charge — and whether it is still recorded (false: no such
+// reservation, or its unit was pruned).
+func (l *Ledger) ReservationUnit(period int64, key string) (*Unit, bool, error) {
+	var u *Unit
+	err := l.db.View(func(tx *bolt.Tx) error {
+		uk := tx.Bucket(bucketReservations).Get(append(periodKey(period), key...))
+		if uk == nil {
+			return nil
+		}
+		v := tx.Bucket(bucketUnits).Get(uk)
+		if v == nil {
+			return nil
+		}
+		u = new(Unit)
+		return json.Unmarshal(v, u)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("ledger: read reservation %q of period %d: %w", key, period, err)
+	}
+	return u, u != nil, nil
+}
+
 // PeriodLimit returns the budget recorded with the first released unit of
 // the period starting at period (Unix ms), lowered by any later unit
 // recorded under a lower one (LowerLimit), and whether one was recorded.

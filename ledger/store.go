@@ -47,6 +47,9 @@ type Store interface {
 	ApproxSpent(period int64) (Approx, bool, error)
 	PeriodLimit(period int64) (Limit, bool, error)
 	Reservations(period int64) ([]string, error)
+	// ReservationUnit returns the unit that made a period's reservation
+	// (its recorded charge is the reservation's), if still recorded.
+	ReservationUnit(period int64, key string) (*Unit, bool, error)
 	// Admissions returns, per user hash, the windows of the period the
 	// user was admitted to by the cross-window bound.
 	Admissions(period int64) (map[uint64]uint16, error)

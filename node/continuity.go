@@ -104,8 +104,40 @@ func (s *Node) Attach(ctx context.Context, led ledger.Store) error {
 	if _, err := book.Status(s.PeriodOf(next)); err != nil {
 		return err
 	}
+	s.rel.Store(s.Rel)
+	if err := s.warnRefused(s.PeriodOf(next)); err != nil {
+		return err
+	}
 	s.Ready.StateLoaded.Store(true)
 	s.Ready.Releasing.Store(true)
+	return nil
+}
+
+// warnRefused says, at start, which histograms' releases will be refused
+// for the rest of period p: the running plan's period reservations
+// composed onto the period's recorded spend (release.Releaser.Refusals) —
+// a reservation that does not fit, because the config changed in the
+// middle of the period and the period's budget is already held by the
+// reservations made before, is refused at every window until the period
+// ends. (stage validate cannot see the ledger; this is the first place
+// the stage can tell.)
+func (s *Node) warnRefused(p int64) error {
+	refs, err := s.Rel.Refusals(p)
+	if err != nil {
+		return fmt.Errorf("node: compose the period reservations onto the recorded spend: %w", err)
+	}
+	for _, r := range refs {
+		why := "the config changed in the middle of the budget period, changing the histogram's period reservation, and the reservations made before the change already hold the period's budget (a change that does not raise the histogram's charge is covered by its earlier reservation)"
+		if r.Covered {
+			why = "the privacy budget was lowered below what the period has already spent"
+		}
+		s.Log.Warn("this histogram's period reservation does not fit in what the period has already spent: its releases are refused (budget_exhausted) until the period ends",
+			zap.String("histogram", r.Histogram),
+			zap.String("why", why),
+			zap.String("period_start", release.RFC3339(r.Period)),
+			zap.String("releases_resume", release.RFC3339(r.End)),
+			zap.Error(r.Err))
+	}
 	return nil
 }
 

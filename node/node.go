@@ -99,6 +99,9 @@ type Node struct {
 	// Rel draws, charges and records closed windows (release.Releaser);
 	// set by Attach, used by the releasing goroutine.
 	Rel *release.Releaser
+	// rel is Rel for the status readers (Budget: Refusals), stored by
+	// Attach once the releaser is restored.
+	rel atomic.Pointer[release.Releaser]
 
 	Ready ReadyFlags
 	// replayed: replayRecent ran (once per process, at the first Attach).

@@ -112,6 +112,12 @@ type BudgetStatus struct {
 	BudgetEpsilon float64   `json:"budget_epsilon"`
 	Remaining     float64   `json:"remaining_epsilon"`
 	Delta         float64   `json:"delta"`
+	// RefusedHistograms are, with contribution.max_windows_per_user, the
+	// histograms whose period reservation does not fit in the period (a
+	// config change in the middle of it: release.Releaser.Refusals): no
+	// release of theirs until the period ends. Public: a refused release
+	// is missing from the output anyway.
+	RefusedHistograms []string `json:"refused_histograms,omitempty"`
 }
 
 // Budget returns the spend of the periods the stage has charged or looked
@@ -123,16 +129,27 @@ func (s *Node) Budget() []BudgetStatus {
 		return nil
 	}
 	periods := book.Periods()
+	rel := s.rel.Load()
 	out := make([]BudgetStatus, 0, len(periods))
 	for _, p := range periods {
-		out = append(out, BudgetStatus{
+		st := BudgetStatus{
 			PeriodStart:   time.UnixMilli(p.Period).UTC(),
 			PeriodEnd:     time.UnixMilli(p.Period + s.PeriodMs).UTC(),
 			SpentEpsilon:  p.Epsilon,
 			BudgetEpsilon: p.LimitEpsilon,
 			Remaining:     max(p.LimitEpsilon-p.Epsilon, 0),
 			Delta:         p.LimitDelta,
-		})
+		}
+		if rel != nil && rel.Book() == book {
+			// The book's state: which reservations the period's spend
+			// leaves no room for (an error — a ledger read — leaves it out).
+			if refs, err := rel.Refusals(p.Period); err == nil {
+				for _, r := range refs {
+					st.RefusedHistograms = append(st.RefusedHistograms, r.Histogram)
+				}
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -153,7 +153,12 @@
 // A reservation is keyed by the histogram and the configuration that
 // fixes its cost (K, the neighbour relation, the reservation's curve or
 // (ε, δ)). A config change in the middle of a period makes a new key, and
-// so a new reservation with its first unit. That is sound because
+// so a new reservation with its first unit — unless a reservation the
+// period holds for the same histogram, window, K_h and neighbour relation
+// is at least the new one at every order, which then covers it (release/,
+// "Cover by dominance": adding a view lowers every per-window curve, and
+// the histograms whose own settings did not change keep releasing). That
+// is sound because
 // admission is monotone and shared: a user's admitted windows released
 // under one configuration are at most that configuration's K, so the
 // period's releases split into per-configuration parts each bounded by its

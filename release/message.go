@@ -136,7 +136,9 @@ type Privacy struct {
 	ChargeID string `json:"charge_id"`
 	// With contribution.max_windows_per_user ChargeID is instead the key
 	// of the histogram's period reservation, shared by every unit of the
-	// histogram it covers in the period, and charged once.
+	// histogram it covers in the period, and charged once (after a config
+	// change in the middle of the period: the held reservation that
+	// covers the release by dominance, release/reservation.go).
 	//
 	// ChargeRDPEpsilon is the RDP ε at Order charged for ChargeID (for a
 	// period reservation: the whole reservation's, charged once).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -57,6 +58,12 @@ type Releaser struct {
 	// since limits which windows a histogram releases (SetSince); nil:
 	// none. Set by the stage at each session's start.
 	since map[int]int64
+
+	// resvMu guards resv: the held period reservations as their units
+	// recorded them, by period and key (recorded; read by the releasing
+	// goroutine and by Refusals from status readers).
+	resvMu sync.Mutex
+	resv   map[string]recordedReservation
 }
 
 // New returns a Releaser.
@@ -267,36 +274,48 @@ func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
 	}
 }
 
-// charge checks the charge c of unit u against its whole period in the
-// book, after the window's charges accepted before it (pending). It returns
-// the period's total after the charge, or a refusal (errors.Is
-// budget.ErrBudgetExceeded) that the caller turns into budget_exhausted.
+// charge checks the charge c of unit u (of histogram h) against its whole
+// period in the book, after the window's charges accepted before it
+// (pending). It returns the period's total after the charge, or a refusal
+// (errors.Is budget.ErrBudgetExceeded) that the caller turns into
+// budget_exhausted, and the charge the unit is released under (cover).
 //
 // With the cross-window bound c is the histogram's period reservation:
-// when the period already holds it, u is covered — it charges nothing
-// (covered = true, total the period's with the pending charges) and
-// records the reservation that covers it, provided that total is within
-// the period's current budget (a budget cut applies to covered units at
-// once: refused otherwise); when the period does not hold it, u makes the
-// reservation, charged here before any value of u is drawn.
-func (r *Releaser) charge(u *ledger.Unit, c budget.Charge, pending []budget.Charge) (total budget.Total, covered bool, err error) {
+// when the period already holds it — or holds one of the histogram's
+// earlier reservations that dominates it (dominating; "Cover by dominance"
+// in reservation.go) — u is covered: it charges nothing (covered = true,
+// total the period's with the pending charges, cover the covering
+// reservation) and records the reservation that covers it, provided that
+// total is within the period's current budget (a budget cut applies to
+// covered units at once: refused otherwise); when the period holds
+// neither, u makes the reservation, charged here before any value of u is
+// drawn.
+func (r *Releaser) charge(u *ledger.Unit, h int, c budget.Charge, pending []budget.Charge) (total budget.Total, cover budget.Charge, covered bool, err error) {
 	if c.Reservation != "" {
 		// Covered: checked against the period's current budget all the
 		// same (budget.Book.Covered), so a cut in the middle of the period
 		// stops covered units too; refused, it is budget_exhausted.
-		total, held, err := r.book.Covered(u.Period, c.Reservation, pending...)
-		if held && err == nil {
-			u.CoveredBy = c.Reservation
+		cover = c
+		held, err := r.book.Reserved(u.Period, c.Reservation)
+		if err == nil && !held {
+			cover, held, err = r.dominating(u.Period, h, c)
 		}
-		if held || err != nil {
-			return total, held, err
+		if err != nil {
+			return total, c, false, err
+		}
+		if held {
+			total, _, err := r.book.Covered(u.Period, cover.Reservation, pending...)
+			if err == nil {
+				u.CoveredBy = cover.Reservation
+			}
+			return total, cover, true, err
 		}
 	}
 	total, err = r.book.Check(u.Period, c, pending...)
 	if err == nil {
 		u.Reservation = c.Reservation
 	}
-	return total, false, err
+	return total, c, false, err
 }
 
 // totalWith is the total of period p with the window's accepted charges
@@ -395,7 +414,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	cp := r.plan.Count
 	period := u.Period
 	c := r.countCharge(h)
-	total, covered, err := r.charge(u, c, pending)
+	total, cover, covered, err := r.charge(u, h, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err
@@ -411,8 +430,8 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	}
 	chargeID, chargeRDP := ReleaseID(hist.Name, "", w), releaseRDP(cp, order)
 	if c.Reservation != "" {
-		chargeID = c.Reservation
-		chargeRDP, _ = c.RDP.At(order)
+		chargeID = cover.Reservation
+		chargeRDP, _ = cover.RDP.At(order)
 	}
 	buf := make([]float64, len(hist.Bins))
 	out := make([]float64, len(hist.Bins))
@@ -529,7 +548,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 	w := u.WindowStart
 	period := u.Period
 	c := r.averageCharge(ap)
-	total, covered, err := r.charge(u, c, pending)
+	total, cover, covered, err := r.charge(u, h, c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err
@@ -545,7 +564,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 	spec := ap.Mechanism.Spec()
 	chargeID := ReleaseID(hist.Name, "", w)
 	if c.Reservation != "" {
-		chargeID = c.Reservation
+		chargeID = cover.Reservation
 	}
 	rel := Release{
 		ReleaseID:     ReleaseID(hist.Name, config.ImplicitGroup, w),

@@ -4,9 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"math"
+	"slices"
+	"strconv"
 
 	"github.com/dpstage/stage/budget"
+	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/plan"
 )
 
@@ -23,8 +27,10 @@ import (
 // configuration that fixes its cost: the cross-window bound k, the
 // neighbour relation and the reservation's charge — its RDP curve (count
 // histograms) or (ε, δ) (average histograms). A change of any of them in
-// the middle of a period makes a new key, and so a new reservation; the
-// same configuration after a restart gives the same key. The key is the
+// the middle of a period makes a new key, and so a new reservation —
+// unless a reservation the period holds dominates it ("Cover by
+// dominance" below); the same configuration after a restart gives the
+// same key. The key is the
 // hex of the first 16 bytes of a SHA-256 over a length-prefixed encoding
 // of those fields (floats by their IEEE bits).
 func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) string {
@@ -77,4 +83,218 @@ func releaseRDP(cp *plan.CountPlan, order float64) float64 {
 		return v
 	}
 	return cp.Mechanism.RDP(order)
+}
+
+// # Cover by dominance
+//
+// Under a plan that spreads the budget over the period's Units = Σ_h K′_h
+// per-window curves (plan.DerivePlan), every histogram's per-window curve
+// c — and so its reservation's curve and key — depends on every view:
+// adding, removing or re-bounding one histogram in the middle of a period
+// changes every histogram's key. The reservations already held fill the
+// period's budget, so without more every new reservation would be refused
+// for the rest of the period, also for the histograms whose own settings
+// did not change. A reservation already held covers the new one instead
+// when it dominates it (dominating):
+//
+// Let R_old = K′ ⊗ c_old be a reservation the period holds for the same
+// histogram, the same window size, the same K_h and the same neighbour
+// relation (its key, recomputed from the curve its unit recorded, is the
+// one held — ViewReservationKey names exactly these), and R_new = K′ ⊗
+// c_new the histogram's current reservation, with R_new ≤ R_old at every
+// order of the book's grid (the same grid: the key hashes the orders). The
+// same window size and K_h are the same admission state: the cross-window
+// bound admits each user to at most K_h windows of the period of that size
+// whatever the config (the admissions are recorded per window size and
+// restored after a restart), and K′ = min(K_h, W) is the same because the
+// window size and the period are (the ledger's metadata refuses another
+// period or base window). A user admitted to a of the histogram's windows
+// released under c_old and to at most K′ − a released under c_new loses, at
+// every order λ (000 Lemma 2, composition),
+//
+//	a·c_old(λ) + (K′ − a)·c_new(λ) ≤ K′·max(c_old(λ), c_new(λ))
+//	                              ≤ max(R_old(λ), R_new(λ)) = R_old(λ),
+//
+// since K′·c ≤ K′ ⊗ c (Curve.Scale rounds up). The per-window curve c
+// includes the grid residual (plan.CountPlan.Charge: the residual is part
+// of the charged curve and R = K′ ⊗ c is linear in it), so the bound holds
+// for the released, rounded values. The same argument with basic
+// composition holds for an average histogram's (ε, δ) reservation, with
+// ε_new ≤ ε_old and δ_new ≤ δ_old. Several reservations covering one
+// histogram's windows in one period each cover at most K′ of them, so the
+// loss stays within the sum of the reservations charged. Hence a release
+// of histogram h under the new configuration charges nothing when the
+// period holds such an R_old: the unit records CoveredBy = R_old's key and
+// its release names R_old as its charge; the period's spend is unchanged.
+//
+// The decision is recomputed from the ledger, never kept in memory: the
+// held keys are the book's (restored from the ledger), the dominating
+// curve is the one the reserving unit recorded (ledger.Store.
+// ReservationUnit), and among several the smallest key is taken — so a
+// restart makes the same decisions and restores the same spend. One
+// exception: when the reserving unit was pruned (state.retain shorter than
+// the period: ledger.Prune keeps a period's reservation keys, not the
+// units that made them) its curve is gone, no dominance is found, and the
+// new reservation is charged or refused as without the cover — never less
+// safe, but a restart after such a prune can refuse what was covered
+// before it. A reservation that raises the curve at some
+// order (removing a view, raising a K_h, another window) is not dominated:
+// it is charged, or refused when the period's budget is used up.
+
+// recordedReservation is a period reservation as its reserving unit
+// recorded it: the histogram and the charge (ok: the unit is recorded and
+// its charge was read back).
+type recordedReservation struct {
+	histogram string
+	charge    budget.Charge
+	ok        bool
+}
+
+// recorded returns the reservation key held in period p as the ledger
+// recorded it. Entries are cached: a recorded unit's histogram and charge
+// never change.
+func (r *Releaser) recorded(p int64, key string) (recordedReservation, error) {
+	ck := strconv.FormatInt(p, 10) + "/" + key
+	r.resvMu.Lock()
+	v, ok := r.resv[ck]
+	r.resvMu.Unlock()
+	if ok {
+		return v, nil
+	}
+	u, ok, err := r.ledger.ReservationUnit(p, key)
+	if err != nil {
+		return v, err
+	}
+	if ok && u.Reservation == key && u.Status == ledger.StatusReleased {
+		v.histogram = u.Histogram
+		switch {
+		case len(u.Charge.Orders) > 0:
+			if c, err := budget.NewCurve(u.Charge.Orders, u.Charge.Epsilons); err == nil {
+				v.charge, v.ok = budget.Charge{RDP: c, Reservation: key}, true
+			}
+		case u.Approx != nil:
+			v.charge, v.ok = budget.Charge{Epsilon: u.Approx.Epsilon, Delta: u.Approx.Delta, Reservation: key}, true
+		}
+	}
+	r.resvMu.Lock()
+	if r.resv == nil {
+		r.resv = map[string]recordedReservation{}
+	}
+	r.resv[ck] = v
+	r.resvMu.Unlock()
+	return v, nil
+}
+
+// dominating returns the reservation held in period p that covers
+// histogram h's releases under its current reservation c by dominance
+// (see "Cover by dominance"), and whether there is one: of the same
+// histogram, window size, K_h and neighbour, with a charge ≥ c's at every
+// order (or in ε and δ). The smallest such key, so that the choice does
+// not depend on the order the book learnt its keys in.
+func (r *Releaser) dominating(p int64, h int, c budget.Charge) (budget.Charge, bool, error) {
+	sp, err := r.book.Spent(p)
+	if err != nil {
+		return budget.Charge{}, false, err
+	}
+	name := r.cfg.Histograms[h].Name
+	for _, k := range slices.Sorted(slices.Values(sp.Reservations)) {
+		if k == c.Reservation {
+			continue
+		}
+		rec, err := r.recorded(p, k)
+		if err != nil {
+			return budget.Charge{}, false, err
+		}
+		if !rec.ok || rec.histogram != name || r.reservationKey(h, rec.charge) != k {
+			continue // another histogram, window, K_h or neighbour
+		}
+		if dominates(rec.charge, c) {
+			return rec.charge, true, nil
+		}
+	}
+	return budget.Charge{}, false, nil
+}
+
+// dominates reports whether the charge old is at least c: an RDP curve on
+// the same orders, ≥ at each; or an (ε, δ) pair ≥ in both (false for NaN).
+func dominates(old, c budget.Charge) bool {
+	if c.RDP.Len() > 0 {
+		if old.RDP.Len() == 0 || !slices.Equal(old.RDP.Orders(), c.RDP.Orders()) {
+			return false
+		}
+		oe, ne := old.RDP.Epsilons(), c.RDP.Epsilons()
+		for i := range ne {
+			if !(oe[i] >= ne[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return old.RDP.Len() == 0 && old.Epsilon >= c.Epsilon && old.Delta >= c.Delta
+}
+
+// Refusal is a histogram whose period reservation does not fit in its
+// period (Refusals): its releases are refused (budget_exhausted) until
+// the period ends.
+type Refusal struct {
+	Histogram string
+	// Period and End are the period's start and end (Unix ms): releases
+	// resume at End.
+	Period, End int64
+	// Covered: the histogram's releases are covered by a reservation the
+	// period holds, but the period has spent more than its current budget
+	// (a budget cut); otherwise its reservation does not fit (a config
+	// change in the middle of the period).
+	Covered bool
+	// Err is the book's refusal.
+	Err error
+}
+
+// Refusals composes the running plan's period reservations onto the
+// recorded spend of period p, in config order, as the period's releases
+// would charge them: a histogram whose reservation the period holds, or
+// covers by dominance, charges nothing (but is checked against the
+// period's current budget, as Record does); the others are checked one
+// after the other, each accepted one pending for the next. It returns the
+// histograms whose reservation does not fit — their releases are refused
+// for the rest of the period (a period's spend never goes down) — and nil
+// without the cross-window bound. It changes nothing, and unlike the rest
+// of the Releaser it may be called from any goroutine (status readers).
+func (r *Releaser) Refusals(p int64) ([]Refusal, error) {
+	if r.plan.Bound.K == 0 {
+		return nil, nil
+	}
+	var out []Refusal
+	var pending []budget.Charge
+	for h, hist := range r.cfg.Histograms {
+		var c budget.Charge
+		if hist.IsAverage() {
+			ap := r.plan.Average(h)
+			if ap == nil {
+				continue
+			}
+			c = r.averageCharge(ap)
+		} else {
+			c = r.countCharge(h)
+		}
+		cover := c
+		held, err := r.book.Reserved(p, c.Reservation)
+		if err == nil && !held {
+			cover, held, err = r.dominating(p, h, c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			_, _, err = r.book.Covered(p, cover.Reservation, pending...)
+		} else if _, err = r.book.Check(p, c, pending...); err == nil {
+			pending = append(pending, c)
+		}
+		if errors.Is(err, budget.ErrBudgetExceeded) {
+			out = append(out, Refusal{Histogram: hist.Name, Period: p, End: p + r.periodMs, Covered: held, Err: err})
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

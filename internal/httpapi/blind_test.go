@@ -113,15 +113,23 @@ func TestBudgetReservationWording(t *testing.T) {
 	for _, tc := range []struct {
 		name, extra, charging string
 		note, page, notPage   []string
+		refused               []string // the current period's refused reservations
 	}{
 		{"reservation", "contribution:\n  max_windows_per_user: 5\n", httpapi.ChargingReservation,
 			[]string{"reserved for the period; later releases of the period are covered"},
 			[]string{"reserved for the period, of ε = 1 (100%)", "Reserved for the period; later releases of the period are covered.", "whole budget for the period"},
-			[]string{"releases stop", "spent of ε", "is used up"}},
+			[]string{"releases stop", "spent of ε", "is used up"}, nil},
+		// A histogram whose reservation the book refused (a config change
+		// in the middle of the period): the note does not say its later
+		// releases are covered.
+		{"reservation refused", "contribution:\n  max_windows_per_user: 5\n", httpapi.ChargingReservation,
+			[]string{"later releases of the period are covered, except for the histograms whose reservation was refused", "not released until the period ends: devices (until "},
+			[]string{"reserved for the period, of ε = 1 (100%)", "covered, except for devices: their reservation was refused", "not released until the period ends."},
+			[]string{"releases stop", "spent of ε", "is used up", "Reserved for the period; later releases of the period are covered."}, []string{"devices"}},
 		{"per window", "", httpapi.ChargingPerWindow,
 			[]string{"releases stop until the next period"},
 			[]string{"spent of ε = 1 (100%)", "When it is used up, releases stop until the next period."},
-			[]string{"reserved for the period", "covered"}},
+			[]string{"reserved for the period", "covered"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, tc.extra, nil)
@@ -129,7 +137,7 @@ func TestBudgetReservationWording(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv.Attach(reservedSource{countingSource{&pipeline.Stats{}}})
+			srv.Attach(reservedSource{countingSource{&pipeline.Stats{}}, tc.refused})
 			srv.OnRelease(&ledger.Unit{Messages: []ledger.Message{{Value: releaseMsg("pages", "US", 1, 0.4)}}}, 0)
 			pub := httptest.NewServer(srv.Handler())
 			defer pub.Close()
@@ -172,9 +180,14 @@ var (
 )
 
 // reservedSource has charged its whole period: spent = budget.
-type reservedSource struct{ countingSource }
+// With refused, those histograms' reservations were refused in it.
+type reservedSource struct {
+	countingSource
+	refused []string
+}
 
-func (reservedSource) Budget() []pipeline.BudgetStatus {
+func (r reservedSource) Budget() []pipeline.BudgetStatus {
 	now := time.Now().UTC().Truncate(time.Hour)
-	return []pipeline.BudgetStatus{{PeriodStart: now, PeriodEnd: now.Add(24 * time.Hour), SpentEpsilon: 1, BudgetEpsilon: 1, Remaining: 0, Delta: 1e-6}}
+	return []pipeline.BudgetStatus{{PeriodStart: now, PeriodEnd: now.Add(24 * time.Hour), SpentEpsilon: 1, BudgetEpsilon: 1, Remaining: 0, Delta: 1e-6,
+		RefusedHistograms: r.refused}}
 }

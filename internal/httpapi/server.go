@@ -512,6 +512,10 @@ const (
 
 	NotePerWindow   = "each window's releases are charged when the window closes; when the period's budget is used up, releases stop until the next period"
 	NoteReservation = "reserved for the period; later releases of the period are covered (with contribution.max_windows_per_user each histogram reserves its period's whole charge when its first window of the period closes: the spend reaches the budget early while releases keep coming)"
+	// NoteReservationRefused is NoteReservation when the current period's
+	// reservation of some histograms was refused (BudgetStatus.
+	// RefusedHistograms, from the budget book): followed by their names.
+	NoteReservationRefused = "reserved for the period; later releases of the period are covered, except for the histograms whose reservation was refused — a config change in the middle of the period changed it and the period's budget was already reserved, or the budget was lowered below the period's spend — which are not released until the period ends: "
 )
 
 // budgetCharging is how cfg charges a period (BudgetView.Charging).
@@ -537,6 +541,11 @@ func (s *Server) budget(w http.ResponseWriter, _ *http.Request) {
 	if src := s.source(); src != nil {
 		if b := src.Budget(); b != nil {
 			v.Periods = b
+		}
+	}
+	if n := len(v.Periods); v.Charging == ChargingReservation && n > 0 {
+		if refused := v.Periods[n-1].RefusedHistograms; len(refused) > 0 {
+			v.Note = NoteReservationRefused + strings.Join(refused, ", ") + " (until " + v.Periods[n-1].PeriodEnd.Format(time.RFC3339) + ")"
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store")

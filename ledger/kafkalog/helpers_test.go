@@ -147,6 +147,15 @@ func dump(t *testing.T, r reader, periods ...int64) string {
 		}
 		slices.Sort(users)
 		fmt.Fprintf(&b, "period %d: reservations %q; admissions", p, res)
+		for _, k := range res {
+			u, ok, err := r.ReservationUnit(p, k)
+			must(t, err)
+			if ok {
+				fmt.Fprintf(&b, " [%s made by %s@%d]", k, u.Histogram, u.WindowStart)
+			} else {
+				fmt.Fprintf(&b, " [%s: unit gone]", k)
+			}
+		}
 		for _, u := range users {
 			fmt.Fprintf(&b, " %x:%d", u, adm[u])
 		}

@@ -148,6 +148,26 @@ func (l *Log) Reservations(period int64) ([]string, error) {
 	return keys, nil
 }
 
+// ReservationUnit returns the unit that made the period reservation key in
+// the period starting at period (Unix ms), and whether it is still
+// recorded (ledger.Ledger.ReservationUnit).
+func (l *Log) ReservationUnit(period int64, key string) (*ledger.Unit, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dead != nil {
+		return nil, false, l.dead
+	}
+	uk, ok := l.st.reservations[period][key]
+	if !ok {
+		return nil, false, nil
+	}
+	u, ok, err := l.st.unit(uk)
+	if err != nil {
+		return nil, false, fmt.Errorf("kafkalog: read reservation %q of period %d: %w", key, period, err)
+	}
+	return u, ok, nil
+}
+
 // Admissions returns, per user, the number of recorded windows of the
 // period starting at period (Unix ms) the user was admitted to (see
 // RecordWindowAdmitted).
