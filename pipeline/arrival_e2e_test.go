@@ -111,6 +111,7 @@ func TestForgedTimestampCannotDropOthers(t *testing.T) {
 // the older name of the arrival lateness, whose wall-clock closing used to
 // drop the whole backlog at a restart.
 func TestRestartRecountsBacklog(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.ArrivalConfig(time.Second, 0)
 	cfg.Window.CloseAfter = config.Duration(300 * time.Millisecond)
@@ -162,6 +163,7 @@ func TestRestartLastReleasedWindowIsLate(t *testing.T) {
 // by the event, not by whether the window happens to be open when it is
 // read. Record timestamps are set explicitly here (as a producer may).
 func TestArrivalCutoffIsTheEventsOwn(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.ArrivalConfig(2*time.Second, 300*time.Millisecond)
 	run := h.Start(cfg)
@@ -203,6 +205,7 @@ func TestArrivalCutoffIsTheEventsOwn(t *testing.T) {
 // do, and reading a partition to its end). Before, the forged records moved
 // their partition's frontier to the wall clock and 50,000 events were late.
 func TestCreateTimeAheadCannotCloseWindows(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.ArrivalConfig(time.Second, 300*time.Millisecond)
 	run := h.Start(cfg)

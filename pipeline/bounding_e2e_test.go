@@ -22,6 +22,7 @@ import (
 // users of a window") would give the US side to one run and the DE side to
 // the other.
 func TestEndToEndSelectionIndependentOfInterleaving(t *testing.T) {
+	t.Parallel()
 	const users, capUsers = 60, 40
 	var side [2][]e2e.Event
 	for u := range users {

@@ -25,6 +25,7 @@ import (
 // of the current plan, so the (ε, δ) part spent on top of an RDP part
 // already near the budget (and vice versa).
 func TestMidPeriodConfigChange(t *testing.T) {
+	t.Parallel()
 	// Count histograms with privacy.rdp_epsilon fixed (rdp < 0: the largest
 	// value whose plan fits all 10 count units of windows 0–4 in the
 	// period, so that the first config spends its count share almost

@@ -82,6 +82,7 @@ func histWindowAdded(t *testing.T, withV bool) map[string][]float64 {
 // (ledger.HistogramSince); pages3 releases from its first window that
 // starts after the restart's resume point, the same with and without v.
 func TestHistogramWindowAddedMidWindowSkipsTheOpenWindow(t *testing.T) {
+	t.Parallel()
 	var without, with map[string][]float64
 	t.Run("without_v", func(t *testing.T) { without = histWindowAdded(t, false) })
 	t.Run("with_v", func(t *testing.T) { with = histWindowAdded(t, true) })

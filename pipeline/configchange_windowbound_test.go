@@ -92,6 +92,7 @@ func windowBoundRaiseK(t *testing.T, withV bool, k2 int) []float64 {
 // (pipeline/consume.go). The pages/US release of window 1 (u's group only)
 // must be the same with and without v.
 func TestWindowBoundDropHeldUntilItsWindowIsReleased(t *testing.T) {
+	t.Parallel()
 	for _, k2 := range []int{2, 0} {
 		t.Run(fmt.Sprintf("K_1_to_%d", k2), func(t *testing.T) {
 			var without, with []float64

@@ -135,6 +135,7 @@ func TestEndToEndDirichletUnbiasedAroundTruth(t *testing.T) {
 // exactly once, and the windows open at the stop are complete (re-read from
 // the committed offsets).
 func TestEndToEndRestartContinuesFromCommittedOffsets(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	evs := e2e.Stream(3, 200)

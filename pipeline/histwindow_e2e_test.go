@@ -39,6 +39,7 @@ const devices3 = `  - name: devices3
 //     (offsets are not committed past an open long window) and counts
 //     them into [3m, 6m) only, minute 3 staying released once.
 func TestEndToEndHistogramWindows(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.ConfigExtra("mechanism: gaussian", 1e7, devices3)
 	base := e2e.Base

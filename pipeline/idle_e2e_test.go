@@ -23,6 +23,7 @@ import (
 // unread events — so no window closes until they are read, and the
 // releases are exact with nothing late.
 func TestFailingPartitionHoldsWindows(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	cfg.Window.IdlePartitionTimeout = config.Duration(300 * time.Millisecond)
@@ -62,6 +63,7 @@ func TestFailingPartitionHoldsWindows(t *testing.T) {
 // events, so it is not idle, and the windows wait for it. Every release is
 // exact and no event is late.
 func TestLeaderMovesLoseNothing(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	c := h.Broker.Cluster()

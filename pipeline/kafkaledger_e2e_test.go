@@ -111,6 +111,7 @@ func recordAsOwner(t *testing.T, l *kafkalog.Log, cfg *config.Config, w time.Tim
 // its own. The killed instance's producer is fenced: its next record
 // fails with ErrFenced.
 func TestKafkaLedgerTakeoverRepublishes(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := kafkaLedgerConfig(t, h, 1e7)
 	killed := openGroupLog(t, h, cfg)
@@ -182,6 +183,7 @@ func TestKafkaLedgerTakeoverRepublishes(t *testing.T) {
 // is refused (ErrFenced), it stops with that error, and it publishes
 // nothing for window 1 — neither its own draw nor anything else.
 func TestKafkaLedgerZombieFenced(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := kafkaLedgerConfig(t, h, 1e7)
 	evs := e2e.Stream(2, 50)
@@ -228,6 +230,7 @@ func TestKafkaLedgerZombieFenced(t *testing.T) {
 // from Kafka and releases the later windows. Every window is released
 // exactly once, counts exact, copies identical.
 func TestKafkaLedgerHotStandby(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := kafkaLedgerConfig(t, h, 1e7)
 	evs := e2e.Stream(4, 60)

@@ -24,6 +24,7 @@ import (
 // the new instance fences the old, and every window is published once in
 // values.
 func TestKafkaLedgerGroupIDChangeFences(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := kafkaLedgerConfig(t, h, 1) // noisy: two draws differ
 	per := len(e2e.Groups) + 1

@@ -13,6 +13,7 @@ import (
 // near-zero noise, exactly the true bounded histograms of every window, each
 // released once.
 func TestEndToEndBrokerOutage(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	cfg.Kafka.SessionTimeout = cfg.Window.IdlePartitionTimeout * 4 // 2s
@@ -63,6 +64,7 @@ func TestEndToEndBrokerOutage(t *testing.T) {
 // TestEndToEndBrokerDownAtStart: the stage starts while the broker is away,
 // retries (no crash), and releases everything once the broker is back.
 func TestEndToEndBrokerDownAtStart(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	evs := e2e.Stream(2, 50)

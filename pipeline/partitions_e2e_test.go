@@ -83,6 +83,7 @@ func produceToParts(h *e2e.Harness, evs []e2e.Event, parts ...int32) {
 // partitions before a generation including the new ones could start.
 // Every event counts in its own window, exactly; none is late.
 func TestPartitionsAddedMidStreamArrival(t *testing.T) {
+	t.Parallel()
 	const size, lateness = 3 * time.Second, 200 * time.Millisecond
 	h := e2e.New(t)
 	cfg := h.ArrivalConfig(size, lateness)

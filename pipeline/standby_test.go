@@ -20,6 +20,7 @@ import (
 // standby while the first is active, then takes over where it stopped: every
 // window released exactly once, counts exact.
 func TestStandbyTakesOver(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	cfg.Kafka.SessionTimeout = cfg.Window.IdlePartitionTimeout * 2 // 1s
@@ -73,6 +74,7 @@ func TestStandbyTakesOver(t *testing.T) {
 // from the first written to the last is released exactly once, counts
 // exact (empty windows uniform), whichever instance released it.
 func TestStandbyTakesOverArrival(t *testing.T) {
+	t.Parallel()
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	h := e2e.New(t)
 	h.Watermark = config.WatermarkArrival
@@ -149,6 +151,7 @@ func TestStandbyTakesOverArrival(t *testing.T) {
 // start when the output topic already holds releases (the state was lost or
 // lives elsewhere), unless state.allow_fresh_ledger says it is deliberate.
 func TestFreshLedgerRefused(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	h.ProduceEvents(e2e.Stream(1, 20))
@@ -187,6 +190,7 @@ func TestFreshLedgerRefused(t *testing.T) {
 // release an earlier window: it is late, and the released windows are the
 // same with or without it.
 func TestFirstWindowIsNotChosenByData(t *testing.T) {
+	t.Parallel()
 	released := func(withEarly bool) map[string]bool {
 		h := e2e.New(t)
 		cfg := h.Config("gaussian", 1e7)
@@ -277,6 +281,7 @@ func TestWallClockClosing(t *testing.T) {
 // (state.retain) still never releases a window twice: it resumes after the
 // last window, and events for pruned windows are late.
 func TestRestartAfterPruning(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	h.ProduceEvents(e2e.Stream(4, 20))

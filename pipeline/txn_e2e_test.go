@@ -120,6 +120,7 @@ func checkReleases(h *e2e.Harness, evs []e2e.Event) {
 // unlike the rest) and the open transaction's events (all mobile/home/US)
 // would move them. Offsets are committed past the markers.
 func TestTransactionalInput(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := h.Config("gaussian", 1e7)
 	// The producers append windows 0 and 1 alternately, so each partition's

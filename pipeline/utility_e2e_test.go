@@ -116,6 +116,7 @@ log:
 // test's log over runs), so 0.02 is more than 4 standard deviations above
 // it. The Gaussian's expected error, 0.0031, is a third of its bound.
 func TestUsefulReleasesAtOnePerDay(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("240,000 events per mechanism")
 	}
