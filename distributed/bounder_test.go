@@ -302,6 +302,7 @@ func waitStarted(t *testing.T, h *e2e.Harness, cfg *config.Config) {
 // wrong_partition and not counted; the group client never fetches the
 // (paused) input.
 func TestDistBoundersShareExact(t *testing.T) {
+	t.Parallel()
 	h := e2e.New(t)
 	cfg := distConfig(t, h)
 	a, b := startBounder(t, cfg, h), startBounder(t, cfg, h)

@@ -28,6 +28,7 @@ import (
 //     6 at once: window 6 waits for partition 3 (active again, it holds
 //     windows) and is released with u3's event.
 func TestDistEventModeIdlePartition(t *testing.T) {
+	t.Parallel()
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	h := e2e.New(t)
 	cfg := distRunConfig(t, h, size, lateness)

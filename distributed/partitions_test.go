@@ -25,6 +25,7 @@ import (
 // from the release log) and releases the next window exactly, with the
 // events of the added partitions.
 func TestDistPartitionsAdded(t *testing.T) {
+	t.Parallel()
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	h := e2e.New(t)
 	h.Watermark = config.WatermarkArrival
