@@ -256,6 +256,7 @@ func startStage(t *testing.T, cfgPath string) *proc {
 // releases' charges; the budget never exceeded; no event counted twice (the
 // near-noiseless Gaussian releases equal the true bounded histograms).
 func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short")
 	}
@@ -526,6 +527,7 @@ func countMessages(t *testing.T, addr, topic string) int64 {
 // windows, so admissions are still being made through two thirds of the
 // stream, and the last windows count only the users with fewer windows.
 func TestCrashWindowBound(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short")
 	}
@@ -620,6 +622,7 @@ func openCrashLedger(t *testing.T, dir, addr string, run crashRun) ledger.Store 
 // bound, the admissions in the log are each user's admitted windows (the
 // user hash key and the admissions restored from Kafka).
 func TestKafkaLedgerFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short")
 	}

@@ -52,6 +52,7 @@ import (
 // what a fenced producer's transaction would break; the gap from the
 // fault to the next release under one session timeout + 5 s.
 func TestDistributedFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: skipped in -short")
 	}
