@@ -10,7 +10,6 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
-	"github.com/dpstage/stage/release"
 )
 
 // distRunConfig is the harness's arrival config (near-noiseless Gaussian) in
@@ -74,25 +73,7 @@ func TestDistributedThreeInstances(t *testing.T) {
 	tr := e2e.ComputeTruthIn(evs, size, 1, 1, 0)
 	n := int(last.Sub(first)/size) + 1
 	out := h.ReadOutput(n*int(per), 60*time.Second, 2*time.Second)
-	got := map[string]release.Release{}
-	for _, r := range out.Releases {
-		got[e2e.ReleaseKey(r)] = r
-	}
-	for w := first; !w.After(last); w = w.Add(size) {
-		for _, g := range append([]string{"*"}, e2e.Groups...) {
-			hist := "pages"
-			if g == "*" {
-				hist = "devices"
-			}
-			k := e2e.Key(hist, g, w)
-			r, ok := got[k]
-			if !ok {
-				t.Errorf("missing release %s", k)
-				continue
-			}
-			e2e.CheckExact(t, k, r, tr[k])
-		}
-	}
+	e2e.CheckWindowsExact(t, out.Releases, tr, e2e.WindowsFrom(first, last, size)...)
 	for id, copies := range out.Raw {
 		for _, c := range copies[1:] {
 			if c != copies[0] {

@@ -570,6 +570,42 @@ func CheckSimplex(t testing.TB, r release.Release, bins []string) {
 	}
 }
 
+// CheckWindowsExact checks that releases hold, for each window start in
+// windows, the harness's releases of that window — pages for every group of
+// Groups and devices — each exact against its bounded truth in tr
+// (CheckExact); a missing release is an error.
+func CheckWindowsExact(t testing.TB, releases []release.Release, tr Truth, windows ...time.Time) {
+	t.Helper()
+	got := map[string]release.Release{}
+	for _, r := range releases {
+		got[ReleaseKey(r)] = r
+	}
+	for _, w := range windows {
+		for _, g := range append([]string{"*"}, Groups...) {
+			hist := "pages"
+			if g == "*" {
+				hist = "devices"
+			}
+			k := Key(hist, g, w)
+			r, ok := got[k]
+			if !ok {
+				t.Errorf("missing release %s", k)
+				continue
+			}
+			CheckExact(t, k, r, tr[k])
+		}
+	}
+}
+
+// WindowsFrom returns the window starts first, first + size, … up to last.
+func WindowsFrom(first, last time.Time, size time.Duration) []time.Time {
+	var out []time.Time
+	for w := first; !w.After(last); w = w.Add(size) {
+		out = append(out, w)
+	}
+	return out
+}
+
 // CheckExact asserts that a near-noiseless release equals the true bounded
 // shares (uniform for a group without events).
 func CheckExact(t testing.TB, k string, r release.Release, counts []float64) {

@@ -9,7 +9,6 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/internal/srtest"
-	"github.com/dpstage/stage/release"
 )
 
 // producer writes events with one of the clients under test.
@@ -141,26 +140,7 @@ func checkReleases(t *testing.T, h *e2e.Harness, evs []e2e.Event, n int) {
 		t.Errorf("got %d releases, want exactly %d", len(out.Releases), n*per)
 	}
 	tr := e2e.ComputeTruth(evs)
-	got := map[string]release.Release{}
-	for _, r := range out.Releases {
-		got[e2e.ReleaseKey(r)] = r
-	}
-	for w := range n {
-		at := e2e.Base.Add(time.Duration(w) * time.Minute)
-		for _, g := range append([]string{"*"}, e2e.Groups...) {
-			hist := "pages"
-			if g == "*" {
-				hist = "devices"
-			}
-			k := e2e.Key(hist, g, at)
-			r, ok := got[k]
-			if !ok {
-				t.Errorf("missing release %s", k)
-				continue
-			}
-			e2e.CheckExact(t, k, r, tr[k])
-		}
-	}
+	e2e.CheckWindowsExact(t, out.Releases, tr, e2e.WindowsFrom(e2e.Base, e2e.Base.Add(time.Duration(n-1)*time.Minute), time.Minute)...)
 }
 
 // truthTotals is what the bounded truth of evs counts, by histogram.
