@@ -27,6 +27,20 @@ import (
 // is for the operator only: BlindWatch feeds the operator listener's
 // metrics and /readyz and the log, never a release, the output topic or
 // the public listener.
+//
+// Nor is it advice to tune the bound by (issue 28 item 5). K and the
+// window are public: every release states them (charge_windows, the
+// layout) and the period's reservation is computed from them. A K or a
+// window chosen because the share said "blind" is a function of the
+// protected stream published without noise, which no charge covers: the
+// guarantee is for a config fixed independently of the data. The warning
+// therefore says what happened (operator-side) and points at the public
+// route — privacy.expected_windows_per_user, a public or differentially
+// private activity figure, and stage plan, which predicts from it when
+// each view goes blind and recommends its window and K — rather than
+// "raise K". (Making the share itself differentially private and charged
+// would let it steer the config inside the guarantee; it is not done: the
+// planning figure already carries what the choice needs.)
 
 // WindowDrops counts the contributions the cross-window bound dropped on
 // arrival, per (histogram, window start) and user, until the window closes
@@ -119,6 +133,10 @@ func (d *WindowDrops) Reset() {
 // window. Private: operator surfaces only.
 type WindowShare struct {
 	Histogram string
+	// Bound is the config key of the histogram's cross-window bound
+	// (config.Config.HistWindowBoundKey) and K its value (0: unknown).
+	Bound string
+	K     int
 	// Closed: a window of the histogram was closed since the start; the
 	// fields below describe the last one.
 	Closed     bool
@@ -170,12 +188,21 @@ type blindHist struct {
 	quiet  int
 }
 
-// NewBlindWatch follows the histograms named (config order); threshold is
+// BlindHist is one histogram a BlindWatch follows: its name, and the
+// config key and value of the cross-window bound that drops its users
+// (config.Config.HistWindowBoundKey, HistWindowBound), which the warning
+// names.
+type BlindHist struct {
+	Name, Bound string
+	K           int
+}
+
+// NewBlindWatch follows the histograms given (config order); threshold is
 // contribution.blind_warning_share, in (0, 1].
-func NewBlindWatch(names []string, threshold float64) *BlindWatch {
-	b := &BlindWatch{threshold: threshold, hists: make([]blindHist, len(names))}
-	for i, n := range names {
-		b.hists[i].share.Histogram = n
+func NewBlindWatch(hists []BlindHist, threshold float64) *BlindWatch {
+	b := &BlindWatch{threshold: threshold, hists: make([]blindHist, len(hists))}
+	for i, h := range hists {
+		b.hists[i].share.Histogram, b.hists[i].share.Bound, b.hists[i].share.K = h.Name, h.Bound, h.K
 	}
 	return b
 }
@@ -251,10 +278,21 @@ func (b *BlindWatch) Blind() []string {
 	return out
 }
 
-// Message is the warning's text: what went blind, and what to change.
+// Message is the warning's text: what went blind, which bound dropped
+// its users, and how to choose the bound without the private share (see
+// the top of this file).
 func (v BlindVerdict) Message() string {
-	msg := fmt.Sprintf("window bound: histogram %q counted few of its users in the window closed at %s: contribution.max_windows_per_user dropped %.0f%% of its contributions (above contribution.blind_warning_share %.0f%%), so its release is mostly noise. Its users come back in more windows of the period than the bound allows: release this view in coarser windows (histograms[].window, e.g. 1h or 1d), or raise contribution.max_windows_per_user (each window then gets a smaller share of the budget: check the error with stage plan); see docs/choosing.md",
-		v.Histogram, time.UnixMilli(v.End).UTC().Format(time.RFC3339), 100*v.Share, 100*v.Threshold)
+	bound := v.Bound
+	if bound == "" {
+		bound = "contribution.max_windows_per_user"
+	}
+	if v.K > 0 {
+		bound = fmt.Sprintf("%s (K = %d)", bound, v.K)
+	}
+	msg := fmt.Sprintf("window bound: histogram %q counted few of its users in the window closed at %s: its bound %s dropped %.0f%% of its contributions (above contribution.blind_warning_share %.0f%%), so its release is mostly noise: its users come back in more of its windows per period than the bound allows. "+
+		"This share is measured on the protected stream: do not tune the bound or the window from it (both are published with every release, so a value chosen from private counts is outside the privacy guarantee). "+
+		"Plan them from public figures: set privacy.expected_windows_per_user (a public or differentially private estimate of how many windows a user is active in) and run stage plan, which predicts when each view goes blind and recommends its histograms[].window and max_windows_per_user; see docs/choosing.md",
+		v.Histogram, time.UnixMilli(v.End).UTC().Format(time.RFC3339), bound, 100*v.Share, 100*v.Threshold)
 	if v.Suppressed > 0 {
 		msg += fmt.Sprintf(" (%d more blind windows since the last warning)", v.Suppressed)
 	}

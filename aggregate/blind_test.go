@@ -37,7 +37,7 @@ func TestBlindWatch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b := NewBlindWatch([]string{"other", "pages"}, tc.threshold)
+			b := NewBlindWatch([]BlindHist{{Name: "other"}, {Name: "pages"}}, tc.threshold)
 			for i, w := range tc.wins {
 				start := int64(i) * minute
 				v := b.Closed(1, start, start+minute, w.counted, w.dropped)
@@ -60,14 +60,38 @@ func TestBlindWatch(t *testing.T) {
 }
 
 // TestBlindWarningMessage: the warning says which histogram and window, the
-// share, and what to change.
+// share, which config key bounds the histogram (a view's own
+// histograms[i].max_windows_per_user, not the contribution-level K: issue
+// 28 item 2), and how to choose the bound: from the public activity figure
+// with stage plan, never from this private share (issue 28 item 5) — it
+// does not say "raise K".
 func TestBlindWarningMessage(t *testing.T) {
-	b := NewBlindWatch([]string{"pages"}, 0.5)
-	v := b.Closed(0, 0, 60_000, 3, 97)
-	for _, want := range []string{`"pages"`, "1970-01-01T00:01:00Z", "97%", "50%", "max_windows_per_user", "histograms[].window", "docs/choosing.md"} {
-		if !strings.Contains(v.Message(), want) {
-			t.Errorf("message lacks %q: %s", want, v.Message())
-		}
+	for _, tc := range []struct {
+		hist BlindHist
+		want []string
+		not  []string
+	}{
+		{BlindHist{Name: "pages", Bound: "contribution.max_windows_per_user", K: 5},
+			[]string{"contribution.max_windows_per_user (K = 5)"}, []string{"histograms[0].max_windows_per_user"}},
+		{BlindHist{Name: "pages3", Bound: "histograms[2].max_windows_per_user", K: 1},
+			[]string{"histograms[2].max_windows_per_user (K = 1)"}, []string{"contribution.max_windows_per_user"}},
+	} {
+		t.Run(tc.hist.Name, func(t *testing.T) {
+			b := NewBlindWatch([]BlindHist{tc.hist}, 0.5)
+			v := b.Closed(0, 0, 60_000, 3, 97)
+			msg := v.Message()
+			for _, want := range append([]string{`"` + tc.hist.Name + `"`, "1970-01-01T00:01:00Z", "97%", "50%",
+				"privacy.expected_windows_per_user", "stage plan", "outside the privacy guarantee", "histograms[].window", "docs/choosing.md"}, tc.want...) {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message lacks %q: %s", want, msg)
+				}
+			}
+			for _, not := range append([]string{"raise"}, tc.not...) {
+				if strings.Contains(msg, not) {
+					t.Errorf("message says %q: %s", not, msg)
+				}
+			}
+		})
 	}
 }
 

@@ -449,6 +449,17 @@ func (c *Config) HistWindowBound(i int) int {
 	return 0
 }
 
+// HistWindowBoundKey is the config key that sets HistWindowBound(i), for
+// messages that tell the operator what to change: histograms[i].
+// max_windows_per_user when the histogram sets its own (a view), else
+// contribution.max_windows_per_user.
+func (c *Config) HistWindowBoundKey(i int) string {
+	if c.Histograms[i].MaxWindowsPerUser > 0 {
+		return fmt.Sprintf("histograms[%d].max_windows_per_user", i)
+	}
+	return "contribution.max_windows_per_user"
+}
+
 // WindowSize is the window of the histogram: its own window when set, else
 // base (window.size).
 func (h Histogram) WindowSize(base Duration) Duration {

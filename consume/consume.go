@@ -400,9 +400,12 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 	if !ok && bound > 0 {
 		// Admitted to max_windows_per_user closed windows of the period
 		// already, in every size still open: never admitted to them
-		// (aggregate.Admissions). Nothing of the event can count, so its
-		// offset is done.
-		next := sess.Next
+		// (aggregate.Admissions). Nothing of the event counts, but its
+		// offset is held like a counted event's until the windows it was
+		// dropped from are released (track: the longest), so a restart
+		// that changes a bound re-reads it whatever other users' events
+		// hold (windows.go, "Offsets").
+		tracker.Counted(track, offset)
 		sess.closeMu.RUnlock()
 		if !s.Arrival {
 			loc.observe(ev.TimeMs, s.SizeMs)
@@ -410,11 +413,6 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 		countOutcome(s, ev, aggregate.Outcome{}, loc)
 		loc.boundWindows += int64(bound)
 		loc.noteDrops(w, ev, sess.Sets, dropped)
-		if w >= next {
-			tracker.Counted(w, offset) // re-read after a restart, like a counted event
-		} else {
-			tracker.Processed(offset)
-		}
 		return decode.ReasonNone
 	}
 	if !ok {

@@ -13,4 +13,13 @@
 // opt-in event-time watermark are in package window's doc (window.Rule,
 // window.Watermarks); handle applies the rule; the owner's releaser closes windows
 // as the watermark passes them.
+//
+// # What a restart re-reads
+//
+// An event's offset is held until the window of every size it belongs to
+// is released, whether a cross-window bound dropped it there or not
+// (windows.go, "Offsets"): a restart re-reads every event of every open
+// window, so what it counts there — under a changed bound too — depends on
+// that window's events and the config, never on where other users' events
+// held the commit point.
 package consume

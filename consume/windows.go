@@ -34,10 +34,23 @@ import (
 // are late for the base histograms but still counted into the long windows
 // still open, whose units were not recorded.
 //
-// Offsets: a counted event is tracked (source.OffsetTracker) under the last
-// base window of the longest window it was counted into, so offsets are
-// committed past it only once that window is released, and a restart
-// re-reads the events every open long window needs.
+// Offsets: an event is tracked (source.OffsetTracker) under the last base
+// window of the longest window it belongs to that was still open when it
+// arrived — counted there or dropped there by that size's cross-window
+// bound (max_windows_per_user) — so offsets are committed past it only
+// once the window of every size it belongs to is released, and a restart
+// re-reads every event of every open window (issue 28 item 2). What a
+// restart counts into an open window then depends on that window's events
+// and the config alone: a restart that raises a view's max_windows_per_user
+// (or the base one) inside an open window re-reads the events that bound
+// dropped before, every one of them, where holding a dropped event's
+// offset only until its base window was released left the answer to
+// whether another user's earlier event of the open window held the
+// partition's commit point back (ground rule 7). The cost: the commit
+// point may stay at the first event of an open view window although every
+// event since was dropped by the view's bound, so a restart re-reads up to
+// one window of the longest size (the same bound as for counted events);
+// no per-event state (the tracker keeps one offset per base window).
 
 // WindowSet is the bounding and counting state of one window size.
 type WindowSet struct {
@@ -125,16 +138,24 @@ func NewWindowSets(cfg *config.Config) ([]*WindowSet, error) {
 // bound is then the number of its parts the cross-window bounds dropped
 // (0: it is late for every size), and otherwise those of the sizes whose
 // bound dropped them; track is the base window to track its offset under
-// (see above); dropped has bit i set for each size Sets[i] whose bound
-// dropped its parts (the operator's drop share, partitionLocal.noteDrops).
+// (see above: the last base window of the longest open window the event
+// belongs to, counted or dropped by its bound; valid when ok or bound > 0);
+// dropped has bit i set for each size Sets[i] whose bound dropped its parts
+// (the operator's drop share, partitionLocal.noteDrops).
 func (sess *Session) add(w, baseMs, period int64, ev *decode.Event) (out aggregate.Outcome, ao aggregate.AverageOutcome, track int64, ok bool, bound int, dropped uint64) {
 	if w < sess.First {
 		return out, ao, 0, false, 0, 0 // before the first window released
 	}
+	held := false // track is set
 	for i, set := range sess.Sets {
 		start := window.Start(w, set.sizeMs)
 		if start < window.Start(sess.Next, set.sizeMs) {
 			continue // that window is closed
+		}
+		// Held until this window is released whether the bound admits the
+		// user or not: a restart that changes the bound re-reads it.
+		if last := start + set.sizeMs - baseMs; !held || last > track {
+			track, held = last, true
 		}
 		if adm := sess.admOf(set, baseMs); adm != nil && !adm.Admissible(ev.User, period) || adm == nil && sess.Adm != nil {
 			// (With the bound on, a size without an admission state — a
@@ -155,9 +176,6 @@ func (sess *Session) add(w, baseMs, period int64, ev *decode.Event) (out aggrega
 			a := set.avg.Add(start, ev)
 			ao.Added += a.Added
 			ao.NotSelected += a.NotSelected
-		}
-		if last := start + set.sizeMs - baseMs; !ok || last > track {
-			track = last
 		}
 		ok = true
 	}

@@ -4,6 +4,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dpstage/stage/aggregate"
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/release"
 )
 
@@ -15,6 +16,20 @@ type WindowBound struct {
 	H                int   // config histogram index
 	Start, End       int64 // the histogram's window, Unix ms
 	Counted, Dropped int64
+}
+
+// blindWatch follows cfg's histograms' window-bound shares, each with the
+// config key of its bound (a view's own histograms[i].max_windows_per_user,
+// else contribution.max_windows_per_user); nil without the bound.
+func blindWatch(cfg *config.Config) *aggregate.BlindWatch {
+	if cfg.Contribution.MaxWindowsPerUser <= 0 {
+		return nil
+	}
+	hists := make([]aggregate.BlindHist, len(cfg.Histograms))
+	for i, h := range cfg.Histograms {
+		hists[i] = aggregate.BlindHist{Name: h.Name, Bound: cfg.HistWindowBoundKey(i), K: cfg.HistWindowBound(i)}
+	}
+	return aggregate.NewBlindWatch(hists, cfg.Contribution.BlindWarningShare)
 }
 
 // NoteWindowBound records closed windows' window-bound counts in s.Blind

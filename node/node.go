@@ -181,13 +181,7 @@ func New(opts Options) (*Node, error) {
 		Transport:   opts.Transport,
 	}
 	s.CountingConfig = cfg.CountingFingerprint()
-	if cfg.Contribution.MaxWindowsPerUser > 0 {
-		names := make([]string, len(cfg.Histograms))
-		for i, h := range cfg.Histograms {
-			names[i] = h.Name
-		}
-		s.Blind = aggregate.NewBlindWatch(names, cfg.Contribution.BlindWarningShare)
-	}
+	s.Blind = blindWatch(cfg)
 	if s.Kgo, err = kgoOpts(cfg.Kafka); err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func TestEndToEndBlindWindowWarning(t *testing.T) {
 			for _, e := range logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("window bound").All() {
 				hist, _ := e.ContextMap()["histogram"].(string)
 				warned[hist]++
-				for _, want := range []string{"contribution.max_windows_per_user", "histograms[].window", "docs/choosing.md", "1970"} {
+				for _, want := range []string{"contribution.max_windows_per_user (K = 1)", "stage plan", "privacy.expected_windows_per_user", "histograms[].window", "docs/choosing.md", "1970"} {
 					if want == "1970" {
 						want = e2e.Base.Add(2 * time.Minute).UTC().Format(time.RFC3339) // the first blind window's end
 					}

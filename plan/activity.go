@@ -585,10 +585,7 @@ func ActivityWarnings(cfg *config.Config, p *Plan) []config.Warning {
 		} else {
 			active = fmt.Sprintf("%.3g of its %d windows (probability %.3g per window)", v.PerUser, v.Windows, v.P)
 		}
-		path := "contribution.max_windows_per_user"
-		if cfg.Histograms[v.Index].MaxWindowsPerUser > 0 {
-			path = fmt.Sprintf("histograms[%d].max_windows_per_user", v.Index)
-		}
+		path := cfg.HistWindowBoundKey(v.Index)
 		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path),
 			Message: fmt.Sprintf("view %s (%s windows): K = %d is below the windows a user at %s is active in: %s; such a user has used up its %d windows after about %s, so %s. %s",
 				strings.Join(names, ", "), ShortDuration(v.Window), v.K, fig, active, v.K,

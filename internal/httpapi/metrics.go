@@ -87,7 +87,7 @@ type windowBoundSource interface {
 var (
 	windowBoundShareDesc = prometheus.NewDesc(MetricWindowBoundShare, "With contribution.max_windows_per_user: the share of the histogram's last closed window's contributions "+
 		"the bound dropped (dropped / (counted + dropped); on arrival and at the close). Near 1, the window counted almost none of its users and its release is noise "+
-		"(raise K or use a coarser histograms[].window; see docs/choosing.md). Private: never in a release or on the public listener.", []string{"histogram"}, nil)
+		"(choose the view's window and K with stage plan from privacy.expected_windows_per_user, never from this private share; see docs/choosing.md). Private: never in a release or on the public listener.", []string{"histogram"}, nil)
 	windowBoundCountedDesc = prometheus.NewDesc(MetricWindowBoundCounted, "With contribution.max_windows_per_user: contributions counted in the histogram's closed windows.", []string{"histogram"}, nil)
 	windowBoundDroppedDesc = prometheus.NewDesc(MetricWindowBoundDropped, "With contribution.max_windows_per_user: contributions to the histogram's closed windows dropped by the bound (its part of "+
 		MetricContribBounded+"{bound=\"windows\"}).", []string{"histogram"}, nil)
