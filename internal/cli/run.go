@@ -229,6 +229,9 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 		zap.Float64("budget_epsilon", p.Epsilon), zap.Float64("budget_delta", p.Delta),
 		zap.Duration("period", cfg.Privacy.Budget.Period.D()), zap.Int("charges_per_period", p.Charges()),
 	}
+	if cfg.StatesTotalDelta() { // the guarantee's δ: budget_delta plus the user-hash collision term
+		fields = append(fields, zap.Float64("total_delta", cfg.TotalDeltaOf(p.Delta)))
+	}
 	if p.Count != nil {
 		spec := p.Count.Mechanism.Spec()
 		fields = append(fields,

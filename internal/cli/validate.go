@@ -114,7 +114,7 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, int) {
 func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(w, "config OK\n\nprivacy plan\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
+	fmt.Fprintf(tw, "  guarantee\t%s\n", guaranteeLine(cfg, plan))
 	fmt.Fprintf(tw, "  δ and users\t%s\n", deltaUsers(cfg))
 	printAveragePlan(tw, cfg, plan)
 	if plan.Count != nil {
@@ -301,14 +301,51 @@ func replaceTwice(plan *plan.Plan) string {
 	return ""
 }
 
+// guaranteeLine states the period's guarantee with the total δ: the
+// budget's δ plus the user-hash collision term 2n·2⁻⁶⁴ (config.Config.
+// CollisionDelta), as a number with privacy.expected_users, else as a
+// formula in n (issue 28 item 5).
+func guaranteeLine(cfg *config.Config, p *plan.Plan) string {
+	period := cfg.Privacy.Budget.Period.D()
+	if !cfg.StatesTotalDelta() {
+		return fmt.Sprintf("(ε=%g, δ=%g + 2n·2⁻⁶⁴)-DP per user per %s, n the users of a period (collisions of the 64-bit user hashes; set privacy.expected_users to state the total)",
+			p.Epsilon, p.Delta, period)
+	}
+	return fmt.Sprintf("(ε=%g, δ=%s)-DP per user per %s (δ = %g of the budget + %s for user-hash collisions among privacy.expected_users = %d)",
+		p.Epsilon, fmtUp(cfg.TotalDeltaOf(p.Delta)), period, p.Delta, fmtUp(cfg.CollisionDelta()), cfg.Privacy.ExpectedUsers)
+}
+
+// fmtUp formats v ≥ 0 so that the printed number is never below v (a
+// stated δ must be an upper bound; %.3g rounds to nearest): the shortest
+// of 3 to 6 significant digits that does not round down, else 6 digits
+// rounded up.
+func fmtUp(v float64) string {
+	if !(v > 0) || math.IsInf(v, 1) {
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+	for digits := 3; digits <= 6; digits++ {
+		s := strconv.FormatFloat(v, 'g', digits, 64)
+		if r, err := strconv.ParseFloat(s, 64); err == nil && r >= v {
+			return s
+		}
+	}
+	scale := math.Pow(10, math.Floor(math.Log10(v))-5)
+	for c := math.Floor(v / scale); ; c++ {
+		s := strconv.FormatFloat(c*scale, 'g', 6, 64)
+		if r, _ := strconv.ParseFloat(s, 64); r >= v {
+			return s
+		}
+	}
+}
+
 // deltaUsers says how δ compares with the number of users: the guarantee
 // means something only while δ·users ≪ 1 (see config.MaxDelta).
 func deltaUsers(cfg *config.Config) string {
 	d, n := cfg.Privacy.Budget.Delta, cfg.Privacy.ExpectedUsers
 	if n > 0 {
 		total := cfg.TotalDelta()
-		return fmt.Sprintf("total δ = %.3g (δ = %g + user-hash collisions 2n·2⁻⁶⁴ = %.3g); δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)",
-			total, d, cfg.CollisionDelta(), total*float64(n), n, config.DeltaUsersWarn)
+		return fmt.Sprintf("total δ = %s (δ = %g + user-hash collisions 2n·2⁻⁶⁴ = %s); δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)",
+			fmtUp(total), d, fmtUp(cfg.CollisionDelta()), total*float64(n), n, config.DeltaUsersWarn)
 	}
 	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours; the total δ adds 2n·2⁻⁶⁴ for user-hash collisions among n users)",
 		config.DeltaUsersWarn, strconv.FormatFloat(math.Round(config.DeltaUsersWarn/d), 'f', 0, 64))
