@@ -186,7 +186,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
-	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP%s\n", spec.Order, spec.RDPEpsilon, perReleaseNote(plan))
+	fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan))
 	switch {
 	case params.Alpha > 0:
 		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
@@ -275,6 +275,30 @@ func viewComposition(cfg *config.Config, p *plan.Plan) string {
 	return s
 }
 
+// perReleaseLine states what one count release (one histogram's window)
+// is charged at the calibration order: the charged value (the budget
+// book's, budget.ChargeOf: the mechanism's curve rounded up, plus the
+// release grid's residual for the floating-point mechanisms), printed
+// rounded up, and what it is made of — not the calibration's ideal target
+// (issue 28 item 5).
+func perReleaseLine(p *plan.Plan) string {
+	cp := p.Count
+	spec := cp.Mechanism.Spec()
+	charged, ok := cp.Charge.At(spec.Order)
+	if !ok { // the plans put the calibration order on the grid
+		charged = budget.ChargeOf(cp.Mechanism, []float64{spec.Order}).Epsilons()[0]
+	}
+	parts := fmt.Sprintf("the mechanism's ε=%.6g", cp.Mechanism.RDP(spec.Order))
+	if mechanism.Rounded(spec.Kind) {
+		parts += fmt.Sprintf(" + the release grid's residual %.6g", mechanism.GridResidualRDP(spec.Order, mechanism.GridCoordinates(spec.Sensitivity)))
+	}
+	charge := " charged"
+	if note := perReleaseNote(p); note != "" {
+		charge = note
+	}
+	return fmt.Sprintf("(λ=%g, ε=%s)-RDP%s: %s, rounded up (calibrated to ε=%.6g)", spec.Order, fmtUpDigits(charged, 6), charge, parts, spec.RDPEpsilon)
+}
+
 // perReleaseNote says, with the cross-window bound under replace, that the
 // per-release curve is max(c_r, 2·c_a) (plan's package doc).
 func perReleaseNote(plan *plan.Plan) string {
@@ -319,19 +343,23 @@ func guaranteeLine(cfg *config.Config, p *plan.Plan) string {
 // stated δ must be an upper bound; %.3g rounds to nearest): the shortest
 // of 3 to 6 significant digits that does not round down, else 6 digits
 // rounded up.
-func fmtUp(v float64) string {
+func fmtUp(v float64) string { return fmtUpDigits(v, 3) }
+
+// fmtUpDigits is fmtUp with lo to lo+3 significant digits.
+func fmtUpDigits(v float64, lo int) string {
 	if !(v > 0) || math.IsInf(v, 1) {
-		return strconv.FormatFloat(v, 'g', 3, 64)
+		return strconv.FormatFloat(v, 'g', lo, 64)
 	}
-	for digits := 3; digits <= 6; digits++ {
+	hi := lo + 3
+	for digits := lo; digits <= hi; digits++ {
 		s := strconv.FormatFloat(v, 'g', digits, 64)
 		if r, err := strconv.ParseFloat(s, 64); err == nil && r >= v {
 			return s
 		}
 	}
-	scale := math.Pow(10, math.Floor(math.Log10(v))-5)
+	scale := math.Pow(10, math.Floor(math.Log10(v))-float64(hi-1))
 	for c := math.Floor(v / scale); ; c++ {
-		s := strconv.FormatFloat(c*scale, 'g', 6, 64)
+		s := strconv.FormatFloat(c*scale, 'g', hi, 64)
 		if r, _ := strconv.ParseFloat(s, 64); r >= v {
 			return s
 		}

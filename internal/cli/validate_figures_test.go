@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/plan"
 )
 
 // validateOut runs `stage validate` on the YAML y and returns its output.
@@ -79,4 +82,59 @@ func TestFmtUp(t *testing.T) {
 			t.Errorf("fmtUp(%v) = %q, want %q (≥ the value)", tc.v, got, tc.want)
 		}
 	}
+}
+
+// TestValidatePerReleaseShowsTheCharge (issue 28 item 5): `stage validate`'s
+// "per release" line, labelled charged, states what the budget book charges
+// one release at the calibration order — the mechanism's value rounded up
+// plus, for the Dirichlet mechanism, the release grid's residual — printed
+// never below it; before, it printed the calibration's ideal ε (6·10⁻⁵
+// short for the Dirichlet demos).
+func TestValidatePerReleaseShowsTheCharge(t *testing.T) {
+	const base = `histograms:
+  - {name: pages, field: page, bins: [home, search, other]}
+contribution: {max_windows_per_user: 5}
+privacy:
+  budget: {epsilon: 1, delta: 1.0e-10}
+  expected_users: 1000000
+  expected_events_per_release: 1500
+`
+	for _, mech := range []string{"dirichlet", "gaussian", "laplace"} {
+		t.Run(mech, func(t *testing.T) {
+			y := base + "  mechanism: " + mech + "\n"
+			p := mustPlanOf(t, y)
+			spec := p.Count.Mechanism.Spec()
+			charged, ok := p.Count.Charge.At(spec.Order)
+			if !ok {
+				t.Fatal("the charge has no point at the calibration order")
+			}
+			line := lineOf(validateOut(t, y), "per release")
+			i := strings.Index(line, "ε=")
+			j := strings.Index(line, ")-RDP charged")
+			if i < 0 || j < i {
+				t.Fatalf("per release line %q", line)
+			}
+			stated, err := strconv.ParseFloat(line[i+len("ε="):j], 64)
+			if err != nil || stated < charged || stated > charged*(1+1e-5) {
+				t.Errorf("per release line %q states ε=%v, the book charges %.17g at λ=%g", line, stated, charged, spec.Order)
+			}
+			if mech == "dirichlet" && !(stated > spec.RDPEpsilon+5e-5) {
+				t.Errorf("per release line %q: ε=%v lacks the grid residual (ideal %v)", line, stated, spec.RDPEpsilon)
+			}
+		})
+	}
+}
+
+// mustPlanOf parses the YAML y and derives its plan.
+func mustPlanOf(t *testing.T, y string) *plan.Plan {
+	t.Helper()
+	cfg, err := config.Parse([]byte(y), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := plan.DerivePlan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
