@@ -3,8 +3,6 @@ package mechanism
 import (
 	"math"
 	"math/big"
-
-	"github.com/dpstage/stage/internal/lib/special"
 )
 
 // # Charges rounded up (issue 28 item 5)
@@ -137,15 +135,7 @@ func (m *dirichletMech) UpperRDP(order float64) float64 {
 // twelve times that, is an upper bound. +Inf where the lowered argument is
 // not positive.
 func dirichletRDPUp(order, alphaEff, r, l2sq, linf float64) float64 {
-	if math.IsNaN(order) || math.IsInf(order, 0) || !(order > 1) {
-		return math.Inf(1)
-	}
-	t := (order - 1) * r * linf
-	arg := alphaEff - t - 0x1p-50*(alphaEff+t)
-	if !(arg > 0) {
-		return math.Inf(1)
-	}
-	return raiseRel(0.5*order*r*r*l2sq*special.Trigamma(arg), 0x1p-44)
+	return raiseRel(corollary3(order, alphaEff, r, l2sq, linf, 0x1p-50), 0x1p-44)
 }
 
 // UpperRDP is the exact worst case (its h₊, h₋ already raised by their
