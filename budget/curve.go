@@ -68,6 +68,12 @@ func CurveOf(m interface{ RDP(float64) float64 }, orders []float64) Curve {
 	if m == nil {
 		return Curve{err: &ArgumentError{Name: "mechanism", Value: math.NaN(), Want: "non-nil"}}
 	}
+	return curveWith(m, m.RDP, orders)
+}
+
+// curveWith samples rdp on orders with CurveOf's conservative rules (NaN
+// and negative values → +Inf; +Inf at orders ≥ m's MaxOrder).
+func curveWith(m any, rdp func(float64) float64, orders []float64) Curve {
 	if err := validateOrders(orders); err != nil {
 		return Curve{err: err}
 	}
@@ -83,7 +89,7 @@ func CurveOf(m interface{ RDP(float64) float64 }, orders []float64) Curve {
 	for i, o := range orders {
 		e := math.Inf(1)
 		if o < maxOrder {
-			if v := m.RDP(o); v >= 0 { // false for NaN and negative values
+			if v := rdp(o); v >= 0 { // false for NaN and negative values
 				e = v
 			}
 		}
@@ -244,7 +250,11 @@ func GridResidual(orders []float64, k float64) Curve {
 }
 
 // ChargeOf is the curve one release of m is charged on orders: m's RDP
-// curve ([CurveOf]) plus, when m's releases are floating-point draws
+// curve rounded up — mechanism.UpperRDPOf, the formula [CurveOf] samples
+// raised by a bound on its floating-point evaluation error, so that the
+// charge is never below the mechanism's exact curve at any order (issue 28
+// item 5: λΔ2²/(2σ²) evaluated to nearest fell an ulp short at about half
+// the orders) — plus, when m's releases are floating-point draws
 // rounded to the release grid (mechanism.Rounded: Dirichlet, every
 // calibration), the grid residual of its neighbours' changed coordinates
 // ([GridResidual], k = mechanism.GridCoordinates of m's sensitivity). The
@@ -253,8 +263,11 @@ func GridResidual(orders []float64, k float64) Curve {
 // (neither Δ1 nor Δ2² set) is charged +Inf at every order. Every planner and every charge of the stage uses it,
 // so what is planned is what is charged.
 func ChargeOf(m mechanism.Mechanism, orders []float64) Curve {
-	c := CurveOf(m, orders)
-	if m == nil || c.Err() != nil {
+	if m == nil {
+		return CurveOf(nil, orders)
+	}
+	c := curveWith(m, func(o float64) float64 { return mechanism.UpperRDPOf(m, o) }, orders)
+	if c.Err() != nil {
 		return c
 	}
 	spec := m.Spec()

@@ -10,7 +10,10 @@
 // formula is 000 eq. (11) and, solved for ε, 001 eq. (14)) over every order
 // of the grid ([ToEpsilon], [ToDelta]).
 //
-// What a release is charged is [ChargeOf]: the mechanism's curve plus, for
+// What a release is charged is [ChargeOf]: the mechanism's curve rounded
+// up (mechanism.UpperRDPOf: never below the exact value of the mechanism's
+// formula at any order, whatever the floating-point rounding; issue 28)
+// plus, for
 // a mechanism whose releases are floating-point draws rounded to the public
 // release grid (Dirichlet, every calibration), the grid residual
 // [GridResidual] (mechanism.GridResidualRDP has the derivation). The

@@ -54,8 +54,11 @@ func TestChargeOfAddsGridResidual(t *testing.T) {
 				t.Errorf("%s %s k=%v: charge at λ=%v is %.15g, want curve %.15g + residual = %.15g",
 					tc.spec.Kind, tc.spec.Calibration, k, pt.Order, pt.Epsilon, c, want)
 			}
-			// The charged form is within issue #21's ρ′ form (an upper bound).
-			if tc.residual && !math.IsInf(c, 1) && pt.Epsilon-c > residualIssueForm(pt.Order, k)*(1+1e-11) {
+			// The charged form is within issue #21's ρ′ form (an upper bound),
+			// up to the curve's own rounding up (mechanism.UpperRDP: a relative
+			// 1.7·10⁻¹² of the curve at most here, 2·10⁻⁸ of a curve of 1.1·10⁴
+			// next to the diffuse calibration's MaxOrder).
+			if tc.residual && !math.IsInf(c, 1) && pt.Epsilon-c > residualIssueForm(pt.Order, k)*(1+1e-11)+c*1e-11 {
 				t.Errorf("λ=%v: residual %.15g above the issue's form %.15g", pt.Order, pt.Epsilon-c, residualIssueForm(pt.Order, k))
 			}
 		}

@@ -44,8 +44,23 @@ func (c *Config) CollisionDelta() float64 {
 // [Config.CollisionDelta]. The δ·users checks ([DeltaUsersWarn], the
 // refusal at δ·users ≥ 1) apply to it.
 func (c *Config) TotalDelta() float64 {
-	return addUp(c.Privacy.Budget.Delta, c.CollisionDelta())
+	return c.TotalDeltaOf(c.Privacy.Budget.Delta)
 }
+
+// TotalDeltaOf is delta — a period's δ as the budget book holds it (the
+// configured one, or a lower one an earlier config of the period left as
+// its limit) — plus [Config.CollisionDelta], rounded up. With
+// privacy.expected_users it is the δ of the guarantee a release of that
+// period states as privacy.total_delta (issue 28 item 5); without it the
+// collision term exists too but cannot be computed, and no total is
+// stated ([Config.StatesTotalDelta]).
+func (c *Config) TotalDeltaOf(delta float64) float64 {
+	return addUp(delta, c.CollisionDelta())
+}
+
+// StatesTotalDelta reports whether the total δ can be stated: whether
+// privacy.expected_users gives the n of the collision term 2n·2⁻⁶⁴.
+func (c *Config) StatesTotalDelta() bool { return c.Privacy.ExpectedUsers > 0 }
 
 // addUp is a + b rounded toward +∞ (a, b ≥ 0).
 func addUp(a, b float64) float64 {

@@ -66,10 +66,21 @@ func (m *dirichletMech) RDP(order float64) float64 {
 // group) whose changes have Σ_g ‖Δ_g‖₂² ≤ Δ2² and ‖Δ_g‖∞ ≤ Δ∞ jointly satisfy
 // the same ε(λ′). TestGroupSplitDirichlet checks this with eq. (19).
 func dirichletRDP(order, alphaEff, r, l2sq, linf float64) float64 {
+	return corollary3(order, alphaEff, r, l2sq, linf, 0)
+}
+
+// corollary3 evaluates dirichletRDP's bound with ψ′'s argument lowered by
+// lower·(α_eff + (λ′−1)·r·Δ∞): 0 for dirichletRDP, a rounding allowance
+// for dirichletRDPUp (upper.go).
+func corollary3(order, alphaEff, r, l2sq, linf, lower float64) float64 {
 	if math.IsNaN(order) || math.IsInf(order, 0) || !(order > 1) {
 		return math.Inf(1)
 	}
-	arg := alphaEff - (order-1)*r*linf
+	t := (order - 1) * r * linf
+	arg := alphaEff - t
+	if lower > 0 {
+		arg -= lower * (alphaEff + t)
+	}
 	if !(arg > 0) {
 		return math.Inf(1)
 	}

@@ -159,9 +159,18 @@ type Privacy struct {
 	SpentEpsilon float64 `json:"spent_epsilon"`
 	// BudgetEpsilon is the period's total ε.
 	BudgetEpsilon float64 `json:"budget_epsilon"`
-	Delta         float64 `json:"delta"`
-	PeriodStart   string  `json:"period_start"`
-	PeriodEnd     string  `json:"period_end"`
+	// Delta is the period's δ in the budget (privacy.budget.delta, or the
+	// lower limit an earlier config of the period left): the δ at which
+	// SpentEpsilon and BudgetEpsilon are stated.
+	Delta float64 `json:"delta"`
+	// TotalDelta is the δ of the period's whole guarantee (BudgetEpsilon,
+	// TotalDelta): Delta plus the user-hash collision term 2n·2⁻⁶⁴ for
+	// n = privacy.expected_users (config.Config.CollisionDelta). Omitted
+	// when expected_users is not set: the term exists then too but is not
+	// known to the stage (issue 28 item 5).
+	TotalDelta  float64 `json:"total_delta,omitempty"`
+	PeriodStart string  `json:"period_start"`
+	PeriodEnd   string  `json:"period_end"`
 }
 
 // Status is the message published instead of a release when the release was
@@ -177,6 +186,7 @@ type Status struct {
 		SpentEpsilon  float64 `json:"spent_epsilon"`
 		BudgetEpsilon float64 `json:"budget_epsilon"`
 		Delta         float64 `json:"delta"`
+		TotalDelta    float64 `json:"total_delta,omitempty"` // as Privacy.TotalDelta
 		PeriodStart   string  `json:"period_start"`
 		PeriodEnd     string  `json:"period_end"`
 	} `json:"privacy"`

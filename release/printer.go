@@ -40,15 +40,24 @@ func (p *Printer) Print(r *Release) {
 		// The cross-window bound: the period's reservation for this
 		// histogram was charged with its first release of the period and
 		// covers the later ones (not an exhausted budget).
-		fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period charged ε=%.4g of %.4g at δ=%g (reserved up front for %d windows per user; later releases are covered)\n",
-			r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta, w)
+		fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period charged ε=%.4g of %.4g at δ=%g (reserved up front for %d windows per user; later releases are covered)%s\n",
+			r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta, w, totalDeltaNote(r.Privacy.TotalDelta))
 	} else {
-		fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period spent ε=%.4g of %.4g at δ=%g\n",
-			r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta)
+		fmt.Fprintf(&b, "  privacy: this release (λ=%g, ε=%.4g)-RDP; period spent ε=%.4g of %.4g at δ=%g%s\n",
+			r.Privacy.Order, r.Privacy.RDPEpsilon, r.Privacy.SpentEpsilon, r.Privacy.BudgetEpsilon, r.Privacy.Delta, totalDeltaNote(r.Privacy.TotalDelta))
 	}
 	p.mu.Lock()
 	_, _ = io.WriteString(p.w, b.String())
 	p.mu.Unlock()
+}
+
+// totalDeltaNote states the guarantee's total δ (Privacy.TotalDelta), ""
+// when the release carries none.
+func totalDeltaNote(total float64) string {
+	if total <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; guarantee total δ=%.3g with user-hash collisions", total)
 }
 
 // PrintStatus renders a status message (a release that was not made).

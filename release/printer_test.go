@@ -21,6 +21,7 @@ func TestPrinter(t *testing.T) {
 	}{
 		{"per window", 0, []string{"home    75.0% ██████████████████████████████", "period spent ε=0.5 of 1 at δ=1e-06"}, "reserved"},
 		{"reservation", 5, []string{"period charged ε=1 of 1 at δ=1e-06 (reserved up front for 5 windows per user; later releases are covered)"}, "period spent"},
+		{"total δ", 5, []string{"at δ=1e-06 (reserved up front for 5 windows per user; later releases are covered); guarantee total δ=1e-06 with user-hash collisions"}, "period spent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -30,6 +31,9 @@ func TestPrinter(t *testing.T) {
 			r.Privacy.SpentEpsilon, r.Privacy.ChargeWindows = 0.5, tc.windows
 			if tc.windows > 0 {
 				r.Privacy.SpentEpsilon = 1
+			}
+			if tc.name == "total δ" { // issue 28 item 5: δ + 2n·2⁻⁶⁴
+				r.Privacy.TotalDelta = 1.0000032e-6
 			}
 			release.NewPrinter(&out).Print(r)
 			for _, w := range tc.want {

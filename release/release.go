@@ -482,6 +482,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 				SpentEpsilon:     total.Epsilon,
 				BudgetEpsilon:    total.LimitEpsilon,
 				Delta:            total.LimitDelta,
+				TotalDelta:       r.totalDelta(total.LimitDelta),
 				PeriodStart:      RFC3339(period),
 				PeriodEnd:        RFC3339(period + r.periodMs),
 			},
@@ -496,6 +497,17 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 		u.Messages = append(u.Messages, ledger.Message{Key: []byte(hist.Name + "/" + group), Value: v})
 	}
 	return c, nil
+}
+
+// totalDelta is the privacy.total_delta a message of a period whose
+// budget δ is delta states: delta plus the user-hash collision term
+// (config.Config.TotalDeltaOf), or 0 (omitted) without
+// privacy.expected_users.
+func (r *Releaser) totalDelta(delta float64) float64 {
+	if !r.cfg.StatesTotalDelta() {
+		return 0
+	}
+	return r.cfg.TotalDeltaOf(delta)
 }
 
 // exhausted fills u with the budget_exhausted status instead of a release
@@ -519,6 +531,7 @@ func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge)
 	st.Privacy.SpentEpsilon = total.Epsilon
 	st.Privacy.BudgetEpsilon = total.LimitEpsilon
 	st.Privacy.Delta = total.LimitDelta
+	st.Privacy.TotalDelta = r.totalDelta(total.LimitDelta)
 	st.Privacy.PeriodStart = RFC3339(u.Period)
 	st.Privacy.PeriodEnd = RFC3339(u.Period + r.periodMs)
 	v, err := json.Marshal(&st)
@@ -585,6 +598,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 			SpentEpsilon:   total.Epsilon,
 			BudgetEpsilon:  total.LimitEpsilon,
 			Delta:          total.LimitDelta,
+			TotalDelta:     r.totalDelta(total.LimitDelta),
 			PeriodStart:    RFC3339(period),
 			PeriodEnd:      RFC3339(period + r.periodMs),
 		},

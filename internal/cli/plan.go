@@ -231,12 +231,12 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	if spec.Calibration != "" {
 		mech += " (" + string(spec.Calibration) + ")"
 	}
-	fmt.Fprintf(tw, "guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
+	fmt.Fprintf(tw, "guarantee\t%s\n", guaranteeLine(cfg, plan))
 	fmt.Fprintf(tw, "composition\t%s\n", compositionLine(cfg, plan, "histograms"))
 	fmt.Fprintf(tw, "neighbour\t%s, max %d event(s) per user per window  (Δ1=%g Δ2²=%g Δ∞=%g)\n", plan.Neighbour,
 		cfg.Contribution.MaxEventsPerUser, cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "mechanism\t%s\n", mech)
-	fmt.Fprintf(tw, "per release\t(λ=%g, ε=%.6g)-RDP%s\n", spec.Order, spec.RDPEpsilon, perReleaseNote(plan))
+	fmt.Fprintf(tw, "per release\t%s\n", perReleaseLine(plan))
 	switch spec.Kind {
 	case mechanism.Dirichlet:
 		fmt.Fprintf(tw, "parameters\tα=%.6g r=%.6g (release Dir(r·x + α))\n", params.Alpha, params.R)

@@ -229,14 +229,21 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 		zap.Float64("budget_epsilon", p.Epsilon), zap.Float64("budget_delta", p.Delta),
 		zap.Duration("period", cfg.Privacy.Budget.Period.D()), zap.Int("charges_per_period", p.Charges()),
 	}
+	if cfg.StatesTotalDelta() { // the guarantee's δ: budget_delta plus the user-hash collision term
+		fields = append(fields, zap.Float64("total_delta", cfg.TotalDeltaOf(p.Delta)))
+	}
 	if p.Count != nil {
 		spec := p.Count.Mechanism.Spec()
 		fields = append(fields,
 			zap.String("mechanism", string(spec.Kind)), zap.String("calibration", string(spec.Calibration)),
-			zap.Float64("order", spec.Order), zap.Float64("mechanism_rdp_epsilon_per_release", spec.RDPEpsilon))
-		// What a release is charged: the mechanism's curve plus the release
-		// grid's residual for the floating-point mechanisms (budget.ChargeOf),
-		// as each release's own "this release (λ, ε)" line says.
+			zap.Float64("order", spec.Order), zap.Float64("calibration_target_rdp_epsilon", spec.RDPEpsilon),
+			// The calibrated mechanism's own value: at most the target (the
+			// samplers round their scales up: more noise).
+			zap.Float64("mechanism_rdp_epsilon_per_release", p.Count.Mechanism.RDP(spec.Order)))
+		// What a release is charged: the mechanism's curve rounded up plus
+		// the release grid's residual for the floating-point mechanisms
+		// (budget.ChargeOf), as each release's own "this release (λ, ε)"
+		// line says; never below the mechanism's value.
 		if charged, ok := budget.ChargeOf(p.Count.Mechanism, []float64{spec.Order}).At(spec.Order); ok {
 			fields = append(fields, zap.Float64("charged_rdp_epsilon_per_release", charged))
 		}

@@ -114,7 +114,7 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, int) {
 func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(w, "config OK\n\nprivacy plan\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "  guarantee\t(ε=%g, δ=%g)-DP per user per %s\n", plan.Epsilon, plan.Delta, cfg.Privacy.Budget.Period.D())
+	fmt.Fprintf(tw, "  guarantee\t%s\n", guaranteeLine(cfg, plan))
 	fmt.Fprintf(tw, "  δ and users\t%s\n", deltaUsers(cfg))
 	printAveragePlan(tw, cfg, plan)
 	if plan.Count != nil {
@@ -186,7 +186,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
-	fmt.Fprintf(tw, "  per release\t(λ=%g, ε=%.6g)-RDP%s\n", spec.Order, spec.RDPEpsilon, perReleaseNote(plan))
+	fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan))
 	switch {
 	case params.Alpha > 0:
 		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
@@ -275,6 +275,30 @@ func viewComposition(cfg *config.Config, p *plan.Plan) string {
 	return s
 }
 
+// perReleaseLine states what one count release (one histogram's window)
+// is charged at the calibration order: the charged value (the budget
+// book's, budget.ChargeOf: the mechanism's curve rounded up, plus the
+// release grid's residual for the floating-point mechanisms), printed
+// rounded up, and what it is made of — not the calibration's ideal target
+// (issue 28 item 5).
+func perReleaseLine(p *plan.Plan) string {
+	cp := p.Count
+	spec := cp.Mechanism.Spec()
+	charged, ok := cp.Charge.At(spec.Order)
+	if !ok { // the plans put the calibration order on the grid
+		charged = budget.ChargeOf(cp.Mechanism, []float64{spec.Order}).Epsilons()[0]
+	}
+	parts := fmt.Sprintf("the mechanism's ε=%.6g", cp.Mechanism.RDP(spec.Order))
+	if mechanism.Rounded(spec.Kind) {
+		parts += fmt.Sprintf(" + the release grid's residual %.6g", mechanism.GridResidualRDP(spec.Order, mechanism.GridCoordinates(spec.Sensitivity)))
+	}
+	charge := " charged"
+	if note := perReleaseNote(p); note != "" {
+		charge = note
+	}
+	return fmt.Sprintf("(λ=%g, ε=%s)-RDP%s: %s, rounded up (calibrated to ε=%.6g)", spec.Order, fmtUpDigits(charged, 6), charge, parts, spec.RDPEpsilon)
+}
+
 // perReleaseNote says, with the cross-window bound under replace, that the
 // per-release curve is max(c_r, 2·c_a) (plan's package doc).
 func perReleaseNote(plan *plan.Plan) string {
@@ -301,14 +325,55 @@ func replaceTwice(plan *plan.Plan) string {
 	return ""
 }
 
+// guaranteeLine states the period's guarantee with the total δ: the
+// budget's δ plus the user-hash collision term 2n·2⁻⁶⁴ (config.Config.
+// CollisionDelta), as a number with privacy.expected_users, else as a
+// formula in n (issue 28 item 5).
+func guaranteeLine(cfg *config.Config, p *plan.Plan) string {
+	period := cfg.Privacy.Budget.Period.D()
+	if !cfg.StatesTotalDelta() {
+		return fmt.Sprintf("(ε=%g, δ=%g + 2n·2⁻⁶⁴)-DP per user per %s, n the users of a period (collisions of the 64-bit user hashes; set privacy.expected_users to state the total)",
+			p.Epsilon, p.Delta, period)
+	}
+	return fmt.Sprintf("(ε=%g, δ=%s)-DP per user per %s (δ = %g of the budget + %s for user-hash collisions among privacy.expected_users = %d)",
+		p.Epsilon, fmtUp(cfg.TotalDeltaOf(p.Delta)), period, p.Delta, fmtUp(cfg.CollisionDelta()), cfg.Privacy.ExpectedUsers)
+}
+
+// fmtUp formats v ≥ 0 so that the printed number is never below v (a
+// stated δ must be an upper bound; %.3g rounds to nearest): the shortest
+// of 3 to 6 significant digits that does not round down, else 6 digits
+// rounded up.
+func fmtUp(v float64) string { return fmtUpDigits(v, 3) }
+
+// fmtUpDigits is fmtUp with lo to lo+3 significant digits.
+func fmtUpDigits(v float64, lo int) string {
+	if !(v > 0) || math.IsInf(v, 1) {
+		return strconv.FormatFloat(v, 'g', lo, 64)
+	}
+	hi := lo + 3
+	for digits := lo; digits <= hi; digits++ {
+		s := strconv.FormatFloat(v, 'g', digits, 64)
+		if r, err := strconv.ParseFloat(s, 64); err == nil && r >= v {
+			return s
+		}
+	}
+	scale := math.Pow(10, math.Floor(math.Log10(v))-float64(hi-1))
+	for c := math.Floor(v / scale); ; c++ {
+		s := strconv.FormatFloat(c*scale, 'g', hi, 64)
+		if r, _ := strconv.ParseFloat(s, 64); r >= v {
+			return s
+		}
+	}
+}
+
 // deltaUsers says how δ compares with the number of users: the guarantee
 // means something only while δ·users ≪ 1 (see config.MaxDelta).
 func deltaUsers(cfg *config.Config) string {
 	d, n := cfg.Privacy.Budget.Delta, cfg.Privacy.ExpectedUsers
 	if n > 0 {
 		total := cfg.TotalDelta()
-		return fmt.Sprintf("total δ = %.3g (δ = %g + user-hash collisions 2n·2⁻⁶⁴ = %.3g); δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)",
-			total, d, cfg.CollisionDelta(), total*float64(n), n, config.DeltaUsersWarn)
+		return fmt.Sprintf("total δ = %s (δ = %g + user-hash collisions 2n·2⁻⁶⁴ = %s); δ·users = %.3g for privacy.expected_users = %d (keep it ≤ %g)",
+			fmtUp(total), d, fmtUp(cfg.CollisionDelta()), total*float64(n), n, config.DeltaUsersWarn)
 	}
 	return fmt.Sprintf("δ·users ≤ %g up to %s users per period (set privacy.expected_users to check yours; the total δ adds 2n·2⁻⁶⁴ for user-hash collisions among n users)",
 		config.DeltaUsersWarn, strconv.FormatFloat(math.Round(config.DeltaUsersWarn/d), 'f', 0, 64))

@@ -189,7 +189,7 @@ func TestBrowserDashboard(t *testing.T) {
 	if len(bv.Periods) == 0 || spent > bv.Periods[len(bv.Periods)-1].SpentEpsilon {
 		t.Errorf("gauge says ε %v spent, the API %s", spent, body)
 	}
-	if !strings.Contains(dom, "for each user, everything published per period of 1 hour is together (ε = 10, δ = 10⁻⁶)-differentially private") {
+	if !strings.Contains(dom, "for each user, everything published per period of 1 hour is together (ε = 10, δ = 10⁻⁶ + 2n·2⁻⁶⁴)-differentially private") {
 		t.Errorf("the page does not state the guarantee")
 	}
 

@@ -61,7 +61,8 @@ var (
 	budgetSchema  = map[string]bool{"budget_epsilon": true, "delta": true, "period_seconds": true, "periods": true,
 		"periods[].period_start": true, "periods[].period_end": true, "periods[].spent_epsilon": true,
 		"periods[].budget_epsilon": true, "periods[].remaining_epsilon": true, "periods[].delta": true,
-		"charging": true, "note": true} // how the public config charges a period (issue 23 item 3)
+		"charging": true, "note": true, // how the public config charges a period (issue 23 item 3)
+		"total_delta": true} // the guarantee's δ with the user-hash collision term (issue 28 item 5)
 	layoutSchema = map[string]bool{"histograms": true, "histograms[].name": true, "histograms[].bins": true,
 		"histograms[].groups": true, "histograms[].window_seconds": true, "window_seconds": true, "mechanism": true, "calibration": true, "band_level": true,
 		"budget_charging": true,

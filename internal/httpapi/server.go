@@ -491,8 +491,15 @@ func (s *Server) declared(hist, group string) bool {
 // each period seen since the start has spent (every release message
 // carries the same numbers).
 type BudgetView struct {
-	BudgetEpsilon float64                 `json:"budget_epsilon"`
-	Delta         float64                 `json:"delta"`
+	BudgetEpsilon float64 `json:"budget_epsilon"`
+	// Delta is privacy.budget.delta: the δ the spent and budget ε are
+	// stated at.
+	Delta float64 `json:"delta"`
+	// TotalDelta is the δ of the guarantee: Delta plus the user-hash
+	// collision term 2n·2⁻⁶⁴ for n = privacy.expected_users (what every
+	// release carries as privacy.total_delta); omitted without
+	// expected_users, whose n the term needs (issue 28 item 5).
+	TotalDelta    float64                 `json:"total_delta,omitempty"`
 	PeriodSeconds float64                 `json:"period_seconds"`
 	Periods       []pipeline.BudgetStatus `json:"periods"`
 	// Charging is how a period's budget is charged (public config):
@@ -537,6 +544,9 @@ func (s *Server) budget(w http.ResponseWriter, _ *http.Request) {
 	}
 	if v.Charging == ChargingReservation {
 		v.Note = NoteReservation
+	}
+	if s.cfg.StatesTotalDelta() {
+		v.TotalDelta = s.cfg.TotalDelta()
 	}
 	if src := s.source(); src != nil {
 		if b := src.Budget(); b != nil {
