@@ -46,6 +46,10 @@ type stage struct {
 	// written and read by the active releaser only (one lead at a time,
 	// runReleaser).
 	progressID string
+	// leadCut, when set (tests), is called when the active releaser has
+	// been told to stop (lost: its group session was lost) — after its
+	// loop's context ended, before it is waited for.
+	leadCut func(lost bool)
 }
 
 // Run runs both roles of the distributed mode on n until ctx ends (a soft

@@ -47,12 +47,30 @@ import (
 // At most once: a window is recorded by one transaction of the log's one
 // transactional id; a releaser that lost partition 0 — revoked, lost, or
 // paused past its session — either stopped before its next ledger write
-// (revocation cancels it at once) or is fenced at it (the new releaser
-// opened the log first), so no two releasers record the same window, and
+// (revocation cancels it at once; after a lost session only the write in
+// flight runs on, below) or is fenced at it (the new releaser opened the
+// log first), so no two releasers record the same window, and
 // the new one, restoring the log, skips what the old one recorded and
 // republishes its values. The commit of the partials offset only saves
 // re-reading: a commit lost to a crash makes the next releaser read
 // partials of recorded windows again, and skip them.
+//
+// A zombie learns that it was fenced (issue 28 item 7). A releaser paused
+// past its session (SIGSTOP, a long GC pause) is told on resuming, at its
+// next heartbeat, that the group dropped it (OnRevoked, lost). It then
+// records no further window, but the ledger write it had in flight when it
+// was paused is not cut: it runs on (for at most lostWriteGrace) to the
+// broker's answer — committed, or refused because a newer owner opened the
+// log. Cutting it left the log dead with the outcome unknown, so the probe
+// below could not ask, and the zombie stood down and ran on as a standby
+// unaware (a write is in flight a good share of a busy releaser's time).
+// The lead then returns, and a lead whose session was lost asks the log
+// whether it was fenced (fencedProbe, at most fencedProbeTimeout). So a
+// resumed zombie whose brokers answer exits with the fenced error within
+// ZombieExitWithin of resuming; one whose brokers do not answer cannot
+// learn either way, and stands down with its log closed (it releases
+// nothing unless given the partials topic again, when it opens the log
+// anew and fences in turn).
 
 // runReleaser is the releaser role: a member of the release group until
 // ctx ends, releasing while it holds the partials topic's partition.
@@ -60,9 +78,10 @@ func (s *stage) runReleaser(ctx context.Context) error {
 	left := s.leaveLimit(ctx)
 	var (
 		mu sync.Mutex // guards stop and done: the group callbacks start and stop the active releaser
-		// stop ends the active releaser (nil when standby); done is closed
-		// when it has returned.
-		stop func()
+		// stop ends the active releaser (nil when standby); lost says its
+		// group session was lost (its write in flight runs on, see
+		// above). done is closed when it has returned.
+		stop func(lost bool)
 		done chan struct{}
 	)
 	// lost: the group session was lost while this instance held the
@@ -73,13 +92,16 @@ func (s *stage) runReleaser(ctx context.Context) error {
 	// ErrDataLoss): a lead commits no partials offset after one (lead).
 	var resets atomic.Int64
 	errc := make(chan error, 1)
-	end := func() {
+	end := func(lost bool) {
 		mu.Lock()
 		st, d := stop, done
 		stop, done = nil, nil
 		mu.Unlock()
 		if st != nil {
-			st()
+			st(lost)
+			if s.leadCut != nil {
+				s.leadCut(lost)
+			}
 			<-d
 		}
 	}
@@ -93,19 +115,31 @@ func (s *stage) runReleaser(ctx context.Context) error {
 		}
 		// The active releaser's context ends on a revocation at once (lead)
 		// and on a soft stop only once the release in flight is published
-		// (publishContext).
+		// (publishContext). Its ledger writes' context ends with it, except
+		// after a lost session: then the write in flight runs on to the
+		// broker's answer, for at most lostWriteGrace.
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		wctx, cancelW := context.WithCancel(context.WithoutCancel(ctx))
 		d := make(chan struct{})
-		stop, done = cancel, d
+		stop, done = func(lost bool) {
+			cancel()
+			if !lost {
+				cancelW()
+				return
+			}
+			t := time.AfterFunc(lostWriteGrace, cancelW)
+			context.AfterFunc(wctx, func() { t.Stop() })
+		}, d
 		go func() { // owner: runReleaser, through stop/done
 			defer close(d)
+			defer cancelW()
 			defer cancel()
 			select {
 			case <-rdy:
 			case <-lctx.Done():
 				return
 			}
-			if err := s.lead(ctx, lctx, r, &lost, &resets); err != nil {
+			if err := s.lead(ctx, lctx, wctx, r, &lost, &resets); err != nil {
 				select {
 				case errc <- err:
 				default:
@@ -131,7 +165,7 @@ func (s *stage) runReleaser(ctx context.Context) error {
 		OnRevoked: func(wasLost bool) {
 			s.Log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
 			lost.Store(wasLost)
-			end()
+			end(wasLost)
 		},
 	})
 	if err != nil {
@@ -145,7 +179,7 @@ func (s *stage) runReleaser(ctx context.Context) error {
 	case <-ctx.Done():
 	case runErr = <-errc:
 	}
-	end()
+	end(false)
 	r.CloseWithin(left())
 	return runErr
 }
@@ -163,19 +197,28 @@ func (s *stage) runReleaser(ctx context.Context) error {
 // stops the stage with the fenced error; a releaser whose session lapsed
 // before anyone took over stands down and rejoins as a standby.
 //
+// The ledger writes run under wctx, which ends with lctx except after a
+// lost session, when it ends lostWriteGrace later: the write in flight
+// then gets the broker's answer (a fenced one stops the stage) instead of
+// being cut into an unknown outcome that leaves the log unable to answer
+// the probe. No window is recorded and no log is opened or pruned once
+// lctx has ended; what was recorded may still be published (and marked).
+//
 // resets counts the reader's data-loss resets (kgo's ErrDataLoss): after
 // one, the offsets read may restart lower (a topic recreated while read),
 // so the merger's commit point would mix two offset sequences; the lead
 // then commits no partials offset any more (a restart re-reads from the
 // last commit and skips what is recorded).
-func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool, resets *atomic.Int64) (err error) {
+func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, lost *atomic.Bool, resets *atomic.Int64) (err error) {
 	either, cancel := node.JoinContexts(soft, lctx)
 	defer cancel()
+	writes, cancelW := node.JoinContexts(soft, wctx) // either, for ledger writes
+	defer cancelW()
 	n, err := kafkapartial.InputPartitions(either, r.Client(), s.Cfg.Kafka.InputTopic)
 	if err != nil {
 		return s.leadErr(either, fmt.Errorf("distributed: count the input topic's partitions: %w", err))
 	}
-	led, err := s.OpenKafkaLedger(either)
+	led, err := s.OpenKafkaLedger(either) // no opening (fencing) after a lost session
 	if err != nil {
 		return s.leadErr(either, err)
 	}
@@ -189,10 +232,13 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		s.Ready.Releasing.Store(false)
 		_ = led.Close()
 	}()
-	if err := s.Attach(either, led); err != nil {
+	if err := s.Attach(writes, led); err != nil {
 		return s.leadErr(either, err)
 	}
-	pubCtx, cancelPub := s.PublishContext(soft, lctx)
+	if either.Err() != nil {
+		return nil // revoked or lost while attaching (the write in flight has answered)
+	}
+	pubCtx, cancelPub := s.PublishContext(soft, wctx)
 	err = s.RepublishPending(pubCtx)
 	cancelPub()
 	if err != nil {
@@ -208,7 +254,7 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.loadProgressID(either, r.Client()); err != nil {
 		return s.leadErr(either, err)
 	}
-	_, since, err := s.LimitNewHistograms(either, resume, s.progressIDKeys())
+	_, since, err := s.LimitNewHistograms(writes, resume, s.progressIDKeys())
 	if err == nil {
 		err = s.checkProgressID(resume, since)
 	}
@@ -344,7 +390,7 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 			if len(batch) == 0 {
 				return nil
 			}
-			pubCtx, cancel := s.PublishContext(soft, lctx)
+			pubCtx, cancel := s.PublishContext(soft, wctx)
 			err := s.PublishUnits(pubCtx, batch, passedAt)
 			cancel()
 			batch = batch[:0]
@@ -362,7 +408,7 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 				}
 				checked = true
 			}
-			recCtx, cancel := s.PublishContext(soft, lctx)
+			recCtx, cancel := s.PublishContext(soft, wctx)
 			means := avgs.means(w)
 			units, err := s.Rel.RecordAdmitted(recCtx, w.Start, w, means, nil)
 			cancel()
@@ -384,8 +430,8 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 		if err := flush(); err != nil {
 			return s.releaseErr(soft, lctx, closedTo, err)
 		}
-		if closedTo != math.MinInt64 {
-			s.PruneRunning(either, &prunedFrom)
+		if closedTo != math.MinInt64 && lctx.Err() == nil {
+			s.PruneRunning(writes, &prunedFrom)
 		}
 		if off, ok := m.Reread(); ok {
 			// The next window's partials that came while it was past the
@@ -473,6 +519,30 @@ func (s *stage) logForeign(offset int64, p *partial.Partial, n int) {
 		append(fields, zap.String("partial_config", p.Config), zap.String("releaser_config", s.CountingConfig))...)
 }
 
+// lostWriteGrace is how long the ledger write in flight when the group
+// session was lost runs on, to the broker's answer, before it is cut
+// (runReleaser): a refusal or a commit takes a request round trip or two
+// when the brokers answer (kgo retries a coordinator move or a concurrent
+// transaction within it); only brokers that do not answer reach it.
+// fencedProbeTimeout bounds the probe that follows (fencedProbe).
+const (
+	lostWriteGrace     = 10 * time.Second
+	fencedProbeTimeout = 10 * time.Second
+)
+
+// ZombieExitWithin bounds how long a releaser that resumes after a pause
+// past its group session (sessionTimeout, kafka.session_timeout) and was
+// taken over keeps running, from its resumption to its exit with the
+// fenced error, when its brokers answer: kgo's next heartbeat
+// (kafkapartial.HeartbeatInterval) is answered that the group dropped it;
+// the ledger write it had in flight gets the broker's answer within
+// lostWriteGrace; the fence probe within fencedProbeTimeout. Each is a
+// request round trip or two in practice: 0.07 to 0.73 s from SIGCONT to the
+// exit, measured with three processes on a 2-core machine at load 19–30.
+func ZombieExitWithin(sessionTimeout time.Duration) time.Duration {
+	return kafkapartial.HeartbeatInterval(sessionTimeout) + lostWriteGrace + fencedProbeTimeout
+}
+
 // mergeSumsLimit, when > 0, is the merger's sums limit in windows (tests
 // only: partial.Merger.SetSumsLimit; its default otherwise).
 var mergeSumsLimit int
@@ -557,7 +627,7 @@ func (s *stage) ensureInternalTopics(ctx context.Context) error {
 // record went through (nobody took the log over; it is left unchanged).
 // Any other failure is logged: the instance stands down either way.
 func (s *stage) fencedProbe(led *kafkalog.Log) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), fencedProbeTimeout)
 	defer cancel()
 	next, err := s.ResumeWindow()
 	if err == nil {

@@ -122,11 +122,21 @@ type releaser struct {
 // Run does.
 func (e *distEnv) start(t *testing.T) *releaser {
 	t.Helper()
+	return e.startWith(t, nil)
+}
+
+// startWith is start with edit (nil: none) applied to the stage before it
+// runs (test hooks).
+func (e *distEnv) startWith(t *testing.T, edit func(*stage)) *releaser {
+	t.Helper()
 	n, err := node.New(node.Options{Config: e.cfg, Brokers: e.b.Addrs(), DrainTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &stage{Node: n}
+	if edit != nil {
+		edit(s)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &releaser{s: s, cancel: cancel, done: make(chan error, 1)}
 	s.SetFail(func(err error) { t.Errorf("stage failed: %v", err); cancel() })
@@ -714,7 +724,34 @@ func TestDistReleaserLostStops(t *testing.T) {
 	if s2.s.Ready.Releasing.Load() {
 		active, standby = s2, s1
 	}
-	// The active member is the one assigned partition 0.
+	// The lost member rejoins with a new id; keep new members out until
+	// the old one has expired and the standby holds the partition.
+	e.loseSession(t, e.releaseHolder(t), 4*time.Second)
+	waitFor(t, "the lost releaser to close its log", 10*time.Second, func() bool { return !active.s.Ready.Releasing.Load() })
+	waitFor(t, "the standby to take over", 20*time.Second, func() bool { return standby.s.Ready.Releasing.Load() })
+	for p := range e.n {
+		e.emit(t, tr, 1, p)
+	}
+	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, 2*time.Second)
+	for k, r := range checkOnce(t, out, 2) {
+		checkExact(t, r, tr[k])
+	}
+	if n := standby.s.Stats.Releases.Load(); n != unitsPerWindow {
+		t.Errorf("the standby published %d releases, want %d (window 1)", n, unitsPerWindow)
+	}
+	select {
+	case err := <-active.done:
+		t.Fatalf("the releaser that lost the partition stopped: %v", err)
+	default:
+	}
+}
+
+// releaseHolder returns the member id of the release group's member
+// assigned partition 0 of the partials topic (the active releaser). The
+// group may be between generations (a second member joining): it asks
+// until a stable group names the holder.
+func (e *distEnv) releaseHolder(t *testing.T) string {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()))
 	if err != nil {
 		t.Fatal(err)
@@ -722,8 +759,6 @@ func TestDistReleaserLostStops(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// The group may be between generations (the second member joining):
-	// ask until a stable group names the holder.
 	var member string
 	waitFor(t, "the holder of the partials topic", 10*time.Second, func() bool {
 		groups, err := kadm.NewClient(cl).DescribeGroups(ctx, e.cfg.Kafka.ReleaseGroupID())
@@ -745,6 +780,15 @@ func TestDistReleaserLostStops(t *testing.T) {
 		}
 		return member != ""
 	})
+	return member
+}
+
+// loseSession makes the release group drop member as after a pause past
+// its session: the broker answers its heartbeats UNKNOWN_MEMBER_ID, and
+// keeps new members out of the group (the lost one rejoins with a new id)
+// for keepOut.
+func (e *distEnv) loseSession(t *testing.T, member string, keepOut time.Duration) {
+	t.Helper()
 	lostAt := time.Now()
 	c := e.b.Cluster()
 	c.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -757,35 +801,16 @@ func TestDistReleaserLostStops(t *testing.T) {
 		resp.ErrorCode = kerr.UnknownMemberID.Code
 		return resp, nil, true
 	})
-	// The lost member rejoins with a new id; keep new members out until
-	// the old one has expired and the standby holds the partition.
 	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		jg := req.(*kmsg.JoinGroupRequest)
-		if jg.Group != e.cfg.Kafka.ReleaseGroupID() || jg.MemberID != "" || time.Since(lostAt) > 4*time.Second {
+		if jg.Group != e.cfg.Kafka.ReleaseGroupID() || jg.MemberID != "" || time.Since(lostAt) > keepOut {
 			return nil, nil, false
 		}
 		resp := jg.ResponseKind().(*kmsg.JoinGroupResponse)
 		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
 		return resp, nil, true
 	})
-	waitFor(t, "the lost releaser to close its log", 10*time.Second, func() bool { return !active.s.Ready.Releasing.Load() })
-	waitFor(t, "the standby to take over", 20*time.Second, func() bool { return standby.s.Ready.Releasing.Load() })
-	for p := range e.n {
-		e.emit(t, tr, 1, p)
-	}
-	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, 2*time.Second)
-	for k, r := range checkOnce(t, out, 2) {
-		checkExact(t, r, tr[k])
-	}
-	if n := standby.s.Stats.Releases.Load(); n != unitsPerWindow {
-		t.Errorf("the standby published %d releases, want %d (window 1)", n, unitsPerWindow)
-	}
-	select {
-	case err := <-active.done:
-		t.Fatalf("the releaser that lost the partition stopped: %v", err)
-	default:
-	}
 }
 
 // TestDistReleaserRefusesOtherCountingConfig: a bounder still on another

@@ -77,7 +77,7 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 		}),
 	}
 	if cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(max(cfg.SessionTimeout/5, 100*time.Millisecond)))
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(HeartbeatInterval(cfg.SessionTimeout)))
 	}
 	kctx, kill := context.WithCancel(context.Background())
 	cl, err := kgo.NewClient(append(append(opts, kgo.WithContext(kctx)), cfg.Opts...)...)
@@ -86,6 +86,14 @@ func NewReader(cfg ReaderConfig) (*Reader, error) {
 		return nil, fmt.Errorf("kafkapartial: release group client: %w", err)
 	}
 	return &Reader{cl: cl, kill: kill, topic: cfg.Topic, warn: cfg.Warn}, nil
+}
+
+// HeartbeatInterval is the release group member's heartbeat interval
+// for a session timeout: a fifth of it, at least 100 ms. A member paused
+// past its session learns that the group dropped it from the first
+// heartbeat answered after it resumes (its timer is due by then).
+func HeartbeatInterval(sessionTimeout time.Duration) time.Duration {
+	return max(sessionTimeout/5, 100*time.Millisecond)
 }
 
 func has0(ps []int32) bool {
