@@ -223,9 +223,13 @@ func TestFeatureHistogramWindow(t *testing.T) {
 				}
 				batch := e2e.StreamFrom(b.Add(50*time.Millisecond), base/2, 1, 24)
 				for j := range batch {
-					// Users of window 0 come back in window 2, of 1 in 3,
-					// on the other device; a quarter come only once.
-					batch[j].User = fmt.Sprintf("%s-%d", batch[j].User, i%2)
+					// Every batch's users come back in every later batch
+					// (from the third on, on the other device); a quarter
+					// come only once. So any two batches in one long
+					// window make its bound bind, wherever a loaded
+					// machine's delays put them (a batch produced late
+					// lands in a later base window, perhaps the next
+					// long one).
 					if j%4 == 0 {
 						batch[j].User = fmt.Sprintf("once-%d-%d", i, j)
 					}
@@ -249,6 +253,7 @@ func TestFeatureHistogramWindow(t *testing.T) {
 			tr := e2e.ComputeTruthIn(evs, base, 1, 1, 0)
 			trLong := e2e.ComputeTruthIn(evs, long, 1, 1, 0)
 			var keys []string
+			binds := false
 			for b := w0; !b.After(last); b = b.Add(base) {
 				keys = append(keys, windowKeys(b)...)
 			}
@@ -260,9 +265,12 @@ func TestFeatureHistogramWindow(t *testing.T) {
 				for b := lw; b.Before(lw.Add(long)); b = b.Add(base) {
 					perBase += sum(tr[e2e.Key("devices", "*", b)])
 				}
-				if !(sum(trLong[k]) < perBase) {
-					t.Fatalf("the long bound does not bind in %s: %v counted, %v in its base windows", lw, sum(trLong[k]), perBase)
+				if sum(trLong[k]) < perBase {
+					binds = true
 				}
+			}
+			if !binds {
+				t.Fatalf("the long bound binds in no long window from %s to %s: the test could not tell", w0, last)
 			}
 			got := releasesOf(t, h, keys)
 			for _, k := range keys {
