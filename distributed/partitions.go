@@ -84,9 +84,25 @@ func (s *stage) partitionsChanged(p, was, now int) error {
 // noteInputPartitions records the input partition count n the lead runs
 // with in the release log (a change of it with this moment and next, the
 // first window not recorded) and sets the releaser's completeness rule
-// from the record, which it returns (nil: none).
-func (s *stage) noteInputPartitions(ctx context.Context, led *kafkalog.Log, n int, next int64) (func(int64) string, error) {
-	p, err := led.NotePartitions(ctx, n, s.Now().UnixMilli(), next)
+// from the record, which it returns (nil: none). since is the log's
+// HistogramSince map of this lead (node.Node.LimitNewHistograms).
+//
+// A log with releases but no count recorded was last written by an older
+// version, which did not record it. If this lead's progress topic is also
+// new to the log (a new internal_topic_prefix or group: the recovery the
+// refusal names, done with the upgrade), the count the windows from next
+// on were written with is unknown, and a change is recorded (from 0, "not
+// recorded") rather than taking those windows as complete. A first lead on
+// the previous progress topic is the same deployment: its count is the one
+// the refusal checks at every start (the progress topic's).
+func (s *stage) noteInputPartitions(ctx context.Context, led *kafkalog.Log, n int, next int64, since map[string]int64) (func(int64) string, error) {
+	_, home := s.SinceKeys(nil)
+	_, released, err := led.LastWindow()
+	if err != nil {
+		return nil, fmt.Errorf("distributed: read the release log: %w", err)
+	}
+	unknown := released && since[home] == next
+	p, err := led.NotePartitions(ctx, n, s.Now().UnixMilli(), next, unknown)
 	if err != nil {
 		return nil, fmt.Errorf("distributed: record the input partition count: %w", err)
 	}
@@ -139,7 +155,7 @@ func (s *stage) checkInputPartitions(ctx context.Context, cl *kgo.Client, led *k
 	if m == n {
 		return nil
 	}
-	if _, err := led.NotePartitions(ctx, m, s.Now().UnixMilli(), next); err != nil {
+	if _, err := led.NotePartitions(ctx, m, s.Now().UnixMilli(), next, false); err != nil {
 		s.Log.Error("releaser: could not record the input partition change in the release log (the recovery's releaser records it when it starts)", zap.Error(err))
 	}
 	return s.partitionsChanged(-1, n, m)

@@ -16,6 +16,8 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/e2e"
+	"github.com/dpstage/stage/ledger/kafkalog"
+	"github.com/dpstage/stage/partial/kafkapartial"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/release"
 )
@@ -29,12 +31,28 @@ import (
 // hashes to another partition (wrong_partition): about two thirds of the
 // stale producers' events. Those windows must never be released as
 // complete: each of their releases says "complete": false with the reason
-// release.IncompletePartitionsChanged in its coverage, and holds exactly the events that
+// "partitions_changed" in its coverage, and holds exactly the events that
 // were counted (no user counts twice). A window that starts after the
 // change plus the grace (kafka.distributed.partition_change_grace) and
-// events.max_future is released exactly and complete.
+// events.max_future is released exactly and complete; exactly the windows
+// that start before the moment the release log recorded for the change
+// plus that span are marked.
+//
+// "older log": the release log holds no partition count (as one an older
+// version wrote; here its record is deleted while the stage is down): the
+// recovery, on new internal topics, cannot tell the count the windows were
+// written with, and marks them all the same.
 func TestDistPartitionsAddedStaleProducers(t *testing.T) {
-	t.Parallel() // its own broker and state; waits on the clock (CI time)
+	t.Parallel() // its own brokers and state; waits on the clock (CI time)
+	for _, older := range []bool{false, true} {
+		t.Run(map[bool]string{false: "recorded", true: "older log"}[older], func(t *testing.T) {
+			t.Parallel()
+			staleProducers(t, older)
+		})
+	}
+}
+
+func staleProducers(t *testing.T, olderLog bool) {
 	const size, lateness = 2 * time.Second, 300 * time.Millisecond
 	const grace, future = 30 * time.Second, time.Second
 	h := e2e.New(t)
@@ -105,6 +123,10 @@ func TestDistPartitionsAddedStaleProducers(t *testing.T) {
 		t.Fatal("the stage still runs 20s after partitions were added")
 	}
 
+	if olderLog {
+		deleteLedgerRecord(t, h, cfg.State.LedgerTopic, "input_partitions")
+	}
+
 	// While the stage is down, producers go on: in window 2 every one of
 	// them still writes with 4 partitions, in window 3 half of them.
 	w2 := nextWindow()
@@ -124,8 +146,9 @@ func TestDistPartitionsAddedStaleProducers(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := h.Start(cfg)
-	recovered := time.Now()
 	e2e.WaitFor(t, "the recovered stage to release", 30*time.Second, func() bool { return b.Stage.Readiness().Releasing })
+	e2e.WaitFor(t, "the change in the release log", 30*time.Second, func() bool { return ledgerPartitions(t, h, cfg.State.LedgerTopic).Count == 6 })
+	recovered := time.Now() // the change was recorded by now
 	// Window 4 starts after the latest the change can have been recorded
 	// (the recovery) plus the grace and events.max_future: every producer
 	// writes with 6 partitions by then.
@@ -195,6 +218,27 @@ func TestDistPartitionsAddedStaleProducers(t *testing.T) {
 	}
 	e2e.CheckWindowsExact(t, out.Releases, truth, w1, w4)
 
+	// The change as the release log recorded it, and exactly the windows
+	// it marks: those starting before it was seen plus the grace and
+	// events.max_future (the config's clock_skew_margin is 0).
+	rec := ledgerPartitions(t, h, cfg.State.LedgerTopic)
+	t.Logf("release log: %+v, change %+v (partitions added at %s, recovery releasing at %s)", rec, rec.Changed,
+		changed.Format(time.RFC3339Nano), recovered.Format(time.RFC3339Nano))
+	if c := rec.Changed; rec.Count != 6 || c == nil || c.To != 6 || c.From != map[bool]int{false: 4, true: 0}[olderLog] ||
+		c.AtMs < changed.Add(-time.Second).UnixMilli() || c.AtMs > recovered.UnixMilli() {
+		t.Fatalf("the release log records %+v (change %+v): want 4 → 6 (0 → 6 for an older log) seen between the change and the recovery", rec, rec.Changed)
+	}
+	until := rec.Changed.AtMs + (grace + future).Milliseconds()
+	for _, r := range out.Releases {
+		ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart)
+		if ws.Before(w1b) {
+			continue
+		}
+		if want := ws.UnixMilli() < until; marked[ws.UnixMilli()] != want {
+			t.Errorf("%s: marked incomplete %v, want %v (the change seen at %d, marked until %d)", e2e.ReleaseKey(r), marked[ws.UnixMilli()], want, rec.Changed.AtMs, until)
+		}
+	}
+
 	st := b.Stage.Stats()
 	want := 0
 	for _, e := range misplaced {
@@ -217,6 +261,64 @@ func TestDistPartitionsAddedStaleProducers(t *testing.T) {
 		st.DroppedBy(decode.ReasonWrongPartition), st.IncompleteWindows.Load())
 	if d := st.DroppedBy(decode.ReasonWrongPartition); d != int64(want) || d == 0 {
 		t.Errorf("%d events dropped as wrong_partition, want %d (the stale writes of the windows re-read whose user hashes elsewhere among 6)", d, want)
+	}
+}
+
+// ledgerPartitions is the release log's input_partitions record, read
+// read_committed from the topic (the record's last value).
+func ledgerPartitions(t *testing.T, h *e2e.Harness, topic string) kafkalog.Partitions {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, lso, err := kafkapartial.Offsets(ctx, cl, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p kafkalog.Partitions
+	for last := int64(-1); last+1 < lso; {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
+		pcancel()
+		if fs.NumRecords() == 0 && timedOut {
+			break // only markers left below the LSO
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			last = r.Offset
+			if string(r.Key) != "input_partitions" {
+				return
+			}
+			p = kafkalog.Partitions{}
+			if r.Value != nil {
+				if err := json.Unmarshal(r.Value, &p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	return p
+}
+
+// deleteLedgerRecord writes a tombstone of key to the release log topic
+// (as a log of an older version, which never wrote it, reads).
+func deleteLedgerRecord(t *testing.T, h *e2e.Harness, topic, key string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := &kgo.Record{Key: []byte(key), Headers: []kgo.RecordHeader{{Key: "kafkalog-format", Value: []byte("1")}}}
+	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }
 

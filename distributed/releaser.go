@@ -205,10 +205,6 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err := s.CheckNeighbour(resume); err != nil {
 		return err
 	}
-	incomplete, err := s.noteInputPartitions(either, led, n, resume) // partitions.go
-	if err != nil {
-		return s.leadErr(either, err)
-	}
 	if err := s.loadProgressID(either, r.Client()); err != nil {
 		return s.leadErr(either, err)
 	}
@@ -216,6 +212,10 @@ func (s *stage) lead(soft, lctx context.Context, r *kafkapartial.Reader, lost *a
 	if err == nil {
 		err = s.checkProgressID(resume, since)
 	}
+	if err != nil {
+		return s.leadErr(either, err)
+	}
+	incomplete, err := s.noteInputPartitions(either, led, n, resume, since) // partitions.go
 	if err != nil {
 		return s.leadErr(either, err)
 	}

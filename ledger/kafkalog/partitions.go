@@ -25,6 +25,8 @@ type Partitions struct {
 // never the data's: when the stage looked, and which windows it had
 // recorded by then.
 type PartitionsChange struct {
+	// From is the count before; 0 when it was not recorded
+	// (NotePartitions' unknownBefore).
 	From int `json:"from"`
 	To   int `json:"to"`
 	// AtMs is the wall clock (Unix ms) of the session that first saw the
@@ -63,13 +65,15 @@ func (l *Log) InputPartitions() (Partitions, bool, error) {
 // wall clock atMs by a session whose next window is next, and returns the
 // record as it stands afterwards. When none is recorded yet it records
 // the count alone (no change is known: a fresh log, or one an older
-// version wrote); when the recorded count is n it writes nothing; when it
+// version wrote), or, with unknownBefore (the caller cannot tell which
+// count the windows from next on were written with), a change From 0;
+// when the recorded count is n it writes nothing; when it
 // differs it records the change (From the recorded count, To n, atMs,
 // next) in a transaction of its own, replacing the change recorded before:
 // a later change's windows start after the earlier change's were recorded,
 // and its AtMs is later, so what the later one marks covers what is left
 // of the earlier one.
-func (l *Log) NotePartitions(ctx context.Context, n int, atMs, next int64) (Partitions, error) {
+func (l *Log) NotePartitions(ctx context.Context, n int, atMs, next int64, unknownBefore bool) (Partitions, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dead != nil {
@@ -83,8 +87,11 @@ func (l *Log) NotePartitions(ctx context.Context, n int, atMs, next int64) (Part
 		return cur.clone(), nil
 	}
 	p := Partitions{Count: n}
-	if cur != nil {
+	switch {
+	case cur != nil:
 		p.Changed = &PartitionsChange{From: cur.Count, To: n, AtMs: atMs, Window: next}
+	case unknownBefore:
+		p.Changed = &PartitionsChange{To: n, AtMs: atMs, Window: next}
 	}
 	r, err := jsonRecord(keyInputPartitions, p)
 	if err != nil {

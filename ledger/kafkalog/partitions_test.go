@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// TestNotePartitions: the first count is recorded without a change; the
+// TestNotePartitions: the first count is recorded without a change (the
+// caller knows of none); the
 // same count again writes nothing and keeps the time of the change; a new
 // count records the change (from, to, when it was seen, the next window),
 // replacing the earlier one; and a new owner restores the record.
@@ -29,7 +30,7 @@ func TestNotePartitions(t *testing.T) {
 	}
 	for i, s := range steps {
 		before := len(readRaw(t, c, true))
-		got, err := l.NotePartitions(ctxT(t), s.n, s.at, s.next)
+		got, err := l.NotePartitions(ctxT(t), s.n, s.at, s.next, i > 0) // unknownBefore matters only without a record
 		if err != nil {
 			t.Fatalf("%d: %v", i, err)
 		}
@@ -44,12 +45,24 @@ func TestNotePartitions(t *testing.T) {
 			t.Errorf("%d: read back %+v, %v, %v", i, again, ok, err)
 		}
 	}
-	if _, err := l.NotePartitions(ctxT(t), 0, 1, 1); err == nil {
+	if _, err := l.NotePartitions(ctxT(t), 0, 1, 1, false); err == nil {
 		t.Error("a count of 0 was recorded")
 	}
 	_ = l.Close()
 	l2 := openLog(t, c)
 	if got, ok, err := l2.InputPartitions(); err != nil || !ok || !reflect.DeepEqual(got, steps[len(steps)-1].want) {
 		t.Errorf("restored %+v, %v, %v; want %+v", got, ok, err, steps[len(steps)-1].want)
+	}
+}
+
+// TestNotePartitionsUnknownBefore: a log without a recorded count whose
+// caller cannot tell the count before (an older version's log, recovered
+// onto new internal topics) records a change from 0 at once.
+func TestNotePartitionsUnknownBefore(t *testing.T) {
+	l := openLog(t, newCluster(t))
+	got, err := l.NotePartitions(ctxT(t), 6, 3000, 12*minute, true)
+	want := Partitions{Count: 6, Changed: &PartitionsChange{From: 0, To: 6, AtMs: 3000, Window: 12 * minute}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v (changed %+v), %v; want %+v", got, got.Changed, err, want)
 	}
 }
