@@ -17,7 +17,6 @@ import (
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/ledger/kafkalog"
-	"github.com/dpstage/stage/partial/kafkapartial"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/release"
 )
@@ -79,22 +78,13 @@ func staleProducers(t *testing.T, olderLog bool) {
 		}
 		return evs
 	}
-	releasedIn := func(w time.Time) bool {
-		n := 0
-		for _, r := range h.ReadOutput(0, 5*time.Second, time.Second).Releases {
-			if ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart); ws.Equal(w) {
-				n++
-			}
-		}
-		return n >= int(per)
-	}
 
 	a := h.Start(cfg)
 	time.Sleep(time.Second) // the groups settle
 	w1 := nextWindow()
 	ev1 := events("a", 60, w1)
 	produceMod(t, h, ev1, 4)
-	e2e.WaitFor(t, "the first window's releases", 30*time.Second, func() bool { return releasedIn(w1) })
+	waitReleased(t, h, w1, int(per), 30*time.Second)
 	// Window 1b is written just before the change: the running stage may
 	// release it (it then saw 4 partitions after reading its partials:
 	// complete), or stop first (the recovery re-reads it: incomplete).
@@ -102,16 +92,7 @@ func staleProducers(t *testing.T, olderLog bool) {
 	ev1b := events("b", 60, w1b)
 	produceMod(t, h, ev1b, 4)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := kadm.NewClient(cl).CreatePartitions(ctx, 2, h.Input()); err != nil {
-		t.Fatal(err)
-	}
+	addInputPartitions(t, h, 2)
 	changed := time.Now()
 	select {
 	case err := <-a.Done():
@@ -157,8 +138,7 @@ func staleProducers(t *testing.T, olderLog bool) {
 	fresh4 := events("n4", 100, w4)
 	produceMod(t, h, fresh4, 6)
 
-	e2e.WaitFor(t, "window 4's releases", 60*time.Second, func() bool { return releasedIn(w4) })
-	out := h.ReadOutput(0, 5*time.Second, time.Second)
+	out := waitReleased(t, h, w4, int(per), 60*time.Second)
 
 	// What the recovery counts of a window it re-reads: the events whose
 	// user hashes, among 6 partitions, to the partition they were written
@@ -264,44 +244,40 @@ func staleProducers(t *testing.T, olderLog bool) {
 	}
 }
 
+// waitReleased waits until the output holds per releases of window w and
+// returns the output read then.
+func waitReleased(t *testing.T, h *e2e.Harness, w time.Time, per int, timeout time.Duration) e2e.Output {
+	t.Helper()
+	var out e2e.Output
+	e2e.WaitFor(t, "the releases of window "+w.Format(time.RFC3339Nano), timeout, func() bool {
+		out = h.ReadOutput(0, 5*time.Second, 2*time.Second) // reads for 2 s: the whole topic
+		n := 0
+		for _, r := range out.Releases {
+			if ws, _ := time.Parse(time.RFC3339Nano, r.WindowStart); ws.Equal(w) {
+				n++
+			}
+		}
+		return n >= per
+	})
+	return out
+}
+
 // ledgerPartitions is the release log's input_partitions record, read
 // read_committed from the topic (the record's last value).
 func ledgerPartitions(t *testing.T, h *e2e.Harness, topic string) kafkalog.Partitions {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, lso, err := kafkapartial.Offsets(ctx, cl, topic, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var p kafkalog.Partitions
-	for last := int64(-1); last+1 < lso; {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
-		pcancel()
-		if fs.NumRecords() == 0 && timedOut {
-			break // only markers left below the LSO
+	readCommittedTopic(t, h, topic, func(r *kgo.Record) {
+		if string(r.Key) != "input_partitions" {
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			last = r.Offset
-			if string(r.Key) != "input_partitions" {
-				return
+		p = kafkalog.Partitions{}
+		if r.Value != nil {
+			if err := json.Unmarshal(r.Value, &p); err != nil {
+				t.Fatal(err)
 			}
-			p = kafkalog.Partitions{}
-			if r.Value != nil {
-				if err := json.Unmarshal(r.Value, &p); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
-	}
+		}
+	})
 	return p
 }
 
@@ -327,10 +303,31 @@ func deleteLedgerRecord(t *testing.T, h *e2e.Harness, topic, key string) {
 // topic grew to 6: stale metadata).
 func produceMod(t *testing.T, h *e2e.Harness, evs []e2e.Event, n int) {
 	t.Helper()
+	produceWith(t, h, evs, kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return e2e.Murmur2Partition(string(m.Key), n) }))
+}
+
+// addInputPartitions adds n partitions to the harness's input topic.
+func addInputPartitions(t *testing.T, h *e2e.Harness, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreatePartitions(ctx, n, h.Input()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// produceWith writes evs keyed by user, stamped with their event times,
+// through balancer.
+func produceWith(t *testing.T, h *e2e.Harness, evs []e2e.Event, balancer kafka.Balancer) {
+	t.Helper()
 	// A transport of its own: kafka-go's default one caches the topic's
 	// metadata for seconds.
-	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: h.Input(), Transport: e2e.NewTransport(t),
-		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return e2e.Murmur2Partition(string(m.Key), n) }),
+	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: h.Input(), Transport: e2e.NewTransport(t), Balancer: balancer,
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000}
 	defer w.Close()
 	msgs := make([]kafka.Message, len(evs))

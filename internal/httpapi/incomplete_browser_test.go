@@ -24,18 +24,7 @@ func TestBrowserIncompleteWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	add := func(group string, cov *release.Coverage) {
-		ms := base.UnixMilli()
-		r := release.Release{ReleaseID: release.ReleaseID("pages", group, ms), Histogram: "pages", Group: group,
-			WindowStart: release.RFC3339(ms), WindowEnd: release.RFC3339(ms + time.Minute.Milliseconds()),
-			Bins: []string{"home", "other"}, Probabilities: []float64{0.25, 0.75}, Mechanism: "dirichlet",
-			Params: release.Params{Alpha: 10, R: 1}, Privacy: release.Privacy{Order: 2, RDPEpsilon: 0.01}, Coverage: cov}
-		b, err := json.Marshal(&r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Store().Add(b)
-	}
+	add := func(group string, cov *release.Coverage) { addRelease(t, srv, "pages", group, base, time.Minute, cov) }
 	add("US", &release.Coverage{Partitions: 6, Included: 5, Incomplete: []string{release.IncompleteConfigChange, release.IncompletePartitionsChanged}})
 	add("DE", &release.Coverage{Partitions: 6, Included: 6, Complete: true})
 	ts := httptest.NewServer(srv.Handler())
@@ -82,4 +71,22 @@ func TestBrowserIncompleteWindow(t *testing.T) {
 	if seen != len(want) {
 		t.Fatalf("%d of the %d cards found in the page:\n%s", seen, len(want), dom)
 	}
+}
+
+// addRelease adds to srv's store a dirichlet release of hist/group for the
+// window [start, start+size) with the given coverage (nil: none) and
+// returns its id.
+func addRelease(t *testing.T, srv *httpapi.Server, hist, group string, start time.Time, size time.Duration, cov *release.Coverage) string {
+	t.Helper()
+	ms := start.UnixMilli()
+	r := release.Release{ReleaseID: release.ReleaseID(hist, group, ms), Histogram: hist, Group: group,
+		WindowStart: release.RFC3339(ms), WindowEnd: release.RFC3339(ms + size.Milliseconds()),
+		Bins: []string{"home", "other"}, Probabilities: []float64{0.25, 0.75}, Mechanism: "dirichlet",
+		Params: release.Params{Alpha: 10, R: 1}, Privacy: release.Privacy{Order: 2, RDPEpsilon: 0.01}, Coverage: cov}
+	b, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Store().Add(b)
+	return r.ReleaseID
 }
