@@ -141,6 +141,7 @@ func (c *Config) ApplyDefaults() {
 		}
 		str(&c.State.LedgerTopic, "state.ledger_topic", c.Kafka.Distributed.Prefix(c.Kafka.GroupID)+"ledger")
 		dur(&c.Kafka.Distributed.TransactionTimeout, "kafka.distributed.transaction_timeout", DefaultTransactionTimeout)
+		dur(&c.Kafka.Distributed.PartitionChangeGrace, "kafka.distributed.partition_change_grace", DefaultPartitionChangeGrace)
 	}
 
 	str(&c.Log.Format, "log.format", DefaultLogFormat)

@@ -746,6 +746,9 @@ func (k *checker) distributed() {
 		k.add("kafka.distributed.transaction_timeout", "must be from %v to %v (the broker's transaction.max.timeout.ms default), got %v",
 			MinTransactionTimeout, MaxTransactionTimeout, t)
 	}
+	if d.PartitionChangeGrace < 0 {
+		k.add("kafka.distributed.partition_change_grace", "must not be negative (at least the producers' metadata max age, 5m by default), got %v", d.PartitionChangeGrace.D())
+	}
 	if k.c.State.Ledger != LedgerKafka {
 		k.add("kafka.distributed", "needs state.ledger: kafka (the release log must move with the releasing instance, to any machine)")
 	}

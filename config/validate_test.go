@@ -271,6 +271,7 @@ func TestValidateRules(t *testing.T) {
 		{"distributed txn timeout short", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(500 * time.Millisecond) }, "kafka.distributed.transaction_timeout", "must be from 1s to 15m0s"},
 		{"distributed txn timeout long", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(time.Hour) }, "kafka.distributed.transaction_timeout", "got 1h0m0s"},
 		{"distributed txn timeout negative", func(c *Config) { dist(c); c.Kafka.Distributed.TransactionTimeout = Duration(-time.Second) }, "kafka.distributed.transaction_timeout", "must be from"},
+		{"distributed partition change grace negative", func(c *Config) { dist(c); c.Kafka.Distributed.PartitionChangeGrace = Duration(-time.Second) }, "kafka.distributed.partition_change_grace", "must not be negative"},
 		{"distributed topic clash", func(c *Config) { dist(c); c.Kafka.OutputTopic = c.Kafka.PartialsTopic() }, "kafka.distributed.internal_topic_prefix", "must differ from kafka.output_topic"},
 		{"distributed average users too many", func(c *Config) { dist(c); avg(c); c.Histograms[0].Average.Users = 10000 }, "histograms", "more than the 35000 one partial record"},
 		{"distributed too many cells", func(c *Config) {

@@ -51,6 +51,13 @@ func (c *Config) Warnings() []Warning {
 			"some user with a chance of 1−(1−δ)^users ≈ %.2g%% per period; δ ≤ %.3g (δ·users ≤ %g) keeps that below 1%%",
 			d*float64(n), -100*math.Expm1(float64(n)*math.Log1p(-d)), DeltaUsersWarn/float64(n), DeltaUsersWarn)})
 	}
+	if d := c.Kafka.Distributed; d.Enabled && d.PartitionChangeGrace < DefaultPartitionChangeGrace {
+		out = append(out, Warning{Path: "kafka.distributed.partition_change_grace", Message: fmt.Sprintf("%v, below the producers' default metadata max age (%v): "+
+			"after partitions are added, producers that have not refreshed their metadata yet write with the old count, and windows of theirs "+
+			"released after the grace would say \"complete\": true without the events dropped as wrong_partition. "+
+			"Set it to at least the longest metadata.max.age.ms (topic.metadata.refresh.interval.ms) of the input's producers",
+			d.PartitionChangeGrace.D(), DefaultPartitionChangeGrace.D())})
+	}
 	out = append(out, c.collisionWarnings()...)
 	return out
 }

@@ -8,6 +8,7 @@ import (
 func TestWarnings(t *testing.T) {
 	base := "kafka: {brokers: [\"localhost:9092\"]}\nhistograms: [{name: p, field: page, bins: [a, b]}]\n"
 	budget := "privacy: {budget: {epsilon: 1}}\n"
+	distBase := "state: {ledger: kafka}\nhistograms: [{name: p, field: page, bins: [a, b]}]\n"
 	tests := []struct {
 		name, yaml string
 		want       []string // substrings of the warnings, in order
@@ -18,6 +19,11 @@ func TestWarnings(t *testing.T) {
 		{"producer record times flagged", base + budget + "window: {record_times: producer}\n",
 			[]string{"window.record_times: producer: record times set by producers (CreateTime) are accepted"}},
 		{"broker record times", base + budget + "window: {record_times: broker}\n", nil},
+		// issue 28 item 1: the partition change's grace, below the
+		// producers' metadata max age.
+		{"distributed default grace", distBase + budget + "kafka: {brokers: [\"localhost:9092\"], distributed: {enabled: true}}\n", nil},
+		{"distributed short grace", distBase + budget + "kafka: {brokers: [\"localhost:9092\"], distributed: {enabled: true, partition_change_grace: 1m}}\n",
+			[]string{"kafka.distributed.partition_change_grace: 1m0s, below the producers' default metadata max age (5m0s)"}},
 		{"producer record times under watermark event: no part", base + budget + "window: {watermark: event, record_times: producer}\n",
 			[]string{"window.watermark: event"}},
 		// δ = 1e-6 (the default) against privacy.expected_users.

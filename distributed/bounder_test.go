@@ -154,56 +154,55 @@ func (b *bounderProc) failed() error {
 // (Kafka's default partitioner), record time = event time.
 func produceKeyed(t *testing.T, h *e2e.Harness, evs []e2e.Event) {
 	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(h.Broker.Addr()), Topic: h.Input(), Balancer: kafka.Murmur2Balancer{Consistent: true},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 10000}
-	defer w.Close()
-	msgs := make([]kafka.Message, len(evs))
-	for i, e := range evs {
-		msgs[i] = e.Message(true)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatal(err)
-	}
+	produceWith(t, h, evs, kafka.Murmur2Balancer{Consistent: true})
 }
 
 // partials reads the partials topic read_committed (kgo) from its start
 // to its last stable offset.
 func readPartials(t *testing.T, h *e2e.Harness, cfg *config.Config) []*partial.Partial {
 	t.Helper()
-	topic := cfg.Kafka.PartialsTopic()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	var out []*partial.Partial
+	readCommittedTopic(t, h, cfg.Kafka.PartialsTopic(), func(r *kgo.Record) {
+		p, err := partial.DecodePartial(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	})
+	return out
+}
+
+// readCommittedTopic calls fn with every data record of partition 0 of
+// topic, read read_committed (kgo) from its start to its last stable
+// offset. Control records (transaction markers) are fetched too, so that
+// the read reaches the last stable offset however slowly the broker
+// answers, and are not passed to fn.
+func readCommittedTopic(t *testing.T, h *e2e.Harness, topic string, fn func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.Broker.Addr()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, lso, err := kafkapartial.Offsets(ctx, cl, topic, 0)
+	start, lso, err := kafkapartial.Offsets(ctx, cl, topic, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*partial.Partial
-	for last := int64(-1); last+1 < lso; {
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded)
-		pcancel()
-		if fs.NumRecords() == 0 && timedOut {
-			break // only markers left below the LSO
+	for next := start; next < lso; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: at offset %d of %d after 30s", topic, next, lso)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			last = r.Offset
-			p, err := partial.DecodePartial(r.Value)
-			if err != nil {
-				t.Fatal(err)
+			next = max(next, r.Offset+1)
+			if r.Offset < lso && !r.Attrs.IsControl() {
+				fn(r)
 			}
-			out = append(out, p)
 		})
 	}
-	return out
 }
 
 // checkPartials checks exactly one Partial per (window, partition) from

@@ -261,6 +261,10 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 	if err != nil {
 		return s.leadErr(either, err)
 	}
+	incomplete, err := s.noteInputPartitions(either, led, n, resume, since) // partitions.go
+	if err != nil {
+		return s.leadErr(either, err)
+	}
 	m, err := partial.NewMerger(n, s.SizeMs, resume, s.layout(), s.CountingConfig)
 	if err != nil {
 		return err
@@ -299,13 +303,17 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 	var gapKey string       // which window and partitions were logged then
 	var heldSince time.Time // since when heldWindow has been the next window
 	var heldWindow int64
+	countedAt := s.Now() // when the input partitions were last counted
 	for {
 		// A window only idle partitions hold is handed out after the idle
-		// grace, records or not: poll no longer than that.
-		pctx, cancelPoll := either, context.CancelFunc(func() {})
+		// grace, records or not: poll no longer than that, and no longer
+		// than a second, so that the input's partition count is asked
+		// every second (checkInputPartitions).
+		wait := time.Second
 		if d, ok := m.IdleWait(); ok {
-			pctx, cancelPoll = context.WithTimeout(either, d+10*time.Millisecond)
+			wait = min(wait, d+10*time.Millisecond)
 		}
+		pctx, cancelPoll := context.WithTimeout(either, wait)
 		recs, err := r.Poll(pctx)
 		cancelPoll()
 		if either.Err() != nil {
@@ -383,6 +391,17 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 		if !s.Arrival {
 			s.Stats.PartitionsIdle.Store(int64(len(m.Idle()))) // a lease may have run out without a record
 		}
+		// Every second, whether windows are released or not: a change is
+		// recorded when first seen (partitions.go).
+		if now := s.Now(); now.Sub(countedAt) >= time.Second {
+			countedAt = now
+			if err := s.checkInputPartitions(either, r.Client(), led, n, m.ReleasedTo()); err != nil {
+				if errors.Is(err, node.ErrConfigChanged) {
+					return s.leadErr(either, err)
+				}
+				s.Log.Debug("releaser: cannot count the input topic's partitions (asked again before the next release)", zap.Error(err))
+			}
+		}
 		passedAt := s.Now()
 		var batch []*ledger.Unit
 		closedTo := int64(math.MinInt64)
@@ -406,6 +425,17 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 				if err := s.recheckProgressID(either, r.Client(), w.Start); err != nil {
 					return s.leadErr(either, err)
 				}
+				// The partials of the windows below were read before this
+				// count: none holds an event written after a change
+				// (partitions.go). A count that cannot be had holds them.
+				if err := s.checkInputPartitions(either, r.Client(), led, n, w.Start); err != nil {
+					if errors.Is(err, node.ErrConfigChanged) || either.Err() != nil {
+						return s.leadErr(either, err)
+					}
+					s.Log.Warn("releaser: cannot count the input topic's partitions; windows held", zap.Error(err))
+					break
+				}
+				countedAt = s.Now()
 				checked = true
 			}
 			recCtx, cancel := s.PublishContext(soft, wctx)
@@ -416,6 +446,9 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 				return s.releaseErr(soft, lctx, w.Start, err)
 			}
 			s.NoteWindowBound(s.windowBounds(w, means)) // the operator's drop share and warning (never in a release)
+			if in, all := w.Included(); in < all || incomplete != nil && incomplete(w.Start) != "" {
+				s.Stats.IncompleteWindows.Add(1) // released with "complete": false (release.Coverage)
+			}
 			m.Released(w)
 			avgs.released(w.Start)
 			s.Ready.PartialsLost.Store(false) // a complete window: every partial of it was read

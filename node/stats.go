@@ -50,6 +50,10 @@ type Stats struct {
 	// ErrDataLoss).
 	PartialGaps      atomic.Int64
 	PartialsDataLoss atomic.Int64
+	// IncompleteWindows counts the windows the releaser released with
+	// "complete": false in their coverage (release.Coverage: a rolling
+	// config change, or a change of the input partition count).
+	IncompleteWindows atomic.Int64
 	// PartialsLSOHeldMs (gauge) is how long, in ms, the partials topic's
 	// last stable offset has been held below its high watermark by an
 	// open transaction; PartialsLSOHolds counts the holds longer than

@@ -76,7 +76,32 @@ type Coverage struct {
 	// Included is how many of them were counted under the releaser's
 	// counting config (their counts are in the release).
 	Included int `json:"included"`
+	// Complete is false when the deployment knows the window's counts
+	// miss events of its partitions that the counting rule admits;
+	// Incomplete then says why (omitted when complete):
+	// IncompleteConfigChange (Included < Partitions) and/or
+	// IncompletePartitionsChanged. Like the rest of Coverage it depends on
+	// the deployment only — the partition count, when a change of it was
+	// seen (recorded in the release log) and public config — never on the
+	// events. Releases recorded before this field existed lack it.
+	Complete   bool     `json:"complete"`
+	Incomplete []string `json:"incomplete,omitempty"`
 }
+
+// The reasons of Coverage.Incomplete.
+const (
+	// IncompleteConfigChange: some partitions' bounders ran another
+	// counting config (a rolling change), whose partials are not merged.
+	IncompleteConfigChange = "config_change"
+	// IncompletePartitionsChanged: the window starts before the input
+	// topic's partition count change was seen plus
+	// kafka.distributed.partition_change_grace, events.max_future and
+	// window.clock_skew_margin: producers with stale metadata may have
+	// written its users' events to partitions they no longer hash to,
+	// which were dropped as wrong_partition (docs/distributed.md,
+	// "Partitions added").
+	IncompletePartitionsChanged = "partitions_changed"
+)
 
 // Covered is implemented by the counts of a distributed window
 // (*partial.Window): the release then carries its Coverage.
@@ -84,14 +109,24 @@ type Covered interface {
 	Included() (included, partitions int)
 }
 
-// coverage is x's Coverage when it is Covered, else nil.
-func coverage(x any) *Coverage {
+// coverage is x's Coverage when it is Covered, else nil; reason, when
+// not empty, is a deployment-level reason the window is incomplete
+// (Releaser.SetIncomplete).
+func coverage(x any, reason string) *Coverage {
 	c, ok := x.(Covered)
 	if !ok {
 		return nil
 	}
 	in, n := c.Included()
-	return &Coverage{Partitions: n, Included: in}
+	cov := &Coverage{Partitions: n, Included: in}
+	if in < n {
+		cov.Incomplete = append(cov.Incomplete, IncompleteConfigChange)
+	}
+	if reason != "" {
+		cov.Incomplete = append(cov.Incomplete, reason)
+	}
+	cov.Complete = len(cov.Incomplete) == 0
+	return cov
 }
 
 // Params are the public noise parameters of the mechanism that made the

@@ -58,6 +58,9 @@ type Releaser struct {
 	// since limits which windows a histogram releases (SetSince); nil:
 	// none. Set by the stage at each session's start.
 	since map[int]int64
+	// incomplete, when set, is the deployment's reason a window starting
+	// at a given time is incomplete ("" when none; SetIncomplete).
+	incomplete func(windowStartMs int64) string
 
 	// resvMu guards resv: the held period reservations as their units
 	// recorded them, by period and key (recorded; read by the releasing
@@ -261,6 +264,22 @@ func (r *Releaser) closes(h int, end int64) (start int64, ok bool) {
 // release the window that was already open then, whose events a restart
 // re-reads only partly. Histograms absent from since are not limited.
 func (r *Releaser) SetSince(since map[int]int64) { r.since = since }
+
+// SetIncomplete sets the rule by which a distributed release's coverage
+// says its window is incomplete for a reason of the deployment
+// (Coverage.Incomplete), from the window start of the release's own
+// histogram window; nil: none. The rule must depend on the deployment and
+// public config only, never on the data (the release is public). Set by
+// the stage at each session's start.
+func (r *Releaser) SetIncomplete(rule func(windowStartMs int64) string) { r.incomplete = rule }
+
+// incompleteAt is the deployment's reason window w is incomplete, or "".
+func (r *Releaser) incompleteAt(w int64) string {
+	if r.incomplete == nil {
+		return ""
+	}
+	return r.incomplete(w)
+}
 
 // newUnit is a new, empty unit of histogram for its window [w, end).
 func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
@@ -472,7 +491,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 			PosteriorAlpha: alpha,
 			Mechanism:      r.cfg.Privacy.Mechanism,
 			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
-			Coverage:       coverage(counts),
+			Coverage:       coverage(counts, r.incompleteAt(w)),
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       releaseRDP(cp, order),
@@ -589,7 +608,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 		Probabilities: out,
 		Mechanism:     MechanismSimplexAverage,
 		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
-		Coverage:      coverage(aw),
+		Coverage:      coverage(aw, r.incompleteAt(w)),
 		Privacy: Privacy{
 			ChargeID:       chargeID,
 			ChargeWindows:  r.plan.HistBounds[h].AverageReleases,

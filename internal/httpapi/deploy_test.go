@@ -179,7 +179,7 @@ func TestComposeMonitoring(t *testing.T) {
 		httpapi.MetricBudgetRemaining, httpapi.MetricBudgetTotal, httpapi.MetricBudgetDelta, httpapi.MetricConsumerLag,
 		httpapi.MetricReady, httpapi.MetricReadinessCondition, httpapi.MetricMechanismInfo, httpapi.MetricMechanismAlpha,
 		httpapi.MetricMechanismR, httpapi.MetricMechanismSigma, httpapi.MetricMechanismScale, httpapi.MetricReleaseRDPEpsilon,
-		httpapi.MetricChargesPerPeriod, httpapi.MetricPartials, httpapi.MetricLatePartialCounts, httpapi.MetricPartitionsIdle} {
+		httpapi.MetricChargesPerPeriod, httpapi.MetricPartials, httpapi.MetricLatePartialCounts, httpapi.MetricPartitionsIdle, httpapi.MetricIncompleteWindows} {
 		exported[n] = true
 	}
 	for _, s := range []string{"_bucket", "_sum", "_count"} {
@@ -207,9 +207,11 @@ func TestComposeMonitoring(t *testing.T) {
 		}
 	}
 	// The dashboard covers what the issue lists: throughput, drops, lag,
-	// latency, budget.
+	// latency, budget; and the windows released incomplete (issue 28
+	// item 1).
 	for _, m := range []string{httpapi.MetricEventsConsumed, httpapi.MetricEventsDropped, httpapi.MetricContribBounded,
-		httpapi.MetricConsumerLag, httpapi.MetricCloseToPublish + "_bucket", httpapi.MetricBudgetSpent, httpapi.MetricBudgetRemaining} {
+		httpapi.MetricConsumerLag, httpapi.MetricCloseToPublish + "_bucket", httpapi.MetricBudgetSpent, httpapi.MetricBudgetRemaining,
+		httpapi.MetricIncompleteWindows} {
 		if !queried[m] {
 			t.Errorf("the dashboard does not show %s", m)
 		}

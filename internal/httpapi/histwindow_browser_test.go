@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/internal/httpapi"
-	"github.com/dpstage/stage/release"
 )
 
 // TestBrowserHistogramWindows: with a histogram released hourly
@@ -42,17 +41,7 @@ func TestBrowserHistogramWindows(t *testing.T) {
 	}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	add := func(hist, group string, start time.Time, size time.Duration) string {
-		ms := start.UnixMilli()
-		r := release.Release{ReleaseID: release.ReleaseID(hist, group, ms), Histogram: hist, Group: group,
-			WindowStart: release.RFC3339(ms), WindowEnd: release.RFC3339(ms + size.Milliseconds()),
-			Bins: []string{"home", "other"}, Probabilities: []float64{0.25, 0.75}, Mechanism: "dirichlet",
-			Params: release.Params{Alpha: 10, R: 1}, Privacy: release.Privacy{Order: 2, RDPEpsilon: 0.01}}
-		b, err := json.Marshal(&r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Store().Add(b)
-		return r.ReleaseID
+		return addRelease(t, srv, hist, group, start, size, nil)
 	}
 	hourly := add("hourly", "*", base, time.Hour)
 	for m := range 100 {

@@ -65,6 +65,9 @@ const (
 const (
 	MetricPartialGaps     = "dpstage_partial_gaps"
 	MetricPartialDataLoss = "dpstage_partials_data_loss_total"
+	// MetricIncompleteWindows: windows released with "complete": false in
+	// their coverage (public: it follows the releases' own marker).
+	MetricIncompleteWindows = "dpstage_windows_released_incomplete_total"
 )
 
 // The cross-window bound's drop share (issue 23 item 3), per histogram,
@@ -121,7 +124,7 @@ type stageCollector struct {
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
 	partials, latePart, idleParts                                 *prometheus.Desc
-	gaps, dataLoss                                                *prometheus.Desc
+	gaps, dataLoss, incomplete                                    *prometheus.Desc
 	lsoHeld, lsoHolds, firstSkip, regHeld, regRetries             *prometheus.Desc
 }
 
@@ -175,6 +178,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
 		gaps:        d(MetricPartialGaps, "Distributed mode, releasing instance: source partitions whose partial of the held window is missing for good (lost on the partials topic, or the partition was counted from a later window): the window is not released; see the releaser's error log."),
+		incomplete:  d(MetricIncompleteWindows, "Distributed mode, releasing instance: windows released with \"complete\": false in their coverage (a rolling config change, or the input topic's partition count changed: docs/distributed.md, \"Partitions added\")."),
 		dataLoss:    d(MetricPartialDataLoss, "Distributed mode, releasing instance: data losses detected on the partials topic (records deleted or the topic recreated past the release group's committed offset)."),
 		lsoHeld:     d(MetricPartialsLSOHeld, "Distributed mode, releasing instance: how long an open transaction has held the partials topic's last stable offset (and every release) below its high watermark."),
 		firstSkip:   d(MetricFirstStartSkipped, "Distributed mode, window.watermark arrival: input records a fresh input partition did not read because they are older than its first window minus events.max_future (they could not count)."),
@@ -188,7 +192,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.incomplete, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
@@ -245,6 +249,7 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
 		gauge(c.gaps, float64(st.PartialGaps.Load()))
 		counter(c.dataLoss, st.PartialsDataLoss.Load())
+		counter(c.incomplete, st.IncompleteWindows.Load())
 		gauge(c.lsoHeld, float64(st.PartialsLSOHeldMs.Load())/1000)
 		counter(c.lsoHolds, st.PartialsLSOHolds.Load())
 		counter(c.firstSkip, st.FirstStartSkipped.Load())

@@ -30,6 +30,7 @@ func TestDistributedMetrics(t *testing.T) {
 	st.Partials[partial.Late].Add(2)
 	st.LatePartialCounts.Add(7)
 	st.PartitionsIdle.Store(3)
+	st.IncompleteWindows.Add(5)
 	src := func() Source { return fakeSource{st} }
 
 	want := `
@@ -39,15 +40,18 @@ dpstage_late_partial_contributions_total 7
 # HELP dpstage_source_partitions_idle Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back.
 # TYPE dpstage_source_partitions_idle gauge
 dpstage_source_partitions_idle 3
+# HELP dpstage_windows_released_incomplete_total Distributed mode, releasing instance: windows released with "complete": false in their coverage (a rolling config change, or the input topic's partition count changed: docs/distributed.md, "Partitions added").
+# TYPE dpstage_windows_released_incomplete_total counter
+dpstage_windows_released_incomplete_total 5
 `
-	if err := testutil.CollectAndCompare(newStageCollector(src, true), strings.NewReader(want), MetricLatePartialCounts, MetricPartitionsIdle); err != nil {
+	if err := testutil.CollectAndCompare(newStageCollector(src, true), strings.NewReader(want), MetricLatePartialCounts, MetricPartitionsIdle, MetricIncompleteWindows); err != nil {
 		t.Error(err)
 	}
 	n, err := testutil.GatherAndCount(registryOf(src, true), MetricPartials)
 	if err != nil || n != partial.NumAddResults {
 		t.Errorf("%s: %d series (%v), want one per result, %d", MetricPartials, n, err, partial.NumAddResults)
 	}
-	for _, name := range []string{MetricPartials, MetricLatePartialCounts, MetricPartitionsIdle} {
+	for _, name := range []string{MetricPartials, MetricLatePartialCounts, MetricPartitionsIdle, MetricIncompleteWindows} {
 		if n, err := testutil.GatherAndCount(registryOf(src, false), name); err != nil || n != 0 {
 			t.Errorf("single-process mode exports %s (%d series, %v)", name, n, err)
 		}

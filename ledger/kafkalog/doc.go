@@ -51,6 +51,9 @@
 //	                                    is <window ms> long (histograms[].window)
 //	user_hash_key                       the 16-byte user hash key, written once (a secret)
 //	last_window_end                     the largest window end recorded (decimal ms)
+//	input_partitions                    the input topic's partition count and its last
+//	                                    change (Partitions; the distributed mode's
+//	                                    completeness marker, NotePartitions)
 //	open                                the barrier an owner commits when it opens
 //
 // A window's units, its period's spend, approx spend and budget, the

@@ -62,6 +62,9 @@ const (
 	// keyHistogramSince: the JSON map of ledger.Ledger.HistogramSince,
 	// rewritten at each session's start.
 	keyHistogramSince = "histogram_since"
+	// keyInputPartitions: the JSON of Partitions, the input topic's
+	// partition count and its last recorded change (NotePartitions).
+	keyInputPartitions = "input_partitions"
 )
 
 // admitChunk is the most user hashes in one admissions record: 512 KiB,
@@ -224,6 +227,8 @@ type state struct {
 	lastEnd *int64 // nil: none recorded
 	// since is HistogramSince's map; nil: none recorded.
 	since map[string]int64
+	// partitions is NotePartitions' record; nil: none recorded.
+	partitions *Partitions
 }
 
 func newState() *state {
@@ -299,6 +304,17 @@ func (s *state) applyMisc(k string, v []byte) (ok bool, err error) {
 			return true, fmt.Errorf("%w: malformed histogram since: %v", ErrIncompatible, err)
 		}
 		s.since = m
+		return true, nil
+	case k == keyInputPartitions:
+		if v == nil {
+			s.partitions = nil
+			return true, nil
+		}
+		var p Partitions
+		if err := json.Unmarshal(v, &p); err != nil || p.Count <= 0 {
+			return true, fmt.Errorf("%w: malformed input partitions %q", ErrIncompatible, v)
+		}
+		s.partitions = &p
 		return true, nil
 	case k == keyLastEnd:
 		if v == nil {
