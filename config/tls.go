@@ -33,3 +33,36 @@ func (t TLS) ClientConfig() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// TLS configures transport security towards the brokers. Every setting but
+// Enabled is ignored while Enabled is false.
+type TLS struct {
+	// Enabled turns TLS on. Default false.
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM bundle of the certificate authorities that sign the
+	// brokers' certificates. Empty: the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate and its private key
+	// (PEM), for brokers that require client authentication. Both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name checked against the brokers'
+	// certificates. Empty: the host of each broker address.
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify disables verification of the brokers' certificates.
+	// For tests only. Default false.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// SASL configures authentication towards the brokers. It is on when any of
+// its keys is set, and then all three are required.
+type SASL struct {
+	// Mechanism: plain | scram-sha-256 | scram-sha-512.
+	Mechanism string `yaml:"mechanism"`
+	// Username to authenticate as.
+	Username string `yaml:"username"`
+	// Password may only be given as a ${ENV_VAR} reference: a literal
+	// password in the file is an error. Never printed (see [SASL.String],
+	// [Config.Redacted]).
+	Password string `yaml:"password" secret:"true"`
+}
