@@ -134,6 +134,18 @@ func (m *gaussianMech) NoisyCount(rng *Rand, x float64) (float64, error) {
 	return float64(int64(x) + rng.discreteGaussian(&m.dg)), nil
 }
 
+// Project writes the release of the Gaussian and Laplace baselines for
+// the noisy counts noisy (from ReleaseCounts) into out: clipped at 0 and
+// divided by their sum, uniform when every clipped value is 0 — what
+// Release writes for the same draw. out may alias noisy; both must have
+// the same length ≥ 1.
+func Project(noisy, out []float64) {
+	for i, v := range noisy {
+		out[i] = max(v, 0)
+	}
+	projectClipped(out)
+}
+
 // projectClipped normalizes a vector of non-negative values to sum 1, or
 // makes it uniform if all are 0.
 func projectClipped(out []float64) {

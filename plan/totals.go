@@ -287,3 +287,21 @@ func (p *Plan) AverageReserveCharge(ap *AveragePlan) budget.Charge {
 	}
 	return c
 }
+
+// CountRDP is the count totals' charge per unit at order (0 when free).
+func (t *TotalPlan) CountRDP(order float64) float64 {
+	if t == nil || t.Count == nil {
+		return 0
+	}
+	v, _ := t.CountCharge.At(order)
+	return v
+}
+
+// AverageRDP is an average total's charge per release at order (0: none).
+func (t *TotalPlan) AverageRDP(order float64) float64 {
+	if t == nil || t.Average == nil {
+		return 0
+	}
+	v, _ := t.AverageCharge.At(order)
+	return v
+}
