@@ -250,7 +250,7 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	case mechanism.Laplace:
 		fmt.Fprintf(tw, "parameters\tb=%.6g per count\n", params.Scale)
 	}
-	if line := gridResidualLine(cp, cp.Units); line != "" {
+	if line := gridResidualLine(plan, cp.Units); line != "" {
 		fmt.Fprintf(tw, "grid residual\t%s\n", line)
 	}
 	printUtilities(tw, "", cfg, plan)
