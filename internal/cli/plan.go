@@ -253,6 +253,7 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	if line := gridResidualLine(plan, cp.Units); line != "" {
 		fmt.Fprintf(tw, "grid residual\t%s\n", line)
 	}
+	printTotals(tw, "", cfg, plan)
 	printUtilities(tw, "", cfg, plan)
 	fmt.Fprintf(tw, "\t(root-mean-square ℓ2 distance of a release from the true histogram, over a flat prior on the histogram; plan/utility.go)\n")
 	tw.Flush()

@@ -14,11 +14,11 @@ import (
 // (package interval; plan's "Totals"): free from the additive mechanisms'
 // noisy counts, or a charged discrete Gaussian count — its σ, its share of
 // the budget, what it costs per release and its interval's half-width.
-func printTotals(tw io.Writer, cfg *config.Config, p *plan.Plan) {
+func printTotals(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	level := cfg.Output.IntervalLevel
-	fmt.Fprintf(tw, "  intervals	%g%% confidence intervals for every bin's share and the window's total in every release (output.interval_level)\n", 100*level)
+	fmt.Fprintf(tw, indent+"intervals\t%g%% confidence intervals for every bin's share and the window's total in every release (output.interval_level)\n", 100*level)
 	if p.Count != nil && p.Totals.CountSigma() == 0 {
-		fmt.Fprintf(tw, "  totals	count histograms: the sum of the noisy counts already drawn (%s; no charge)\n", cfg.Privacy.Mechanism)
+		fmt.Fprintf(tw, indent+"totals\tcount histograms: the sum of the noisy counts already drawn (%s; no charge)\n", cfg.Privacy.Mechanism)
 	}
 	t := p.Totals
 	if t == nil {
@@ -31,12 +31,12 @@ func printTotals(tw io.Writer, cfg *config.Config, p *plan.Plan) {
 	}
 	if s := t.CountSigma(); s > 0 {
 		h, _ := interval.Count(1e9, s, level, math.Inf(1))
-		fmt.Fprintf(tw, "  totals	count histograms: each group's counted events + discrete Gaussian noise, σ=%.6g (Δ2²=%g over a histogram's groups), (λ=%g, ε=%.6g)-RDP per release inside its charge; ±%.0f at %g%%; %s\n",
+		fmt.Fprintf(tw, indent+"totals\tcount histograms: each group's counted events + discrete Gaussian noise, σ=%.6g (Δ2²=%g over a histogram's groups), (λ=%g, ε=%.6g)-RDP per release inside its charge; ±%.0f at %g%%; %s\n",
 			s, t.Sensitivity.L2Sq, order, t.CountRDP(order), h.High-1e9, 100*level, share)
 	}
 	if s := t.AverageSigma(); s > 0 {
 		h, _ := interval.Count(1e9, s, level, math.Inf(1))
-		fmt.Fprintf(tw, "  totals	average histograms: the kept users + discrete Gaussian noise, σ=%.6g (Δ2²=1), (λ=%g, ε=%.6g)-RDP per release with its (ε, δ), over %d releases a period; ±%.0f at %g%%; %s\n",
+		fmt.Fprintf(tw, indent+"totals\taverage histograms: the kept users + discrete Gaussian noise, σ=%.6g (Δ2²=1), (λ=%g, ε=%.6g)-RDP per release with its (ε, δ), over %d releases a period; ±%.0f at %g%%; %s\n",
 			s, order, t.AverageRDP(order), t.AverageUnits, h.High-1e9, 100*level, share)
 	}
 }

@@ -120,7 +120,7 @@ func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	if plan.Count != nil {
 		printCountPlan(tw, cfg, plan)
 	}
-	printTotals(tw, cfg, plan)
+	printTotals(tw, "  ", cfg, plan)
 	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s%s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
