@@ -2,7 +2,6 @@ package release_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"testing"
 
@@ -83,28 +82,7 @@ func TestReleasesCarryIntervalsAndTotal(t *testing.T) {
 // unit is charged the total's RDP curve with its (ε, δ) — with the
 // cross-window bound the reservation's (AverageReservation).
 func TestAverageReleaseCarriesItsTotal(t *testing.T) {
-	y := fmt.Sprintf(`
-kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
-events: {time_field: ts, user_field: user_id}
-window: {size: 1m, watermark: event, start: "2026-01-01T00:00:00Z"}
-histograms:
-  - {name: pages, field: page, bins: [home, cart]}
-  - name: interests
-    kind: average
-    field: interests
-    bins: [news, sport, music]
-    average: {users: 1000, k: 100, eta: 0.01}
-contribution: {max_windows_per_user: 2}
-privacy:
-  mechanism: gaussian
-  neighbour: replace
-  budget: {epsilon: 100, delta: 1.0e-6, period: 10m}
-state: {dir: %q}
-`, t.TempDir())
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := averageConfig(t)
 	f := newFixture(t, cfg)
 	p := mustPlan(t, cfg)
 	avg, err := aggregate.NewAverager(consume.AverageHists(cfg))
@@ -130,7 +108,7 @@ state: {dir: %q}
 	if err := json.Unmarshal(u.Messages[0].Value, &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Intervals == nil || len(r.Intervals.Low) != 3 || r.Total == nil || r.Total.High > 1000 || r.Total.Low < 0 || r.Params.TotalSigma != p.Totals.AverageSigma() {
+	if r.Intervals == nil || len(r.Intervals.Low) != 3 || r.Total == nil || r.Total.High > 1e6 || r.Total.Low < 0 || r.Params.TotalSigma != p.Totals.AverageSigma() {
 		t.Errorf("average release: intervals %+v total %+v total_sigma %v", r.Intervals, r.Total, r.Params.TotalSigma)
 	}
 	if r.Privacy.TotalRDPEpsilon != p.Totals.AverageRDP(2) || r.Privacy.ChargeRDPEpsilon <= r.Privacy.TotalRDPEpsilon {
