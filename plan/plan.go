@@ -675,6 +675,11 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, hb
 	}
 	fit := 0
 	total, _ := budget.ZeroCurve(orders)
+	if tp != nil && tp.Average != nil {
+		// The average histograms' totals are in the same RDP part: count
+		// the units that fit beside them.
+		total = total.Add(tp.AverageCharge.Scale(float64(tp.AverageUnits)))
+	}
 	for _, step := range steps {
 		total = total.Add(charge.Scale(float64(step)))
 		e, _ := budget.ToEpsilon(total, delta)

@@ -69,7 +69,8 @@ import (
 // (s does not apply); without charged totals nothing changes. With
 // privacy.rdp_epsilon each count unit's target is split (1−s, s) between
 // the histogram and its totals, and the average totals (if any) are
-// planned alone to fit s of the RDP part.
+// planned alone to fit s of the RDP part (FitUnits counts the count units
+// that fit beside them).
 
 // TotalPlan is the plan of the charged totals (nil in a Plan without
 // any: count histograms under an additive mechanism and no average
