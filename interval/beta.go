@@ -114,8 +114,18 @@ func invertAll(y []float64, grid int64, fam family, ns []weighted, level float64
 		return
 	}
 	tail := (1 - level) / 2
+	// Bins with the same released value have the same interval (the
+	// family depends on the bin only through y): with many bins the grid's
+	// values repeat (d = 10,000 bins of shares near 10⁻⁴ take about a
+	// hundred distinct values of 1/Q), so each is inverted once.
+	done := make(map[float64][2]float64)
 	for i, yi := range y {
-		low[i], high[i] = invertBeta(yi, step, fam, ns, tail)
+		iv, ok := done[yi]
+		if !ok {
+			iv[0], iv[1] = invertBeta(yi, step, fam, ns, tail)
+			done[yi] = iv
+		}
+		low[i], high[i] = iv[0], iv[1]
 	}
 }
 

@@ -93,6 +93,16 @@
 // (clamped to [0, users]). When every plausible n is 0 the release says
 // nothing about a and the interval is [0, 1].
 //
+// # Cost
+//
+// An additive release's intervals are closed-form per bin (the Laplace's
+// κ table is computed once per bin count and level, in about 50 ms). A
+// Dirichlet or average release inverts two mixture tails per distinct
+// released value: about 0.1–0.2 ms each on one core, and bins with the
+// same value share the inversion — measured 1 ms for 10 bins, 24 ms for
+// 1,000, 30 ms for 10,000 and 18 ms for 100,000 bins of small shares
+// (whose values on the grid repeat).
+//
 // # What the intervals are not
 //
 // They are intervals for the shares of the counted contributions: events
