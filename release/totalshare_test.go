@@ -27,12 +27,13 @@ import (
 //
 // Asserted (what the default is chosen for): at the default the
 // histogram's expected error is within 5% of the 10⁻⁴ share's (exact, no
-// sampling), and its mean interval width within 5% of the narrowest of
-// the shares measured. The widths are means over 2,000 (release, bin)
-// pairs with a relative standard error below 1% (the width varies little
-// between draws), and the margins measured are 2–3%: a false failure needs
-// a 2-standard-error swing, which the shared seed (the same draws' noise
-// for every share) makes rarer still; below 1%.
+// sampling), and its mean interval width within 10% of the narrowest of
+// the shares measured (measured: 0.2–2.5%). The seed is fixed, so the test
+// is deterministic; over seeds, a mean width of 2,000 (release, bin) pairs
+// has a relative standard error of 1.1% on returning-users (0.1% on
+// deploy/stage.yaml, measured over 20 seeds), so a difference of two has
+// about 1.5%, and 10% is 5 of them above the 2.5% measured: a false
+// failure under another seed has probability below 10⁻⁶.
 func TestTotalShareDefault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -81,8 +82,8 @@ func TestTotalShareDefault(t *testing.T) {
 		if errDefault > 1.05*base {
 			t.Errorf("%s: at the default share the histogram's expected ℓ2 %.4f is more than 5%% above %.4f", s.name, errDefault, base)
 		}
-		if atDefault > 1.05*best {
-			t.Errorf("%s: at the default share the intervals' mean width %.4f is more than 5%% above the narrowest %.4f", s.name, atDefault, best)
+		if atDefault > 1.10*best {
+			t.Errorf("%s: at the default share the intervals' mean width %.4f is more than 10%% above the narrowest %.4f", s.name, atDefault, best)
 		}
 	}
 }
@@ -91,6 +92,10 @@ func TestTotalShareDefault(t *testing.T) {
 // events with the shares truth, reps times (a fixed seed), and returns the
 // mean interval width and the total's half-width.
 func simulateShare(t *testing.T, p *plan.Plan, truth []float64, n, reps int) (width, half float64) {
+	return simulateShareSeed(t, p, truth, n, reps, 29)
+}
+
+func simulateShareSeed(t *testing.T, p *plan.Plan, truth []float64, n, reps int, seed byte) (width, half float64) {
 	t.Helper()
 	m, tot := p.Count.Mechanism, p.Totals.Count
 	sigma := p.Totals.CountSigma()
@@ -98,7 +103,7 @@ func simulateShare(t *testing.T, p *plan.Plan, truth []float64, n, reps int) (wi
 	for i, v := range truth {
 		counts[i] = math.Round(v * float64(n))
 	}
-	rng := mechanism.NewSeededRand([32]byte{29})
+	rng := mechanism.NewSeededRand([32]byte{seed})
 	d := len(truth)
 	y, lo, hi := make([]float64, d), make([]float64, d), make([]float64, d)
 	grid := mechanism.ReleaseGrid(d)
