@@ -607,7 +607,9 @@ func WindowsFrom(first, last time.Time, size time.Duration) []time.Time {
 }
 
 // CheckExact asserts that a near-noiseless release equals the true bounded
-// shares (uniform for a group without events).
+// shares (uniform for a group without events), and that its intervals and
+// its total hold the true shares and total: counts are the true bounded
+// counts, not only proportional to them.
 func CheckExact(t testing.TB, k string, r release.Release, counts []float64) {
 	t.Helper()
 	n := 0.0
