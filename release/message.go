@@ -35,7 +35,8 @@ type Release struct {
 	// (002 LSHist's), which treats the noisy counts as if observed: they
 	// do not account for the Laplace noise (scale params.scale) and so
 	// under-cover the true shares when counts are small relative to the
-	// scale. It is private to the same
+	// scale (Intervals account for the noise and are measured to cover).
+	// It is private to the same
 	// guarantee as Probabilities: both are post-processing of one draw of
 	// the noisy counts. Note that Σα̃ − d·prior_alpha is a noisy estimate
 	// of the window's bounded event total for the group.
