@@ -72,6 +72,17 @@ import (
 // planned alone to fit s of the RDP part (FitUnits counts the count units
 // that fit beside them).
 
+// Upgrading. Releases recorded before the totals existed keep their
+// messages (no intervals, no total; the page draws no band for them) and
+// their charges. A Dirichlet or average histogram's per-window curve
+// changes with the totals (the histogram's part is recalibrated to 1 − s
+// and the totals' curve is added), so under max_windows_per_user its
+// reservation key changes and the first unit after an upgrade in the
+// middle of a period charges a new reservation on top of the old one —
+// safe, never under, but the period's budget may run out before its end
+// (as for the grid residual, package doc "Upgrading"): upgrade at a
+// period's boundary.
+
 // TotalPlan is the plan of the charged totals (nil in a Plan without
 // any: count histograms under an additive mechanism and no average
 // histograms).
