@@ -78,7 +78,9 @@ import (
 // changes with the totals (the histogram's part is recalibrated to 1 − s
 // and the totals' curve is added), so under max_windows_per_user its
 // reservation key changes and the first unit after an upgrade in the
-// middle of a period charges a new reservation on top of the old one —
+// middle of a period charges a new reservation on top of the old one
+// (unless the old one dominates it at every order: release's "Cover by
+// dominance") —
 // safe, never under, but the period's budget may run out before its end
 // (as for the grid residual, package doc "Upgrading"): upgrade at a
 // period's boundary.
