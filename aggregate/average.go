@@ -319,8 +319,9 @@ func (w *AverageWindow) Mean(hist int, out []float64) []float64 {
 }
 
 // Kept returns how many users the average histogram of config index hist
-// kept. It is raw data: for tests, local diagnostics and the operator's
-// window-bound share (BlindWatch), never for output.
+// kept. It is raw data: for tests, local diagnostics, the operator's
+// window-bound share (BlindWatch), and the release's total, which carries
+// it only as a charged noisy count (plan.TotalPlan) — never as such.
 func (w *AverageWindow) Kept(hist int) int {
 	i := w.position(hist)
 	if w.kept == nil || w.kept[i] == nil {

@@ -342,11 +342,11 @@ func (b *Book) checkCharge(c Charge) error {
 	if c.RDP.Len() == 0 && c.Epsilon == 0 && c.Delta == 0 {
 		return &ArgumentError{Name: "charge", Value: 0, Want: "an RDP curve or an (ε, δ) pair"}
 	}
-	if c.RDP.Len() > 0 && (c.Epsilon != 0 || c.Delta != 0) {
-		// One unit is recorded with one kind of charge (the ledger keeps
-		// the RDP spend or adds the (ε, δ) pair per unit).
-		return &ArgumentError{Name: "charge", Value: c.Epsilon, Want: "an RDP curve or an (ε, δ) pair, not both"}
-	}
+	// A charge may carry both parts: an average release's (ε, δ) and its
+	// total's RDP curve (plan's "Totals"). The two independent draws are one
+	// (ε, δ) mechanism and one RDP mechanism, so each part joins its own
+	// block of the composition above; the ledger records a unit's Charge
+	// curve and its Approx pair independently.
 	return nil
 }
 

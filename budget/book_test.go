@@ -49,6 +49,8 @@ func TestBookChecksTheWholePeriod(t *testing.T) {
 		// The reverse: average releases spent 2.9 under an earlier config.
 		{name: "approx spent, rdp charge over", stored: Spend{ApproxEpsilon: 2.9, ApproxDelta: 1e-7, ApproxReleases: 10}, charge: Charge{RDP: gauss(1, 1)}},
 		{name: "approx spent, small rdp charge fits", stored: Spend{ApproxEpsilon: 1, ApproxDelta: 1e-7, ApproxReleases: 10}, charge: Charge{RDP: gauss(1, 30)}, ok: true},
+		{name: "both parts, fit", stored: Spend{ApproxEpsilon: 1, ApproxDelta: 1e-7, ApproxReleases: 10}, charge: Charge{RDP: gauss(1, 30), Epsilon: 0.1, Delta: 1e-9}, ok: true},
+		{name: "both parts, the approx part over", stored: Spend{ApproxEpsilon: 1, ApproxDelta: 1e-7, ApproxReleases: 10}, charge: Charge{RDP: gauss(1, 30), Epsilon: 2.9, Delta: 1e-9}},
 		// δ: the (ε, δ) part took all of δ; nothing is left to convert
 		// the RDP part at.
 		{name: "approx delta exhausted, rdp charge", stored: Spend{ApproxEpsilon: 0.1, ApproxDelta: delta, ApproxReleases: 1}, charge: Charge{RDP: gauss(1, 1000)}},

@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -140,57 +141,95 @@ func newPlan(newMech newMechanismFunc, template mechanism.Spec, epsilon, delta f
 		return p, e <= target, nil
 	}
 
-	// Bracket: lo feasible, hi infeasible.
-	x0 := epsilon / k
-	best, ok, err := try(x0)
-	if err != nil {
+	var best Plan
+	_, err = Fit(epsilon/k, func(x float64) (bool, error) {
+		p, ok, err := try(x)
+		if err == nil && ok {
+			best = p
+		}
+		return ok, err
+	})
+	var inf *fitInfeasible
+	switch {
+	case errors.As(err, &inf):
+		return Plan{}, &InfeasibleError{Epsilon: epsilon, Delta: delta, Releases: releases,
+			Reason: fmt.Sprintf("even a per-release rdp epsilon of %s at order %s composes to more than ε; "+
+				"raise ε or δ, or reduce the releases per period", fmtFloat(inf.x), fmtFloat(template.Order))}
+	case errors.Is(err, errFitUnbounded):
+		return Plan{}, fmt.Errorf("budget: plan: composition of %d releases stays within ε = %s at every rdp epsilon: "+
+			"the mechanism's rdp curve does not grow with its target; check the mechanism", releases, fmtFloat(epsilon))
+	case err != nil:
 		return Plan{}, err
+	}
+	return best, nil
+}
+
+// Fit returns the largest x > 0 (to a relative 10⁻¹⁰) at which try(x)
+// reports ok, for a try that holds below some point and fails above it,
+// starting at x0: it doubles x while try holds (an error there counts as a
+// failure: beyond a calibration's range is "too much"), or divides it by
+// 16 until try holds (an error there is returned; none below 10⁻³⁰⁰ is
+// *fitInfeasible), then bisects on log x. Its last call of try that held
+// was at the returned x — callers keep what that call built. It only ever
+// returns an x try accepted, so it is valid where try is not monotone,
+// and tight where it is.
+func Fit(x0 float64, try func(x float64) (ok bool, err error)) (float64, error) {
+	ok, err := try(x0)
+	if err != nil {
+		return 0, err
 	}
 	lo, hi := x0, x0
 	if ok {
 		for {
 			hi *= 2
 			if math.IsInf(hi, 1) {
-				return Plan{}, fmt.Errorf("budget: plan: composition of %d releases stays within ε = %s at every rdp epsilon "+
-					"up to %s: the mechanism's rdp curve does not grow with its target; check the mechanism", releases, fmtFloat(epsilon), fmtFloat(lo))
+				return 0, errFitUnbounded
 			}
-			p, ok, err := try(hi)
-			if err != nil || !ok { // beyond the calibration's range counts as too much
+			ok, err := try(hi)
+			if err != nil || !ok {
 				break
 			}
-			best, lo = p, hi
+			lo = hi
 		}
 	} else {
 		for {
 			lo /= 16
 			if lo < 1e-300 {
-				return Plan{}, &InfeasibleError{Epsilon: epsilon, Delta: delta, Releases: releases,
-					Reason: fmt.Sprintf("even a per-release rdp epsilon of %s at order %s composes to more than ε; "+
-						"raise ε or δ, or reduce the releases per period", fmtFloat(lo*16), fmtFloat(template.Order))}
+				return 0, &fitInfeasible{x: lo * 16}
 			}
-			p, ok, err := try(lo)
+			ok, err := try(lo)
 			if err != nil {
-				return Plan{}, err
+				return 0, err
 			}
 			if ok {
-				best = p
 				break
 			}
 			hi = lo
 		}
 	}
-	// Bisect on log x until hi/lo ≤ 1 + 1e-10.
+	// Invariant: the last call of try that held was at lo.
 	for i := 0; i < 200 && hi/lo > 1+1e-10; i++ {
 		mid := math.Sqrt(lo) * math.Sqrt(hi)
 		if !(mid > lo && mid < hi) {
 			break
 		}
-		p, ok, err := try(mid)
+		ok, err := try(mid)
 		if err == nil && ok {
-			best, lo = p, mid
+			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return best, nil
+	return lo, nil
+}
+
+// errFitUnbounded: Fit's try held at every x up to overflow.
+var errFitUnbounded = errors.New("budget: fit: holds at every x")
+
+// fitInfeasible: Fit's try failed at every x down to 10⁻³⁰⁰ (x the last
+// tried above that).
+type fitInfeasible struct{ x float64 }
+
+func (e *fitInfeasible) Error() string {
+	return fmt.Sprintf("budget: fit: fails at every x down to %s", fmtFloat(e.x))
 }

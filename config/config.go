@@ -515,6 +515,12 @@ type Privacy struct {
 	// given. Otherwise it must be finite, greater than 0 and at most the
 	// windows of a period.
 	ExpectedWindowsPerUser float64 `yaml:"expected_windows_per_user,omitempty"`
+	// TotalShare is the share of the period's RDP budget (at privacy.order)
+	// that the charged totals get: every dirichlet release and every
+	// average release carries its window's total as a discrete Gaussian
+	// count (plan.TotalPlan; additive mechanisms' totals are free). In
+	// (0, 0.5]; default DefaultTotalShare.
+	TotalShare float64 `yaml:"total_share"`
 }
 
 // ActivityPercentile is the percentile of users' active windows per period
@@ -681,6 +687,9 @@ type Output struct {
 	// the released probabilities (never counts), one row per (group, bin).
 	// Default empty: off.
 	ArrowDir string `yaml:"arrow_dir"`
+	// IntervalLevel is the confidence level of every release's intervals
+	// and total (package interval), in [0.5, 0.999]; default 0.95.
+	IntervalLevel float64 `yaml:"interval_level"`
 }
 
 // Arrival reports whether windows close by record (arrival) time: the

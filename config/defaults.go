@@ -33,6 +33,8 @@ const (
 	DefaultNeighbour            = NeighbourReplace
 	DefaultOrder                = 2.0
 	DefaultPriorAlpha           = 1.0
+	DefaultTotalShare           = 0.1  // see TotalShare and docs/intervals.md
+	DefaultIntervalLevel        = 0.95 // see Output.IntervalLevel
 	DefaultDelta                = 1e-6
 	DefaultPeriod               = Duration(24 * time.Hour)
 	DefaultStateDir             = "./stage-state"
@@ -119,6 +121,8 @@ func (c *Config) ApplyDefaults() {
 	}
 	str(&c.Privacy.Neighbour, "privacy.neighbour", DefaultNeighbour)
 	flt(&c.Privacy.Order, "privacy.order", DefaultOrder)
+	flt(&c.Privacy.TotalShare, "privacy.total_share", DefaultTotalShare)
+	flt(&c.Output.IntervalLevel, "output.interval_level", DefaultIntervalLevel)
 	flt(&c.Privacy.Budget.Delta, "privacy.budget.delta", DefaultDelta)
 	dur(&c.Privacy.Budget.Period, "privacy.budget.period", DefaultPeriod)
 

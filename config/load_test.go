@@ -68,13 +68,14 @@ func TestFullConfig(t *testing.T) {
 			ExpectedUsers:            500000,
 			ExpectedEventsPerRelease: 20000,
 			ExpectedWindowsPerUser:   30,
+			TotalShare:               0.2,
 		},
 		State:     State{Dir: "/var/lib/dp-stage", AllowFreshLedger: true, Retain: Duration(720 * time.Hour), Ledger: LedgerBolt, LedgerTopic: "dp-stage-ledger"},
 		Log:       Log{Format: "console", Level: "debug"},
 		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60, UserLifetime: Duration(3 * time.Minute)},
 		HTTP: HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env",
 			OperatorAddress: "0.0.0.0:9091", OperatorAllowRemote: true, OperatorToken: "operator-token-from-env"},
-		Output: Output{ArrowDir: "/var/lib/dp-stage/arrow"},
+		Output: Output{ArrowDir: "/var/lib/dp-stage/arrow", IntervalLevel: 0.9},
 	}
 	got := *cfg
 	got.meta = nil
@@ -184,11 +185,12 @@ func TestDefaults(t *testing.T) {
 		Histograms:   []Histogram{{Name: "pages", Field: "page", Bins: []string{"home", "other"}, Kind: "count"}},
 		Contribution: Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxTrackedUsers: 2_000_000, BlindWarningShare: 0.5},
 		Privacy: Privacy{Mechanism: "dirichlet", Calibration: "concentrated", Neighbour: "replace", Order: 2,
-			Budget: Budget{Epsilon: 1, Delta: 1e-6, Period: Duration(24 * time.Hour)}},
+			Budget: Budget{Epsilon: 1, Delta: 1e-6, Period: Duration(24 * time.Hour)}, TotalShare: DefaultTotalShare},
 		State:     State{Dir: "./stage-state", Retain: DefaultRetain, Ledger: LedgerBolt},
 		Log:       Log{Format: "json", Level: "info"},
 		Generator: Generator{Users: 300, EventsPerSecond: 200, TimeScale: 1},
 		HTTP:      HTTP{Address: "127.0.0.1:8080", OperatorAddress: "127.0.0.1:8081"},
+		Output:    Output{IntervalLevel: DefaultIntervalLevel},
 	}
 	got := *cfg
 	got.meta = nil

@@ -139,6 +139,7 @@ func (c *Config) Validate() error {
 	k.histBounds()
 	k.privacy()
 	k.activity()
+	k.intervals()
 	k.nonEmpty("state.dir", c.State.Dir)
 	k.stateLedger()
 	k.distributed()

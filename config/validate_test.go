@@ -225,6 +225,12 @@ func TestValidateRules(t *testing.T) {
 		{"prior_alpha zero", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = 0 }, "privacy.prior_alpha", "greater than 0"},
 		{"prior_alpha negative", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = -1 }, "privacy.prior_alpha", "greater than 0"},
 		{"prior_alpha NaN", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = math.NaN() }, "privacy.prior_alpha", "finite"},
+		{"interval_level 1", func(c *Config) { c.Output.IntervalLevel = 1 }, "output.interval_level", "confidence level in [0.5, 0.999]"},
+		{"interval_level 0.4", func(c *Config) { c.Output.IntervalLevel = 0.4 }, "output.interval_level", "confidence level"},
+		{"interval_level NaN", func(c *Config) { c.Output.IntervalLevel = math.NaN() }, "output.interval_level", "confidence level"},
+		{"total_share 0", func(c *Config) { c.Privacy.TotalShare = 0 }, "privacy.total_share", "greater than 0 and at most 0.5"},
+		{"total_share 0.6", func(c *Config) { c.Privacy.TotalShare = 0.6 }, "privacy.total_share", "at most 0.5"},
+		{"total_share +Inf", func(c *Config) { c.Privacy.TotalShare = math.Inf(1) }, "privacy.total_share", "greater than 0"},
 		{"prior_alpha Inf", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = math.Inf(1) }, "privacy.prior_alpha", "finite"},
 		{"prior_alpha too large", func(c *Config) { c.Privacy.Mechanism = "laplace-posterior"; c.Privacy.PriorAlpha = 2e12 }, "privacy.prior_alpha", "at most 1e12"},
 		{"calibration with laplace-posterior", func(c *Config) {

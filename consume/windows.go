@@ -344,6 +344,17 @@ func (b *Boundary) Mean(h int, out []float64) []float64 {
 	panic(fmt.Sprintf("consume: average histogram %d has no window ending at this Boundary", h))
 }
 
+// Kept is the number of kept users of average histogram h (config
+// index): release.Means.
+func (b *Boundary) Kept(h int) int {
+	for _, c := range b.sets {
+		if c.avgs != nil && slices.Contains(c.set.avgs, h) {
+			return c.avgs.Kept(h)
+		}
+	}
+	panic(fmt.Sprintf("consume: average histogram %d has no window ending at this Boundary", h))
+}
+
 // KeptUsers is the kept users of average histogram h (config index) in
 // the boundary's windows (aggregate.AverageWindow.KeptUsers); nil when h's
 // window does not end here or kept nobody.

@@ -122,7 +122,7 @@ func TestSwitchCarriesCounts(t *testing.T) {
 
 			b := h.Start(cfgB)
 			got := releaseOf(t, h, w, 30*time.Second)
-			e2e.CheckExact(t, e2e.ReleaseKey(got), got, []float64{0, 1, 0, 0, 0})
+			e2e.CheckExact(t, e2e.ReleaseKey(got), got, []float64{0, 2, 0, 0, 0}) // u1 and u2, one search each
 			if g := b.Stage.Stats().PartialGaps.Load(); g != 0 {
 				t.Errorf("%d partial gaps", g)
 			}

@@ -226,6 +226,10 @@ func (s *stage) windowBounds(w *partial.Window, means windowMeans) []node.Window
 	return out
 }
 
+// Kept is release.Means: the kept users of average histogram h (the
+// merge keeps the Users smallest of the partitions' kept users).
+func (m windowMeans) Kept(h int) int { return int(m.kept(h)) }
+
 // Mean is release.Means: the padded average of average histogram h.
 func (m windowMeans) Mean(h int, out []float64) []float64 {
 	hist, ok := m.pa.hists[h]

@@ -97,15 +97,53 @@ func (m *gaussianMech) RDP(order float64) float64 {
 // and sum to 1 within a few ulps; unlike the Dirichlet mechanism, entries can
 // be exactly 0. out may alias counts. Releases do not allocate.
 func (m *gaussianMech) Release(rng *Rand, counts []float64, out []float64) error {
-	if _, _, err := checkRelease(rng, counts, out, true); err != nil {
+	if err := m.ReleaseCounts(rng, counts, out); err != nil {
 		return err
 	}
-	for i, x := range counts {
-		v := int64(x) + rng.discreteGaussian(&m.dg)
-		out[i] = float64(max(v, 0))
+	for i, v := range out {
+		out[i] = max(v, 0)
 	}
 	projectClipped(out)
 	return nil
+}
+
+// ReleaseCounts writes x + Z, Z_i ~ N_Z(0, σ²) independent (see
+// CountReleaser): the noisy counts Release clips and projects, drawn in
+// the same order, so a seeded Release and ReleaseCounts see the same
+// noise.
+func (m *gaussianMech) ReleaseCounts(rng *Rand, counts []float64, noisy []float64) error {
+	if _, _, err := checkRelease(rng, counts, noisy, true); err != nil {
+		return err
+	}
+	for i, x := range counts {
+		noisy[i] = float64(int64(x) + rng.discreteGaussian(&m.dg))
+	}
+	return nil
+}
+
+// NoisyCount returns x + Z, Z ~ N_Z(0, σ²): one count of the vector the
+// mechanism was calibrated for (see CountNoiser). x must be a whole
+// number in [0, 2^53].
+func (m *gaussianMech) NoisyCount(rng *Rand, x float64) (float64, error) {
+	if rng == nil {
+		return 0, paramErr("rng", nil, "must not be nil (use NewRand)")
+	}
+	if !(x >= 0) || x != math.Trunc(x) || x > maxExactCount {
+		return 0, paramErr("count", x, "must be a whole number in [0, 2^53]")
+	}
+	return float64(int64(x) + rng.discreteGaussian(&m.dg)), nil
+}
+
+// Project writes the release of the Gaussian and Laplace baselines for
+// the noisy counts noisy (from ReleaseCounts) into out: clipped at 0 and
+// divided by their sum, uniform when every clipped value is 0 — what
+// Release writes for the same draw. out may alias noisy; both must have
+// the same length ≥ 1.
+func Project(noisy, out []float64) {
+	for i, v := range noisy {
+		out[i] = max(v, 0)
+	}
+	projectClipped(out)
 }
 
 // projectClipped normalizes a vector of non-negative values to sum 1, or

@@ -36,8 +36,8 @@ package mechanism
 // posterior, also for a group that had no events.
 
 // CountReleaser is implemented by mechanisms whose release is a
-// post-processing of integer noisy counts (the discrete-Laplace baseline,
-// kind Laplace): ReleaseCounts writes the noisy counts x̃ = x + Z themselves
+// post-processing of integer noisy counts (the discrete-Laplace and
+// discrete-Gaussian baselines, kinds Laplace and Gaussian): ReleaseCounts writes the noisy counts x̃ = x + Z themselves
 // (whole numbers, possibly negative) into noisy. Its privacy is the
 // mechanism's RDP curve: Release is ReleaseCounts followed by clipping and
 // renormalization. counts must be whole numbers in [0, 2^53], len ≥ 2;
@@ -46,6 +46,18 @@ package mechanism
 type CountReleaser interface {
 	Mechanism
 	ReleaseCounts(rng *Rand, counts []float64, noisy []float64) error
+}
+
+// CountNoiser is implemented by the discrete Gaussian mechanism (kind
+// Gaussian): NoisyCount adds one draw of its noise to one whole count.
+// The stage's charged totals (plan.TotalPlan) are such counts: a
+// histogram's group totals form a vector whose sensitivities the
+// mechanism was calibrated for, and NoisyCount draws its coordinates one
+// at a time (independent draws, so the vector's RDP curve is the
+// mechanism's).
+type CountNoiser interface {
+	Mechanism
+	NoisyCount(rng *Rand, x float64) (float64, error)
 }
 
 // ReleaseCounts writes x + Z, Z_i ~ Lap_Z(b) independent (see CountReleaser).
@@ -80,7 +92,7 @@ type CountPosterior struct {
 // to every bin.
 func NewCountPosterior(base Mechanism, prior float64) (*CountPosterior, error) {
 	cr, ok := base.(CountReleaser)
-	if !ok || base == nil {
+	if !ok || base == nil || base.Spec().Kind != Laplace {
 		kind := "<nil>"
 		if base != nil {
 			kind = string(base.Spec().Kind)

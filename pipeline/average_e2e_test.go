@@ -117,8 +117,12 @@ func TestEndToEndAverage(t *testing.T) {
 		if r.Params.K != k || r.Params.Eta != eta || r.Params.Users != users || !(r.Params.Gamma > 0) {
 			t.Errorf("window %d: params %+v", w, r.Params)
 		}
-		if r.Privacy.ReleaseEpsilon != ap.Epsilon || r.Privacy.ReleaseDelta != ap.Delta || r.Privacy.RDPEpsilon != 0 {
-			t.Errorf("window %d: privacy %+v, want release (ε, δ) = (%g, %g)", w, r.Privacy, ap.Epsilon, ap.Delta)
+		// The (ε, δ) of the release, and in RDP its total's (issue 29).
+		if r.Privacy.ReleaseEpsilon != ap.Epsilon || r.Privacy.ReleaseDelta != ap.Delta || !(r.Privacy.RDPEpsilon > 0) || r.Privacy.RDPEpsilon != r.Privacy.TotalRDPEpsilon {
+			t.Errorf("window %d: privacy %+v, want release (ε, δ) = (%g, %g) and the total's RDP", w, r.Privacy, ap.Epsilon, ap.Delta)
+		}
+		if r.Intervals == nil || len(r.Intervals.Low) != len(e2e.Interests) || r.Total == nil || r.Total.High > float64(users) || !(r.Params.TotalSigma > 0) {
+			t.Errorf("window %d: intervals %+v total %+v total_sigma %v", w, r.Intervals, r.Total, r.Params.TotalSigma)
 		}
 		pbar := wantMean[w]
 		for i, x := range r.Probabilities {

@@ -78,6 +78,13 @@
 // charging each of K′ windows the residual of the replace Δ1 = 2m (what
 // the any-pair spec's sensitivity gives) covers it.
 //
+// The private totals a Dirichlet unit carries (totals.go: the discrete
+// Gaussian on its group totals, whose sensitivities are the count
+// vector's) add the Gaussian curve λ·Δ2²/(2σ_T²) to CountPlan.Charge; it is
+// linear in Δ2², so c_r = 2·c_a for it too and the argument holds for the
+// sum. An average unit's total adds λ/(2σ_T²) per release, composed over
+// its AverageReleases as its (ε, δ) is.
+//
 // So under replace with K > 0 the planner calibrates the count mechanism
 // on the any-pair relation (mechanism.AnyNeighbour; only the exact curves
 // read it), whose curve is exactly c for every kind, and under add_remove

@@ -68,8 +68,8 @@ func TestPlanComposesEachHistogramsWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 			count := budget.Charge{RDP: pl.Count.Charge}
-			avg := budget.Charge{Epsilon: pl.Averages[0].Epsilon, Delta: pl.Averages[0].Delta}
-			sizes := []int{1, 3, 60, 5} // base windows per window, config order
+			avg := pl.AverageCharge(&pl.Averages[0]) // its (ε, δ) and its total's curve
+			sizes := []int{1, 3, 60, 5}              // base windows per window, config order
 			n := 0
 			for b := 1; b <= pl.WindowsPerPeriod; b++ {
 				for h, r := range sizes {

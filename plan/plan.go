@@ -161,6 +161,9 @@ type Plan struct {
 	// and what it composes per period for a histogram at window.size
 	// (Bound.K = 0: off, every window of the period is charged).
 	Bound WindowBound
+	// Totals is the plan of the charged totals (totals.go); nil when no
+	// release carries one (additive mechanisms' totals are free).
+	Totals *TotalPlan
 	// HistBounds is, by config histogram index, that histogram's own
 	// cross-window bound K_h (config.Config.HistWindowBound: its
 	// histograms[].max_windows_per_user, else Bound's K at window.size)
@@ -363,11 +366,15 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 			units += hw
 		}
 	}
-	avgs, aEps, aDelta, err := planAverages(cfg, windows, hbounds, counts, len(cfg.Histograms)-counts)
+	avgs, aEps, aDelta, err := planAverages(cfg, windows, hbounds, len(cfg.Histograms)-counts)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
 	rdpEps, rdpDelta := cfg.Privacy.Budget.Epsilon-aEps, cfg.Privacy.Budget.Delta-aDelta
+	tp, err := newTotals(cfg, sens, hbounds, units)
+	if err != nil {
+		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
 	plan := &Plan{
 		Neighbour:        cfg.Privacy.Neighbour,
 		WindowsPerPeriod: windows,
@@ -382,6 +389,12 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	if counts == 0 {
 		if plan.Orders, err = budget.WithOrder(budget.DefaultOrders(), cfg.Privacy.Order); err != nil {
 			return nil, fmt.Errorf("derive privacy plan: %w", err)
+		}
+		if tp != nil { // the average histograms' totals, alone in the RDP part
+			if _, err := planTotals(nil, 0, tp, cfg.Privacy.Order, rdpEps, rdpDelta); err != nil {
+				return nil, err
+			}
+			plan.Totals = tp
 		}
 		return plan, nil
 	}
@@ -417,11 +430,17 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		spec.Kind = mechanism.Laplace // the noise; the posterior is post-processing (see Plan)
 	}
 	var cp *CountPlan
-	if cfg.Privacy.RDPEpsilon > 0 {
-		if cp, err = explicitPlan(cfg, spec, counts, units, hbounds, rdpEps, rdpDelta); err != nil {
+	switch {
+	case cfg.Privacy.RDPEpsilon > 0:
+		if cp, err = explicitPlan(cfg, spec, counts, units, hbounds, tp, rdpEps, rdpDelta); err != nil {
 			return nil, err
 		}
-	} else {
+	case tp != nil:
+		if cp, err = planTotals(&spec, units, tp, spec.Order, rdpEps, rdpDelta); err != nil {
+			return nil, err
+		}
+		cp.Sensitivity, cp.UnitsPerWindow = sens, counts
+	default:
 		p, err := budget.PlanReleases(spec, rdpEps, rdpDelta, units)
 		if err != nil {
 			return nil, fmt.Errorf("derive privacy plan: %w", err)
@@ -438,6 +457,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	if cp.Mechanism, err = stageMechanism(cfg, cp.Mechanism); err != nil {
 		return nil, err
 	}
+	plan.Totals = tp
 	cp.RDPEpsilon, cp.RDPDelta = rdpEps, rdpDelta
 	if bound.K > 0 {
 		cp.Reservations = make([]budget.Curve, len(cfg.Histograms))
@@ -470,22 +490,22 @@ func HistWindows(cfg *config.Config, i int) (int, error) {
 }
 
 // planAverages calibrates the n average histograms and returns the period's
-// reservation for them. When counts > 0 count histograms share the budget
-// (they then need some of it left: both parts strictly positive).
-func planAverages(cfg *config.Config, windows int, hbounds []WindowBound, counts, n int) (plans []AveragePlan, eps, delta float64, err error) {
+// reservation for them. The count histograms and the totals share the
+// rest of the budget (they need some of it left: both parts strictly
+// positive).
+func planAverages(cfg *config.Config, windows int, hbounds []WindowBound, n int) (plans []AveragePlan, eps, delta float64, err error) {
 	if n == 0 {
 		return nil, 0, 0, nil
 	}
-	withCounts := counts > 0
 	budgetEps, budgetDelta := cfg.Privacy.Budget.Epsilon, cfg.Privacy.Budget.Delta
 	// Planned: the book's checks are exact, and W·n charges of share/(W·n)
 	// are summed one at a time (rounded up). With the cross-window bound a
 	// period composes AverageReleases releases of each histogram (its own
 	// bound over its own windows), not W_h.
-	share := budget.Planned(budgetDelta)
-	if withCounts {
-		share /= 2
-	}
+	// The averages always share the budget: with the count histograms, if
+	// any, and with their own totals (totals.go), so half of δ by default,
+	// and both parts must be strictly positive.
+	share := budget.Planned(budgetDelta) / 2
 	bounded := false
 	releases := 0 // average releases per period
 	for i, h := range cfg.Histograms {
@@ -563,11 +583,11 @@ func planAverages(cfg *config.Config, windows int, hbounds []WindowBound, counts
 		}
 	}
 	fix := "raise average.users, lower average.k, lengthen window.size or raise privacy.budget.epsilon"
-	if eps > budget.Planned(budgetEps) || (withCounts && eps >= budgetEps) {
+	if eps > budget.Planned(budgetEps) || eps >= budgetEps {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to ε = %.6g per period (%s), which leaves nothing of privacy.budget.epsilon = %g for the rest: %s",
 			eps, averageEpsilons(plans), budgetEps, fix)
 	}
-	if delta > budget.Planned(budgetDelta) || (withCounts && delta >= budgetDelta) {
+	if delta > budget.Planned(budgetDelta) || delta >= budgetDelta {
 		return nil, 0, 0, fmt.Errorf("the average histograms' releases compose to δ = %.6g per period, which leaves nothing of privacy.budget.delta = %g for the rest: lower average.delta", delta, budgetDelta)
 	}
 	return plans, eps, delta, nil
@@ -604,8 +624,11 @@ func stageMechanism(cfg *config.Config, m mechanism.Mechanism) (mechanism.Mechan
 // that would take the period past (ε, δ), and the stage publishes a
 // budget_exhausted status instead. FitUnits says how many units fit (with
 // the cross-window bound: how many whole reservations, in units).
-func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, hbounds []WindowBound, eps, delta float64) (*CountPlan, error) {
+func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, hbounds []WindowBound, tp *TotalPlan, eps, delta float64) (*CountPlan, error) {
 	spec.RDPEpsilon = cfg.Privacy.RDPEpsilon
+	if tp != nil && tp.CountUnits > 0 {
+		spec.RDPEpsilon *= 1 - tp.Share // the rest to the unit's totals
+	}
 	m, err := mechanism.New(spec)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: privacy.rdp_epsilon: %w", err)
@@ -615,6 +638,23 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, hb
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
 	charge := budget.ChargeOf(m, orders) // the curve plus the grid residual of a rounded (Dirichlet) mechanism
+	if tp != nil && tp.CountUnits > 0 {
+		n, c, _, err := totalNoise(spec.Order, tp.Sensitivity.L2Sq, tp.Share*cfg.Privacy.RDPEpsilon)
+		if err != nil {
+			return nil, fmt.Errorf("derive privacy plan: privacy.total_share: %w", err)
+		}
+		tp.Count, tp.CountCharge = n, c
+		charge = charge.Add(c)
+	}
+	if tp != nil && tp.AverageUnits > 0 {
+		// The average histograms' totals, planned alone to fit total_share
+		// of the RDP part.
+		alone := &TotalPlan{Share: 1, AverageUnits: tp.AverageUnits, Sensitivity: tp.Sensitivity}
+		if _, err := planTotals(nil, 0, alone, spec.Order, tp.Share*eps, delta); err != nil {
+			return nil, err
+		}
+		tp.Average, tp.AverageCharge = alone.Average, alone.AverageCharge
+	}
 	if err := charge.Err(); err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
@@ -635,6 +675,11 @@ func explicitPlan(cfg *config.Config, spec mechanism.Spec, counts, units int, hb
 	}
 	fit := 0
 	total, _ := budget.ZeroCurve(orders)
+	if tp != nil && tp.Average != nil {
+		// The average histograms' totals are in the same RDP part: count
+		// the units that fit beside them.
+		total = total.Add(tp.AverageCharge.Scale(float64(tp.AverageUnits)))
+	}
 	for _, step := range steps {
 		total = total.Add(charge.Scale(float64(step)))
 		e, _ := budget.ToEpsilon(total, delta)

@@ -63,7 +63,7 @@ func TestPlannedScheduleFitsTheBook(t *testing.T) {
 			t.Fatal(err)
 		}
 		count := budget.Charge{RDP: pl.Count.Charge}
-		avg := budget.Charge{Epsilon: pl.Averages[0].Epsilon, Delta: pl.Averages[0].Delta}
+		avg := pl.AverageCharge(&pl.Averages[0]) // its (ε, δ) and its total's curve
 		for w := 0; w < pl.WindowsPerPeriod; w++ {
 			for _, c := range []budget.Charge{count, avg} {
 				if _, err := book.Check(0, c); err != nil {

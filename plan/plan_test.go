@@ -36,9 +36,9 @@ privacy:
   calibration: exact
   neighbour: %s
   order: 2
-  rdp_epsilon: 1
+  rdp_epsilon: %v
   budget: {epsilon: 100, delta: 1.0e-6, period: 1h}
-`, maxTracked, neighbour)
+`, maxTracked, neighbour, 1/(1-config.DefaultTotalShare)) // the histogram's part: 1 (the rest to its totals)
 		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 		if err != nil {
 			t.Fatalf("config: %v", err)
@@ -68,8 +68,10 @@ privacy:
 	}
 	// Charged: the calibrated 1 plus the grid residual of k = Δ1 = 2 changed
 	// coordinates (issue #21 item 1), e_2(2) = 2·[2·log(1+ρ) − log(1−ρ)].
-	if got, ok := capped.Count.Charge.At(2); !ok || !near(got, 1+gridResidual(2, 2)) {
-		t.Errorf("capped add_remove: charge at λ=2 %v (%v), want 1 + e_2(2)", got, ok)
+	// And the unit's totals: the rest of rdp_epsilon.
+	tot, _ := capped.Totals.CountCharge.At(2)
+	if got, ok := capped.Count.Charge.At(2); !ok || !near(got, 1+gridResidual(2, 2)+tot) || !near(tot, config.DefaultTotalShare/(1-config.DefaultTotalShare)) {
+		t.Errorf("capped add_remove: charge at λ=2 %v (%v), want 1 + e_2(2) + the totals' %v", got, ok, tot)
 	}
 
 	// Before: the add_remove shape over the same (capped) sensitivities.

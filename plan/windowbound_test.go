@@ -85,8 +85,9 @@ func TestWindowBoundScheduleFitsTheBook(t *testing.T) {
 				charges := []budget.Charge{
 					{RDP: p.Count.ReservationOf(0), Reservation: "pages"},
 					{RDP: p.Count.ReservationOf(1), Reservation: "devices"},
-					{Epsilon: a.ReserveEpsilon, Delta: a.ReserveDelta, Reservation: "interests"},
+					p.AverageReserveCharge(&a), // its (ε, δ) and its totals' curve
 				}
+				charges[2].Reservation = "interests"
 				for _, c := range charges {
 					if _, err := book.Check(0, c); err != nil {
 						t.Fatalf("reservation %s refused: %v", c.Reservation, err)
@@ -119,7 +120,31 @@ func TestWindowBoundScheduleFitsTheBook(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				total, _ := budget.ZeroCurve(p.Orders)
+				// The totals (totals.go), from their σ_T: each count unit's
+				// group totals λ·Δ2²/(2σ²) with the count vector's Δ2² (m² or
+				// 2m²), only under dirichlet (the additive totals are free);
+				// the average histogram's avgN kept-user counts λ/(2σ²).
+				m2 := float64(cfg.Contribution.MaxEventsPerUser * cfg.Contribution.MaxEventsPerUser)
+				if nb == "replace" {
+					m2 *= 2
+				}
+				gauss := func(l2sq, sigma float64) budget.Curve {
+					eps := make([]float64, len(p.Orders))
+					for i, o := range p.Orders {
+						eps[i] = o * l2sq / (2 * sigma * sigma)
+					}
+					c, err := budget.NewCurve(p.Orders, eps)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return c
+				}
+				if s := p.Totals.CountSigma(); s > 0 {
+					per = per.Add(gauss(m2, s))
+				} else if cfg.Privacy.Mechanism == "dirichlet" {
+					t.Fatal("dirichlet units without charged totals")
+				}
+				total := gauss(float64(avgN), p.Totals.AverageSigma())
 				for i := 0; i < 2*k; i++ {
 					total = total.Add(per)
 				}
@@ -203,6 +228,8 @@ func TestWindowBoundExactChargesTheLargerCurve(t *testing.T) {
 			want = ca2
 		}
 		want += gridResidual(2, 2) // issue #21 item 1: k = Δ1 = 2 changed coordinates
+		tot, _ := p.Totals.CountCharge.At(2)
+		want += tot // the unit's totals (Gaussian: c_r = 2c_a)
 		if math.Abs(got-want) > 1e-9*want {
 			t.Errorf("K=%d: charge at λ=2 %v, want %v (c_r %v, 2c_a %v, α %v)", k, got, want, cr, ca2, alpha)
 		}

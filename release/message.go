@@ -9,9 +9,9 @@ import (
 
 // Release is one output message: the private normalized histogram of one
 // (histogram, group, window). Its JSON form is a contract that dashboards
-// read. Nothing in it is derived from the data except Probabilities and,
-// for laplace-posterior, PosteriorAlpha (both from the same private draw):
-// no raw count, no event total.
+// read. Nothing in it is derived from the data except Probabilities,
+// PosteriorAlpha (laplace-posterior), Intervals and Total, all private
+// (post-processing of the private draws): no raw count, no exact total.
 type Release struct {
 	ReleaseID   string   `json:"release_id"`
 	Histogram   string   `json:"histogram"`
@@ -35,7 +35,8 @@ type Release struct {
 	// (002 LSHist's), which treats the noisy counts as if observed: they
 	// do not account for the Laplace noise (scale params.scale) and so
 	// under-cover the true shares when counts are small relative to the
-	// scale. It is private to the same
+	// scale (Intervals account for the noise and are measured to cover).
+	// It is private to the same
 	// guarantee as Probabilities: both are post-processing of one draw of
 	// the noisy counts. Note that Σα̃ − d·prior_alpha is a noisy estimate
 	// of the window's bounded event total for the group.
@@ -47,6 +48,38 @@ type Release struct {
 	// Coverage (distributed mode; omitted otherwise) says how many of the
 	// input topic's partitions the window's counts include.
 	Coverage *Coverage `json:"coverage,omitempty"`
+	// Intervals are, per bin in bin order, a confidence interval for the
+	// bin's true share of the window's counted contributions, at
+	// Intervals.Level (package interval; computed from this release and
+	// public parameters only). Total is the window's private total. Both
+	// are in every release made since issue 29 (omitted in older ones).
+	Intervals *Intervals `json:"intervals,omitempty"`
+	Total     *Total     `json:"total,omitempty"`
+}
+
+// Intervals are a release's per-bin confidence intervals: [Low[i],
+// High[i]] ⊆ [0, 1] holds bin i's true share x_i/N of the window's
+// counted contributions (after bounding) with probability Level —
+// marginally, bin by bin, not all bins at once. For an average release
+// the share is the kept users' average a_i.
+type Intervals struct {
+	Level float64   `json:"level"`
+	Low   []float64 `json:"low"`
+	High  []float64 `json:"high"`
+}
+
+// Total is the window's private total for the (histogram, group): the
+// counted events N (count histograms) or the kept users (average), an
+// estimate and an interval [Low, High] of whole numbers that holds the
+// true total with probability at least Intervals.Level. For gaussian,
+// laplace and laplace-posterior it is the sum of the noisy counts already
+// drawn (no extra charge); for dirichlet and average releases a discrete
+// Gaussian count with σ = params.total_sigma, charged with the release
+// (privacy.total_rdp_epsilon).
+type Total struct {
+	Estimate float64 `json:"estimate"`
+	Low      float64 `json:"low"`
+	High     float64 `json:"high"`
 }
 
 // Coverage is the share of the input partitions a distributed release's
@@ -155,6 +188,10 @@ type Params struct {
 	// its low-order bits cannot identify the counts. Omitted for the
 	// mechanisms with exact integer samplers.
 	Grid int64 `json:"grid,omitempty"`
+	// TotalSigma is σ of the discrete Gaussian noise on the release's
+	// Total (dirichlet and average releases; omitted for the additive
+	// mechanisms, whose total carries their own noise).
+	TotalSigma float64 `json:"total_sigma,omitempty"`
 }
 
 // Privacy states what the release cost and what the period has spent.
@@ -183,10 +220,15 @@ type Privacy struct {
 	// for average histograms under replace min(2K, windows per period);
 	// omitted without the cross-window bound.
 	ChargeWindows int `json:"charge_windows,omitempty"`
+	// TotalRDPEpsilon is the part of RDPEpsilon that pays for the
+	// release's Total (dirichlet and average releases; omitted otherwise).
+	// For an average release RDPEpsilon is that part alone, and
+	// ChargeRDPEpsilon the totals' part of its charge.
+	TotalRDPEpsilon float64 `json:"total_rdp_epsilon,omitempty"`
 	// ReleaseEpsilon and ReleaseDelta are the (ε, δ)-DP guarantee of a
-	// release without an RDP curve (an average histogram's; Order,
-	// RDPEpsilon and ChargeRDPEpsilon are then 0), charged to the period by
-	// basic composition; omitted otherwise.
+	// release without an RDP curve (an average histogram's histogram; its
+	// total is in RDPEpsilon), charged to the period by basic composition;
+	// omitted otherwise.
 	ReleaseEpsilon float64 `json:"release_epsilon,omitempty"`
 	ReleaseDelta   float64 `json:"release_delta,omitempty"`
 	// SpentEpsilon is the (ε, δ)-DP spent in the current period so far,

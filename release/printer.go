@@ -34,7 +34,14 @@ func (p *Printer) Print(r *Release) {
 	for i, bin := range r.Bins {
 		p := r.Probabilities[i]
 		n := int(p*40 + 0.5)
-		fmt.Fprintf(&b, "  %-*s %5.1f%% %s\n", width, bin, 100*p, strings.Repeat("█", n))
+		fmt.Fprintf(&b, "  %-*s %5.1f%% %s", width, bin, 100*p, strings.Repeat("█", n))
+		if iv := r.Intervals; iv != nil && i < len(iv.Low) && i < len(iv.High) {
+			fmt.Fprintf(&b, "%s  %.1f–%.1f%%", strings.Repeat(" ", 40-n), 100*iv.Low[i], 100*iv.High[i])
+		}
+		b.WriteByte('\n')
+	}
+	if t, iv := r.Total, r.Intervals; t != nil && iv != nil {
+		fmt.Fprintf(&b, "  total ≈ %.0f (%.0f–%.0f); ranges: %g%% intervals of each share and of the total\n", t.Estimate, t.Low, t.High, 100*iv.Level)
 	}
 	if w := r.Privacy.ChargeWindows; w > 0 {
 		// The cross-window bound: the period's reservation for this

@@ -149,6 +149,9 @@ type Counts interface {
 // pipeline's combination).
 type Means interface {
 	Mean(h int, out []float64) []float64
+	// Kept is the number of users in the padded average (its private
+	// total, released as a charged count).
+	Kept(h int) int
 }
 
 // Record records the unit of every histogram whose window ends with base
@@ -366,9 +369,9 @@ func (r *Releaser) countCharge(h int) budget.Charge {
 // averageCharge is countCharge for the average histogram ap.
 func (r *Releaser) averageCharge(ap *plan.AveragePlan) budget.Charge {
 	if r.plan.Bound.K == 0 {
-		return budget.Charge{Epsilon: ap.Epsilon, Delta: ap.Delta}
+		return r.plan.AverageCharge(ap) // its (ε, δ) and its total's curve
 	}
-	c := budget.Charge{Epsilon: ap.ReserveEpsilon, Delta: ap.ReserveDelta}
+	c := r.plan.AverageReserveCharge(ap)
 	c.Reservation = r.reservationKey(ap.Index, c)
 	return c
 }
@@ -462,21 +465,19 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	}
 	// laplace-posterior: the posterior parameters α̃ and their mean, from one
 	// draw (post-processing of the noisy counts; see Plan).
-	post, _ := cp.Mechanism.(mechanism.PosteriorReleaser)
 	var alpha []float64
-	if post != nil {
+	if _, post := cp.Mechanism.(mechanism.PosteriorReleaser); post {
 		alpha = make([]float64, len(hist.Bins))
 	}
+	// Each group's draw with its intervals and total (intervals.go).
+	draw, err := newCountDraw(cp, r.plan.Totals, r.cfg.Output.IntervalLevel, len(hist.Bins))
+	if err != nil {
+		return budget.Charge{}, err
+	}
+	totalRDP := r.plan.Totals.CountRDP(order) // 0 without charged totals
 	for g, group := range groups {
 		buf = counts.Counts(h, g, buf)
-		if post != nil {
-			err = post.ReleasePosterior(r.rng, buf, alpha)
-			if err == nil {
-				err = mechanism.PosteriorMean(alpha, out)
-			}
-		} else {
-			err = cp.Mechanism.Release(r.rng, buf, out)
-		}
+		iv, tot, err := draw.draw(r.rng, buf, out, alpha, grid)
 		if err != nil {
 			return budget.Charge{}, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, RFC3339(w), err)
 		}
@@ -490,11 +491,14 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 			Probabilities:  out,
 			PosteriorAlpha: alpha,
 			Mechanism:      r.cfg.Privacy.Mechanism,
-			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid},
+			Params:         Params{Alpha: params.Alpha, R: params.R, Sigma: params.Sigma, Scale: params.Scale, PriorAlpha: params.Prior, Grid: grid, TotalSigma: r.plan.Totals.CountSigma()},
 			Coverage:       coverage(counts, r.incompleteAt(w)),
+			Intervals:      iv,
+			Total:          tot,
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       releaseRDP(cp, order),
+				TotalRDPEpsilon:  totalRDP,
 				ChargeID:         chargeID,
 				ChargeRDPEpsilon: chargeRDP,
 				ChargeWindows:    r.plan.HistBounds[h].CountWindows,
@@ -592,12 +596,21 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 	if err := ap.Mechanism.Release(r.rng, mean, out); err != nil {
 		return budget.Charge{}, fmt.Errorf("release %s@%s: %w", hist.Name, RFC3339(w), err)
 	}
+	iv, tot, err := averageExtras(r.rng, ap, r.plan.Totals, r.cfg.Output.IntervalLevel, aw.Kept(h), out)
+	if err != nil {
+		return budget.Charge{}, fmt.Errorf("release %s@%s: %w", hist.Name, RFC3339(w), err)
+	}
 	g := ap.Mechanism.Guarantee()
 	spec := ap.Mechanism.Spec()
 	chargeID := ReleaseID(hist.Name, "", w)
+	charged := c
 	if c.Reservation != "" {
 		chargeID = cover.Reservation
+		charged = cover
 	}
+	order := r.cfg.Privacy.Order
+	totalRDP := r.plan.Totals.AverageRDP(order)
+	chargeRDP, _ := charged.RDP.At(order)
 	rel := Release{
 		ReleaseID:     ReleaseID(hist.Name, config.ImplicitGroup, w),
 		Histogram:     hist.Name,
@@ -607,19 +620,25 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 		Bins:          hist.Bins,
 		Probabilities: out,
 		Mechanism:     MechanismSimplexAverage,
-		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins))},
+		Params:        Params{K: spec.K, Eta: spec.Eta, Users: spec.Users, Gamma: g.Gamma, Grid: mechanism.ReleaseGrid(len(hist.Bins)), TotalSigma: r.plan.Totals.AverageSigma()},
 		Coverage:      coverage(aw, r.incompleteAt(w)),
+		Intervals:     iv,
+		Total:         tot,
 		Privacy: Privacy{
-			ChargeID:       chargeID,
-			ChargeWindows:  r.plan.HistBounds[h].AverageReleases,
-			ReleaseEpsilon: ap.Epsilon,
-			ReleaseDelta:   ap.Delta,
-			SpentEpsilon:   total.Epsilon,
-			BudgetEpsilon:  total.LimitEpsilon,
-			Delta:          total.LimitDelta,
-			TotalDelta:     r.totalDelta(total.LimitDelta),
-			PeriodStart:    RFC3339(period),
-			PeriodEnd:      RFC3339(period + r.periodMs),
+			Order:            order,
+			RDPEpsilon:       totalRDP,
+			TotalRDPEpsilon:  totalRDP,
+			ChargeRDPEpsilon: chargeRDP,
+			ChargeID:         chargeID,
+			ChargeWindows:    r.plan.HistBounds[h].AverageReleases,
+			ReleaseEpsilon:   ap.Epsilon,
+			ReleaseDelta:     ap.Delta,
+			SpentEpsilon:     total.Epsilon,
+			BudgetEpsilon:    total.LimitEpsilon,
+			Delta:            total.LimitDelta,
+			TotalDelta:       r.totalDelta(total.LimitDelta),
+			PeriodStart:      RFC3339(period),
+			PeriodEnd:        RFC3339(period + r.periodMs),
 		},
 	}
 	v, err := json.Marshal(&rel)
@@ -629,6 +648,9 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 	u.Status = ledger.StatusReleased
 	if !covered {
 		u.Approx = &ledger.Approx{Epsilon: c.Epsilon, Delta: c.Delta, Releases: 1}
+		if c.RDP.Len() > 0 { // its total's curve (plan's "Totals")
+			u.Charge = toLedgerCurve(c.RDP)
+		}
 	}
 	u.Messages = []ledger.Message{{Key: []byte(hist.Name + "/" + config.ImplicitGroup), Value: v}}
 	return c, nil

@@ -167,13 +167,16 @@ func (r *Releaser) recorded(p int64, key string) (recordedReservation, error) {
 	}
 	if ok && u.Reservation == key && u.Status == ledger.StatusReleased {
 		v.histogram = u.Histogram
-		switch {
-		case len(u.Charge.Orders) > 0:
-			if c, err := budget.NewCurve(u.Charge.Orders, u.Charge.Epsilons); err == nil {
-				v.charge, v.ok = budget.Charge{RDP: c, Reservation: key}, true
-			}
-		case u.Approx != nil:
-			v.charge, v.ok = budget.Charge{Epsilon: u.Approx.Epsilon, Delta: u.Approx.Delta, Reservation: key}, true
+		// A count unit's charge is a curve, an average unit's an (ε, δ)
+		// pair and, since issue 29, its totals' curve too.
+		v.charge.Reservation = key
+		v.ok = len(u.Charge.Orders) > 0 || u.Approx != nil
+		if len(u.Charge.Orders) > 0 {
+			c, err := budget.NewCurve(u.Charge.Orders, u.Charge.Epsilons)
+			v.charge.RDP, v.ok = c, err == nil
+		}
+		if u.Approx != nil {
+			v.charge.Epsilon, v.charge.Delta = u.Approx.Epsilon, u.Approx.Delta
 		}
 	}
 	r.resvMu.Lock()
@@ -215,8 +218,12 @@ func (r *Releaser) dominating(p int64, h int, c budget.Charge) (budget.Charge, b
 	return budget.Charge{}, false, nil
 }
 
-// dominates reports whether the charge old is at least c: an RDP curve on
-// the same orders, ≥ at each; or an (ε, δ) pair ≥ in both (false for NaN).
+// dominates reports whether the charge old is at least c in each of its
+// parts: an RDP curve on the same orders, ≥ at each (or none in both); an
+// (ε, δ) pair ≥ in both (0 when absent); false for NaN. An average
+// release's charge has both parts (its total's curve), and each composes
+// in its own block (budget.Book), so the argument of "Cover by dominance"
+// applies part by part.
 func dominates(old, c budget.Charge) bool {
 	if c.RDP.Len() > 0 {
 		if old.RDP.Len() == 0 || !slices.Equal(old.RDP.Orders(), c.RDP.Orders()) {
@@ -228,9 +235,10 @@ func dominates(old, c budget.Charge) bool {
 				return false
 			}
 		}
-		return true
+	} else if old.RDP.Len() > 0 {
+		return false // not of the same kind
 	}
-	return old.RDP.Len() == 0 && old.Epsilon >= c.Epsilon && old.Delta >= c.Delta
+	return old.Epsilon >= c.Epsilon && old.Delta >= c.Delta
 }
 
 // Refusal is a histogram whose period reservation does not fit in its

@@ -315,7 +315,10 @@ func TestReservationChargedWithTheFirstUnit(t *testing.T) {
 // min(2K, W) releases' (ε_r, δ_r) under replace, charged (ε, δ) with its
 // first unit of the period; the later units are covered and add nothing
 // to the period's (ε, δ) spend.
-func TestAverageReservation(t *testing.T) {
+// averageConfig has a count histogram and an average histogram under the
+// Gaussian, K = 2 of the 10 one-minute windows of a period.
+func averageConfig(t *testing.T) *config.Config {
+	t.Helper()
 	y := fmt.Sprintf(`
 kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
 events: {time_field: ts, user_field: user_id}
@@ -338,6 +341,11 @@ state: {dir: %q}
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+func TestAverageReservation(t *testing.T) {
+	cfg := averageConfig(t)
 	f := newFixture(t, cfg)
 	p := mustPlan(t, cfg)
 	ap := p.Averages[0]

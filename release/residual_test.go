@@ -12,6 +12,7 @@ import (
 // states, and its unit is charged, the mechanism's RDP plus the release
 // grid's residual e_2(2) = 2·[2·log(1+ρ) − log(1−ρ)] (replace, one event per
 // user: k = 2 changed coordinates); before, both were the mechanism's alone.
+// (Since issue 29 also the unit's totals' curve.)
 func TestReleaseStatesGridResidual(t *testing.T) {
 	y := fmt.Sprintf(`
 kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
@@ -36,7 +37,8 @@ state: {dir: %q}
 	w := int64(29_000_000) * minute
 	units := f.window(t, w, [][4]string{{"a", "home", "US", "mobile"}, {"b", "cart", "DE", "desktop"}})
 	ideal := p.Count.Mechanism.RDP(2)
-	want := ideal + 2*(2*math.Log1p(1e-5)-math.Log1p(-1e-5))
+	// And the unit's totals (the discrete Gaussian, exact: no residual).
+	want := ideal + 2*(2*math.Log1p(1e-5)-math.Log1p(-1e-5)) + p.Totals.CountRDP(2)
 	for _, u := range units {
 		i := -1
 		for j, o := range u.Charge.Orders {
@@ -48,7 +50,8 @@ state: {dir: %q}
 			t.Errorf("%s: charged at λ=2 %v, want %v + e_2(2) = %v", u.Histogram, u.Charge.Epsilons, ideal, want)
 		}
 		for g, r := range releases(t, u) {
-			if math.Abs(r.Privacy.RDPEpsilon-want) > 1e-12*want || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon {
+			if math.Abs(r.Privacy.RDPEpsilon-want) > 1e-12*want || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon ||
+				r.Privacy.TotalRDPEpsilon != p.Totals.CountRDP(2) {
 				t.Errorf("%s/%s: rdp_epsilon %v, charge_rdp_epsilon %v, want %v (mechanism %v + residual)",
 					u.Histogram, g, r.Privacy.RDPEpsilon, r.Privacy.ChargeRDPEpsilon, want, ideal)
 			}

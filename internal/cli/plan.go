@@ -250,9 +250,10 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	case mechanism.Laplace:
 		fmt.Fprintf(tw, "parameters\tb=%.6g per count\n", params.Scale)
 	}
-	if line := gridResidualLine(cp, cp.Units); line != "" {
+	if line := gridResidualLine(plan, cp.Units); line != "" {
 		fmt.Fprintf(tw, "grid residual\t%s\n", line)
 	}
+	printTotals(tw, "", cfg, plan)
 	printUtilities(tw, "", cfg, plan)
 	fmt.Fprintf(tw, "\t(root-mean-square ℓ2 distance of a release from the true histogram, over a flat prior on the histogram; plan/utility.go)\n")
 	tw.Flush()

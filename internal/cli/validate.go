@@ -120,6 +120,7 @@ func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	if plan.Count != nil {
 		printCountPlan(tw, cfg, plan)
 	}
+	printTotals(tw, "  ", cfg, plan)
 	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s%s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
@@ -209,7 +210,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 		}
 	}
 	eps, order := budget.ToEpsilon(cp.Charge.Scale(float64(units)), cp.RDPDelta)
-	if line := gridResidualLine(cp, units); line != "" {
+	if line := gridResidualLine(plan, units); line != "" {
 		fmt.Fprintf(tw, "  grid residual\t%s\n", line)
 	}
 	fmt.Fprintf(tw, "  period total\tε=%.6g at δ=%.6g (best order λ=%g) over %d %s\n", eps, cp.RDPDelta, order, units, unitWord(plan))
@@ -222,15 +223,20 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 // every count release of a floating-point (Dirichlet) mechanism (issue #21
 // item 1; mechanism.GridResidualRDP), and what units of the charge compose
 // to without it; "" for the exact integer samplers.
-func gridResidualLine(cp *plan.CountPlan, units int) string {
+func gridResidualLine(plan *plan.Plan, units int) string {
+	cp := plan.Count
 	spec := cp.Mechanism.Spec()
 	if !mechanism.Rounded(spec.Kind) {
 		return ""
 	}
 	k := mechanism.GridCoordinates(spec.Sensitivity)
-	ideal, _ := budget.ToEpsilon(budget.CurveOf(cp.Mechanism, cp.Charge.Orders()).Scale(float64(units)), cp.RDPDelta)
+	ideal := budget.CurveOf(cp.Mechanism, cp.Charge.Orders())
+	if t := plan.Totals; t != nil && t.Count != nil {
+		ideal = ideal.Add(t.CountCharge) // the units' totals: exact samplers, no residual
+	}
+	idealEps, _ := budget.ToEpsilon(ideal.Scale(float64(units)), cp.RDPDelta)
 	return fmt.Sprintf("e(λ) = k·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1), k=%g changed coordinates, ρ=%g: %.6g per release at λ=%g, charged with every release (included below; without it the same calibration composes to ε=%.6g)",
-		k, mechanism.ReleaseGridRho, mechanism.GridResidualRDP(spec.Order, k), spec.Order, ideal)
+		k, mechanism.ReleaseGridRho, mechanism.GridResidualRDP(spec.Order, k), spec.Order, idealEps)
 }
 
 // compositionLine says what a period composes of the count (or all)

@@ -607,7 +607,9 @@ func WindowsFrom(first, last time.Time, size time.Duration) []time.Time {
 }
 
 // CheckExact asserts that a near-noiseless release equals the true bounded
-// shares (uniform for a group without events).
+// shares (uniform for a group without events), and that its intervals and
+// its total hold the true shares and total: counts are the true bounded
+// counts, not only proportional to them.
 func CheckExact(t testing.TB, k string, r release.Release, counts []float64) {
 	t.Helper()
 	n := 0.0
@@ -621,6 +623,21 @@ func CheckExact(t testing.TB, k string, r release.Release, counts []float64) {
 		}
 		if math.Abs(p-want) > 1e-12 {
 			t.Errorf("%s bin %s: released %v, true bounded share %v (counts %v): an event was lost or counted twice", k, r.Bins[i], p, want, counts)
+		}
+	}
+	// Every release carries its intervals and its private total (issue
+	// 29); near-noiseless, they hold the true shares and the true total.
+	iv, tot := r.Intervals, r.Total
+	if iv == nil || tot == nil || len(iv.Low) != len(r.Bins) || len(iv.High) != len(r.Bins) {
+		t.Errorf("%s: intervals %+v, total %+v: want both, one interval per bin", k, iv, tot)
+		return
+	}
+	if n < tot.Low || n > tot.High {
+		t.Errorf("%s: total %+v does not hold the true total %v", k, *tot, n)
+	}
+	for i := range r.Bins {
+		if n > 0 && (counts[i]/n < iv.Low[i] || counts[i]/n > iv.High[i]) {
+			t.Errorf("%s bin %s: interval [%v, %v] does not hold the true share %v (near-noiseless)", k, r.Bins[i], iv.Low[i], iv.High[i], counts[i]/n)
 		}
 	}
 }

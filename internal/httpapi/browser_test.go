@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"html"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,9 +58,10 @@ func runChromium(t *testing.T, bin, url string, extra ...string) []byte {
 }
 
 var (
-	attrRE = regexp.MustCompile(`([a-z-]+)="([^"]*)"`)
-	cardRE = regexp.MustCompile(`<section class="card"[^>]*>`)
-	barRE  = regexp.MustCompile(`<g data-bin="[^>]*>`)
+	attrRE   = regexp.MustCompile(`([a-z-]+)="([^"]*)"`)
+	cardRE   = regexp.MustCompile(`<section class="card"[^>]*>`)
+	barRE    = regexp.MustCompile(`<g data-bin="[^>]*>`)
+	volumeRE = regexp.MustCompile(`<svg [^>]*class="volume"[^>]*>`)
 )
 
 func attrs(tag string) map[string]string {
@@ -74,8 +74,9 @@ func attrs(tag string) map[string]string {
 
 // TestBrowserDashboard loads the page from a running stage (embedded broker,
 // synthetic events) in headless Chromium once live data is there, and checks
-// that every declared histogram/group is drawn with its bars and noise band
-// (the band equal to the Go twin's), and that the budget gauge shows a
+// that every declared histogram/group is drawn with its bars, each with
+// the release's interval as its band, and its volume (the release's
+// total), and that the budget gauge shows a
 // number. It saves a screenshot ($DASHBOARD_SCREENSHOT_DIR, else a temporary
 // directory).
 func TestBrowserDashboard(t *testing.T) {
@@ -144,7 +145,11 @@ func TestBrowserDashboard(t *testing.T) {
 		if rel.Histogram+"/"+rel.Group != key {
 			t.Errorf("card %s shows release of %s/%s", key, rel.Histogram, rel.Group)
 		}
-		lo, hi := httpapi.DirichletBand(rel.Probabilities, rel.Params.Alpha, httpapi.BandLevel)
+		if rel.Intervals == nil || rel.Total == nil {
+			t.Errorf("%s: release without intervals or total", key)
+			continue
+		}
+		lo, hi := rel.Intervals.Low, rel.Intervals.High
 		bars := barRE.FindAllString(section, -1)
 		if len(bars) != len(rel.Bins) {
 			t.Errorf("%s: %d bars drawn, want %d", key, len(bars), len(rel.Bins))
@@ -159,10 +164,17 @@ func TestBrowserDashboard(t *testing.T) {
 				t.Errorf("%s bar %d: %v, want bin %s p %v", key, j, b, rel.Bins[j], rel.Probabilities[j])
 				continue
 			}
-			// The page's band (JavaScript) equals the Go twin's.
-			if math.Abs(l-lo[j]) > 1e-6 || math.Abs(h-hi[j]) > 1e-6 {
-				t.Errorf("%s bin %s: page band [%g, %g], Go band [%g, %g]", key, rel.Bins[j], l, h, lo[j], hi[j])
+			// The page's band is the release's interval.
+			if l != lo[j] || h != hi[j] {
+				t.Errorf("%s bin %s: page band [%g, %g], the release's interval [%g, %g]", key, rel.Bins[j], l, h, lo[j], hi[j])
 			}
+		}
+		// The volume: the release's total with its interval.
+		vol := volumeRE.FindString(section)
+		va := attrs(vol)
+		if vol == "" || va["data-total"] != strconv.FormatFloat(rel.Total.Estimate, 'g', -1, 64) ||
+			va["data-total-lo"] != strconv.FormatFloat(rel.Total.Low, 'g', -1, 64) || va["data-total-hi"] != strconv.FormatFloat(rel.Total.High, 'g', -1, 64) {
+			t.Errorf("%s: volume %q, want the release's total %+v", key, vol, *rel.Total)
 		}
 		drawn[key] = true
 	}

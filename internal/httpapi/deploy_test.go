@@ -179,7 +179,8 @@ func TestComposeMonitoring(t *testing.T) {
 		httpapi.MetricBudgetRemaining, httpapi.MetricBudgetTotal, httpapi.MetricBudgetDelta, httpapi.MetricConsumerLag,
 		httpapi.MetricReady, httpapi.MetricReadinessCondition, httpapi.MetricMechanismInfo, httpapi.MetricMechanismAlpha,
 		httpapi.MetricMechanismR, httpapi.MetricMechanismSigma, httpapi.MetricMechanismScale, httpapi.MetricReleaseRDPEpsilon,
-		httpapi.MetricChargesPerPeriod, httpapi.MetricPartials, httpapi.MetricLatePartialCounts, httpapi.MetricPartitionsIdle, httpapi.MetricIncompleteWindows} {
+		httpapi.MetricChargesPerPeriod, httpapi.MetricPartials, httpapi.MetricLatePartialCounts, httpapi.MetricPartitionsIdle, httpapi.MetricIncompleteWindows,
+		httpapi.MetricReleaseShare, httpapi.MetricReleaseTotal} {
 		exported[n] = true
 	}
 	for _, s := range []string{"_bucket", "_sum", "_count"} {

@@ -64,7 +64,7 @@ var (
 		"charging": true, "note": true, // how the public config charges a period (issue 23 item 3)
 		"total_delta": true} // the guarantee's δ with the user-hash collision term (issue 28 item 5)
 	layoutSchema = map[string]bool{"histograms": true, "histograms[].name": true, "histograms[].bins": true,
-		"histograms[].groups": true, "histograms[].window_seconds": true, "window_seconds": true, "mechanism": true, "calibration": true, "band_level": true,
+		"histograms[].groups": true, "histograms[].window_seconds": true, "window_seconds": true, "mechanism": true, "calibration": true, "interval_level": true,
 		"budget_charging": true,
 		// Each view's bound and the plan's prediction for it (issue 23):
 		// public config only (TestLayoutPlannedViews).
@@ -121,13 +121,20 @@ func checkKeys(t *testing.T, what string, doc []byte, allowed map[string]bool) {
 	}
 }
 
-// TestReleaseSchemaHasNoCounts pins the published schema itself: the only
-// number derived from the data is probabilities.
+// TestReleaseSchemaHasNoCounts pins the published schema itself: the
+// numbers derived from the data are the private draws — probabilities,
+// posterior_alpha, intervals and the private total (issue 29: a noisy
+// count with its interval, never the exact one).
 func TestReleaseSchemaHasNoCounts(t *testing.T) {
 	// params.users is an average histogram's configured public N_pub
 	// (histograms[].average.users), never the number of contributors
 	// (pipeline/average_e2e_test.go checks it equals the config).
-	public := map[string]bool{"params.users": true}
+	// total.* is the private total: post-processing of the additive
+	// mechanisms' noisy counts, or a charged discrete Gaussian count
+	// (plan.TotalPlan); params.total_sigma and privacy.total_rdp_epsilon
+	// are its public noise and cost.
+	public := map[string]bool{"params.users": true, "total": true, "total.estimate": true, "total.low": true, "total.high": true,
+		"params.total_sigma": true, "privacy.total_rdp_epsilon": true}
 	for k := range releaseSchema {
 		if public[k] {
 			continue

@@ -26,8 +26,8 @@
 // config, not from the data), and the public configuration (histogram
 // names, bins, groups, the mechanism's parameters — also in every release).
 // No raw count, no event total, no drop count, no per-window user number.
-// The page's uncertainty band is computed in the browser from the released
-// vector and the published prior α alone (see [DirichletBand]).
+// The page's shaded bands are the releases' own intervals and its volume
+// lines their private totals (package interval): part of every release.
 //
 // /metrics carries event totals and drop counts per reason, lag and the
 // like (see the Metric* constants): these are private — differencing a
@@ -147,6 +147,7 @@ func New(opts Options) (*Server, error) {
 	s.public = newToken(opts.Config.HTTP.BearerToken, "http.bearer_token")
 	s.operator = newToken(opts.Config.HTTP.OperatorToken, "http.operator_token")
 	s.reg, s.latency = newRegistry(s.source, opts.Config.Kafka.Distributed.Enabled)
+	s.reg.MustRegister(newReleasedCollector(s.store, opts.Config)) // the released values, for Grafana
 	page, csp, err := loadPage()
 	if err != nil {
 		return nil, err
@@ -569,7 +570,9 @@ type Layout struct {
 	WindowSeconds float64           `json:"window_seconds"`
 	Mechanism     string            `json:"mechanism"`
 	Calibration   string            `json:"calibration,omitempty"`
-	BandLevel     float64           `json:"band_level"`
+	// IntervalLevel is output.interval_level: the level of the releases'
+	// intervals, which the page draws as the bars' bands.
+	IntervalLevel float64 `json:"interval_level"`
 	// BudgetCharging is BudgetView.Charging (public config), for the
 	// page's explanations.
 	BudgetCharging string `json:"budget_charging"`
@@ -603,7 +606,7 @@ func newLayout(cfg *config.Config, planned map[int]*PlannedView) Layout {
 	l := Layout{
 		WindowSeconds: cfg.Window.Size.D().Seconds(),
 		Mechanism:     cfg.Privacy.Mechanism,
-		BandLevel:     BandLevel,
+		IntervalLevel: cfg.Output.IntervalLevel,
 	}
 	l.BudgetCharging = budgetCharging(cfg)
 	if cfg.Privacy.Mechanism == config.MechanismDirichlet {

@@ -12,7 +12,7 @@ const module = "github.com/dpstage/stage/"
 
 // below are the packages below pipeline: the steps of the data flow that
 // neither read nor write Kafka.
-var below = []string{"config", "decode", "window", "aggregate", "plan", "budget", "mechanism", "release", "ledger", "partial"}
+var below = []string{"config", "decode", "window", "aggregate", "plan", "budget", "mechanism", "interval", "release", "ledger", "partial"}
 
 // kafka is what they must not depend on, directly or not: the Kafka
 // clients (only source, sink, pipeline's wiring and internal tools use
@@ -85,4 +85,17 @@ func listDeps(t *testing.T, pkgs ...string) map[string][]string {
 		deps[p.ImportPath] = p.Deps
 	}
 	return deps
+}
+
+// TestIntervalIsALeaf: the interval package (the release intervals, a step
+// below release/) imports no package of the stage but internal/lib — it
+// computes from a release and public parameters only, so nothing of the
+// data flow (counts, plans, the ledger) can reach it.
+func TestIntervalIsALeaf(t *testing.T) {
+	deps := listDeps(t, module+"interval")
+	for _, d := range deps[module+"interval"] {
+		if strings.HasPrefix(d, module) && !strings.HasPrefix(d, module+"internal/lib/") {
+			t.Errorf("interval depends on %s", strings.TrimPrefix(d, module))
+		}
+	}
 }
