@@ -98,8 +98,11 @@ func TestEndToEndLaplacePosteriorExact(t *testing.T) {
 				t.Errorf("%s bin %s: posterior_alpha %v, want prior + true bounded count = %v (counts %v)", k, bins[i], a, prior+counts[i], counts)
 			}
 		}
-		if r.Privacy.RDPEpsilon != run.Stage.Plan().Count.Mechanism.RDP(2) || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon {
-			t.Errorf("%s: privacy %+v, plan RDP(2) %v", k, r.Privacy, run.Stage.Plan().Count.Mechanism.RDP(2))
+		// Charges are rounded up (mechanism.UpperRDPOf): the release states
+		// the charged value, never below the mechanism's exact RDP.
+		m := run.Stage.Plan().Count.Mechanism
+		if want := mechanism.UpperRDPOf(m, 2); r.Privacy.RDPEpsilon != want || r.Privacy.ChargeRDPEpsilon != r.Privacy.RDPEpsilon || !(want >= m.RDP(2)) {
+			t.Errorf("%s: privacy %+v, plan charged RDP(2) %v (exact %v)", k, r.Privacy, want, m.RDP(2))
 		}
 	}
 	for w := 0; w < 3; w++ {
@@ -237,8 +240,8 @@ privacy:
 			t.Errorf("charge %v, laplace %v", pc, lc)
 		}
 		for i, o := range post.Charge.Orders() {
-			if pc[i] != post.Mechanism.RDP(o) {
-				t.Errorf("charge at order %v is %v, mechanism RDP %v", o, pc[i], post.Mechanism.RDP(o))
+			if want := mechanism.UpperRDPOf(post.Mechanism, o); pc[i] != want || !(pc[i] >= post.Mechanism.RDP(o)) {
+				t.Errorf("charge at order %v is %v, want the mechanism's RDP %v rounded up: %v", o, pc[i], post.Mechanism.RDP(o), want)
 			}
 		}
 		if post.PlannedEpsilon != lap.PlannedEpsilon || post.Units != lap.Units || post.FitUnits != lap.FitUnits || !(post.PlannedEpsilon <= 2) {
