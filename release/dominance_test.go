@@ -48,21 +48,7 @@ func TestReservationCoveredByDominance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			f := newFixture(t, viewsConfig(t, tc.from, dir))
-			keys := map[string]string{}
-			for b := range int64(3) {
-				units, err := f.rel.Record(w0+b*minute, counts, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, u := range units {
-					if u.Status != ledger.StatusReleased {
-						t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
-					}
-					if u.Reservation != "" {
-						keys[u.Histogram] = u.Reservation
-					}
-				}
-			}
+			keys := reserveThree(t, f, w0, counts)
 			before := spentCurve(t, f.led, w0)
 			cfg2 := viewsConfig(t, tc.to, dir)
 			run := func(g *fixture, bs ...int64) []string {

@@ -43,21 +43,7 @@ func TestReservationTopUp(t *testing.T) {
 		}
 	}
 	f := reopen(t, newFixture(t, cfg), func(p *plan.Plan) { p.Count.Reservations = old })
-	keys := map[string]string{}
-	for b := range int64(3) {
-		units, err := f.rel.Record(w0+b*minute, counts, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range units {
-			if u.Status != ledger.StatusReleased {
-				t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
-			}
-			if u.Reservation != "" {
-				keys[u.Histogram] = u.Reservation
-			}
-		}
-	}
+	keys := reserveThree(t, f, w0, counts)
 	before := spentCurve(t, f.led, w0)
 
 	g := reopen(t, &fixture{cfg: cfg, led: f.led, agg: f.agg, dec: f.dec}, nil)
@@ -136,6 +122,29 @@ func TestReservationTopUp(t *testing.T) {
 	if st, _ := h.rel.Book().Status(w0); !(st.Epsilon <= 1) {
 		t.Errorf("period total ε %v over the budget", st.Epsilon)
 	}
+}
+
+// reserveThree records the boundaries w0, w0 + 1m and w0 + 2m of
+// viewsConfig, each unit released, and returns the reservation key each
+// histogram made.
+func reserveThree(t *testing.T, f *fixture, w0 int64, counts fixedCounts) map[string]string {
+	t.Helper()
+	keys := map[string]string{}
+	for b := range int64(3) {
+		units, err := f.rel.Record(w0+b*minute, counts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range units {
+			if u.Status != ledger.StatusReleased {
+				t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
+			}
+			if u.Reservation != "" {
+				keys[u.Histogram] = u.Reservation
+			}
+		}
+	}
+	return keys
 }
 
 func ulp(x float64) float64 { return math.Nextafter(math.Abs(x), math.Inf(1)) - math.Abs(x) }
