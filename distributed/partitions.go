@@ -84,7 +84,8 @@ func (s *stage) partitionsChanged(p, was, now int) error {
 // noteInputPartitions records the input partition count n the lead runs
 // with in the release log (a change of it with this moment and next, the
 // first window not recorded) and sets the releaser's completeness rule
-// from the record, which it returns (nil: none). since is the log's
+// from the record, which it returns (nil: none). ctx is the lead's
+// ledger writes' context (lead's writes, not the session's). since is the log's
 // HistogramSince map of this lead (node.Node.LimitNewHistograms).
 //
 // A log with releases but no count recorded was last written by an older
@@ -146,8 +147,11 @@ func (s *stage) partitionsRule(p kafkalog.Partitions, n int) (func(int64) string
 // before the count was seen unchanged, and a bounder writes a window's
 // partial only after reading its events (from a broker whose metadata is
 // current; one behind by a metadata propagation would show the change at
-// the next batch).
-func (s *stage) checkInputPartitions(ctx context.Context, cl *kgo.Client, led *kafkalog.Log, n int, next int64) error {
+// the next batch). The brokers are asked under ctx (the lead's), the
+// change is written under writes (the ledger writes': after a lost
+// session the write in flight runs on to the broker's answer, so a
+// fenced zombie learns it — lead, lostWriteGrace).
+func (s *stage) checkInputPartitions(ctx, writes context.Context, cl *kgo.Client, led *kafkalog.Log, n int, next int64) error {
 	m, err := kafkapartial.InputPartitions(ctx, cl, s.Cfg.Kafka.InputTopic)
 	if err != nil {
 		return fmt.Errorf("count the input topic's partitions: %w", err)
@@ -155,7 +159,7 @@ func (s *stage) checkInputPartitions(ctx context.Context, cl *kgo.Client, led *k
 	if m == n {
 		return nil
 	}
-	if _, err := led.NotePartitions(ctx, m, s.Now().UnixMilli(), next, false); err != nil {
+	if _, err := led.NotePartitions(writes, m, s.Now().UnixMilli(), next, false); err != nil {
 		s.Log.Error("releaser: could not record the input partition change in the release log (the recovery's releaser records it when it starts)", zap.Error(err))
 	}
 	return s.partitionsChanged(-1, n, m)
