@@ -115,7 +115,7 @@ func (s *stage) noteInputPartitions(ctx context.Context, led *kafkalog.Log, n in
 			"their user no longer hashes to are dropped as wrong_partition: the windows starting before the change was seen plus kafka.distributed.partition_change_grace, "+
 			"events.max_future and window.clock_skew_margin are released with \"complete\": false (coverage.incomplete: partitions_changed); see docs/distributed.md, \"Partitions added\"",
 			zap.Int("from", c.From), zap.Int("to", c.To), zap.String("seen_at", time.UnixMilli(c.AtMs).UTC().Format(time.RFC3339Nano)),
-			zap.String("first_window", release.RFC3339(c.Window)), zap.String("complete_from", release.RFC3339(window.Start(until-1, s.SizeMs)+s.SizeMs)))
+			zap.String("first_window", release.RFC3339(c.Window)), zap.String("complete_from", release.RFC3339(until)))
 	}
 	return rule, nil
 }
@@ -123,13 +123,19 @@ func (s *stage) noteInputPartitions(ctx context.Context, led *kafkalog.Log, n in
 // partitionsRule is the completeness rule of the input partition record p
 // for a lead with n input partitions (nil when no change to n is
 // recorded), and until: the windows starting before it are incomplete.
+// until is a window end — the end of the base window holding the bound
+// of the package doc — so the marked span never ends in the middle of a
+// window: a window is marked whole or not (the same windows as the bound
+// itself would mark, base or view, since every window starts on a base
+// window boundary).
 func (s *stage) partitionsRule(p kafkalog.Partitions, n int) (func(int64) string, int64) {
 	c := p.Changed
 	if c == nil || c.To != n {
 		return nil, 0
 	}
 	cfg := s.Cfg
-	until := c.AtMs + (cfg.Kafka.Distributed.PartitionChangeGrace.D() + cfg.Events.MaxFuture.D() + cfg.Window.ClockSkewMargin.D()).Milliseconds()
+	bound := c.AtMs + (cfg.Kafka.Distributed.PartitionChangeGrace.D() + cfg.Events.MaxFuture.D() + cfg.Window.ClockSkewMargin.D()).Milliseconds()
+	until := window.Start(bound-1, s.SizeMs) + s.SizeMs
 	return func(w int64) string {
 		if w < until {
 			return release.IncompletePartitionsChanged
