@@ -126,15 +126,16 @@ type Distributed struct {
 	// window.clock_skew_margin: how far ahead of its record time such an
 	// event's time may be) — up to the end of the window holding that
 	// moment — is released with "complete": false in its coverage
-	// (docs/distributed.md, "Partitions added"). 0 or more; default 5m
+	// (docs/distributed.md, "Partitions added"). 0 or more; default 11m
 	// (DefaultPartitionChangeGrace; 0 in a Config built in code).
 	PartitionChangeGrace Duration `yaml:"partition_change_grace"`
 }
 
-// DefaultPartitionChangeGrace: kafka.distributed.partition_change_grace,
-// the producers' default metadata max age (Java metadata.max.age.ms,
-// librdkafka topic.metadata.refresh.interval.ms).
-const DefaultPartitionChangeGrace = Duration(5 * time.Minute)
+// DefaultPartitionChangeGrace: kafka.distributed.partition_change_grace.
+// It covers the default metadata refresh plus delivery timeout of the
+// common producer clients: Java 5 + 2 min, librdkafka 5 + 5 min, Sarama
+// 10 min + 3 × (100 ms + 10 s) ≈ 10.5 min (docs/distributed.md's table).
+const DefaultPartitionChangeGrace = Duration(11 * time.Minute)
 
 // DefaultTransactionTimeout: kafka.distributed.transaction_timeout.
 const DefaultTransactionTimeout = Duration(10 * time.Second)
