@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/buildinfo"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -57,6 +58,7 @@ const (
 	MetricFirstStartSkipped   = "dpstage_first_start_skipped_records_total"
 	MetricRegistryHeld        = "dpstage_schema_registry_held_partitions"
 	MetricRegistryRetries     = "dpstage_schema_registry_retries_total"
+	MetricBuildInfo           = "dpstage_build_info"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
@@ -108,7 +110,14 @@ func newRegistry(src func() Source, distributed bool) (*prometheus.Registry, pro
 		Help:    "Time from the watermark passing a window's end to the output topic acknowledging its releases (" + latencyBucketsDescription + " buckets; republished units are not observed).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
-	reg.MustRegister(newStageCollector(src, distributed), latency,
+	bi := buildinfo.Get()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        MetricBuildInfo,
+		Help:        "The running build (value 1): version, source revision and Go version, as `stage version` prints them.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion},
+	})
+	build.Set(1)
+	reg.MustRegister(newStageCollector(src, distributed), latency, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg, latency
 }
