@@ -145,10 +145,38 @@ var brokerRegressionsDesc = prometheus.NewDesc(MetricBrokerTimeRegressions, "Tim
 	"than the one before it, per input partition (a leader change to a broker whose clock is behind, a clock stepped back); "+
 	"one larger than window.clock_skew_margin is also logged.", []string{"partition"}, nil)
 
+// MetricBrokerTimeRegressionsBeyond counts the regressions larger than
+// window.clock_skew_margin (pipeline.Stage.BrokerTimeRegressionsBeyondMargin).
+const MetricBrokerTimeRegressionsBeyond = "dpstage_source_broker_time_regressions_beyond_margin_total"
+
+var brokerRegressionsBeyondDesc = prometheus.NewDesc(MetricBrokerTimeRegressionsBeyond, "Broker-time regressions (see "+MetricBrokerTimeRegressions+
+	") that went back more than window.clock_skew_margin below the largest broker time read, per input partition: records behind them may have been dropped as late "+
+	"(each also logged; check NTP on the brokers, or raise the margin).", []string{"partition"}, nil)
+
 // brokerTimeSource is a Source that counts broker-time regressions
 // (pipeline.Stage).
 type brokerTimeSource interface {
 	BrokerTimeRegressions() map[int]int64
+}
+
+// brokerTimeBeyondSource is a Source that counts the regressions past the
+// clock-skew margin (pipeline.Stage).
+type brokerTimeBeyondSource interface {
+	BrokerTimeRegressionsBeyondMargin() map[int]int64
+}
+
+// perPartition exports a counter per partition of n, and 0 for every
+// assigned partition (lag) n does not have yet, so that a rate or increase
+// exists before the first event.
+func perPartition(ch chan<- prometheus.Metric, d *prometheus.Desc, n, lag map[int]int64) {
+	for p, v := range n {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), strconv.Itoa(p))
+	}
+	for p := range lag {
+		if _, ok := n[p]; !ok {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, 0, strconv.Itoa(p))
+		}
+	}
 }
 
 func newStageCollector(src func() Source, distributed bool) *stageCollector {
@@ -205,6 +233,7 @@ func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
+	ch <- brokerRegressionsBeyondDesc
 	for _, d := range []*prometheus.Desc{windowBoundShareDesc, windowBoundCountedDesc, windowBoundDroppedDesc, windowBoundBlindDesc} {
 		ch <- d
 	}
@@ -279,13 +308,15 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	avgUsers, _ := decode.ReasonBoundAverageUsers.Bound()
 	counter(c.bounded, st.AverageNotSelected.Load(), avgUsers)
 
-	for p, l := range src.Lag() {
+	lag := src.Lag()
+	for p, l := range lag {
 		gauge(c.lag, float64(l), strconv.Itoa(p))
 	}
 	if bt, ok := src.(brokerTimeSource); ok {
-		for p, n := range bt.BrokerTimeRegressions() {
-			counter(brokerRegressionsDesc, n, strconv.Itoa(p))
-		}
+		perPartition(ch, brokerRegressionsDesc, bt.BrokerTimeRegressions(), lag)
+	}
+	if bt, ok := src.(brokerTimeBeyondSource); ok {
+		perPartition(ch, brokerRegressionsBeyondDesc, bt.BrokerTimeRegressionsBeyondMargin(), lag)
 	}
 
 	if wb, ok := src.(windowBoundSource); ok {
