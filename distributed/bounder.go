@@ -226,7 +226,18 @@ func (b *bounder) assigned(parts []int32) {
 	}
 	b.s.Ready.Assigned.Store(len(b.workers) > 0)
 	b.s.Ready.Standby.Store(len(b.workers) == 0) // kgo calls this at every join, also with nothing assigned
-	b.s.Log.Info("bounder assigned partitions", zap.Int32s("partitions", parts))
+	b.s.Log.Info("bounder assigned partitions", zap.Int32s("partitions", parts), zap.Int32s("owned", b.ownedLocked()))
+}
+
+// ownedLocked returns the partitions this bounder works on now, sorted
+// (the assignment logs say the set, not only the change). b.mu is held.
+func (b *bounder) ownedLocked() []int32 {
+	out := make([]int32, 0, len(b.workers))
+	for p := range b.workers {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // revoked stops the workers of parts and waits for them.
@@ -241,6 +252,7 @@ func (b *bounder) revoked(parts []int32) {
 		}
 	}
 	b.s.Ready.Assigned.Store(len(b.workers) > 0)
+	owned := b.ownedLocked()
 	b.mu.Unlock()
 	for _, h := range hs {
 		<-h.done
@@ -252,7 +264,7 @@ func (b *bounder) revoked(parts []int32) {
 	}
 	b.offMu.Unlock()
 	if len(hs) > 0 {
-		b.s.Log.Info("bounder revoked partitions", zap.Int32s("partitions", parts))
+		b.s.Log.Info("bounder revoked partitions", zap.Int32s("partitions", parts), zap.Int32s("owned", owned))
 	}
 }
 
