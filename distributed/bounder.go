@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -231,14 +232,7 @@ func (b *bounder) assigned(parts []int32) {
 
 // ownedLocked returns the partitions this bounder works on now, sorted
 // (the assignment logs say the set, not only the change). b.mu is held.
-func (b *bounder) ownedLocked() []int32 {
-	out := make([]int32, 0, len(b.workers))
-	for p := range b.workers {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
-}
+func (b *bounder) ownedLocked() []int32 { return slices.Sorted(maps.Keys(b.workers)) }
 
 // revoked stops the workers of parts and waits for them.
 func (b *bounder) revoked(parts []int32) {
