@@ -599,7 +599,8 @@ func (k *checker) privacy() {
 	case b.Period <= 0:
 		k.add("privacy.budget.period", "must be greater than 0")
 	case k.c.Window.Size > 0 && b.Period%k.c.Window.Size != 0:
-		k.add("privacy.budget.period", "must be a whole multiple of window.size")
+		k.add("privacy.budget.period", "must be a whole multiple of window.size (%s), got %s: choose a period of whole windows (e.g. %s) or a window.size that divides %s",
+			k.c.Window.Size, b.Period, k.c.Window.Size*(b.Period/k.c.Window.Size+1), b.Period)
 	}
 }
 

@@ -261,7 +261,7 @@ func TestValidateRules(t *testing.T) {
 		{"delta above 1/expected users", func(c *Config) { c.Privacy.Budget.Delta = 1e-5; c.Privacy.ExpectedUsers = 200_000 }, "privacy.budget.delta", "δ·users = 2)"},
 		{"expected users negative", func(c *Config) { c.Privacy.ExpectedUsers = -1 }, "privacy.expected_users", "≥ 0"},
 		{"period zero", func(c *Config) { c.Privacy.Budget.Period = 0 }, "privacy.budget.period", "greater than 0"},
-		{"period not a multiple", func(c *Config) { c.Privacy.Budget.Period = Duration(90 * time.Second) }, "privacy.budget.period", "whole multiple of window.size"},
+		{"period not a multiple", func(c *Config) { c.Privacy.Budget.Period = Duration(90 * time.Second) }, "privacy.budget.period", "must be a whole multiple of window.size (1m), got 1m30s: choose a period of whole windows (e.g. 2m) or a window.size that divides 1m30s"},
 		// state, log
 		{"state dir", func(c *Config) { c.State.Dir = "" }, "state.dir", "must not be empty"},
 		{"state ledger", func(c *Config) { c.State.Ledger = "etcd" }, "state.ledger", `must be one of bolt, kafka, got "etcd"`},

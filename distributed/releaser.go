@@ -163,7 +163,12 @@ func (s *stage) runReleaser(ctx context.Context) error {
 			s.Log.Warn("release group", zap.Error(err))
 		},
 		OnRevoked: func(wasLost bool) {
-			s.Log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
+			switch {
+			case ctx.Err() != nil && !wasLost: // a requested stop: this instance leaves the group
+				s.Log.Info("releaser: stopping: leaving the release group (another replica takes the partials topic over)")
+			default:
+				s.Log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
+			}
 			lost.Store(wasLost)
 			end(wasLost)
 		},

@@ -24,6 +24,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/internal/lib/buildinfo"
 	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
@@ -149,6 +150,9 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		}
 		defer func() { stopHTTP(); served.Wait() }()
 	}
+	// Which build runs (after the dashboard's address, the first line).
+	bi := buildinfo.Get()
+	log.Info("stage starting", zap.String("version", bi.Version), zap.String("revision", bi.Revision), zap.String("go_version", bi.GoVersion))
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
 		b, err := startEmbedded(ctx, cfg, log)
