@@ -61,9 +61,9 @@ func xlogy(k int, y float64) float64 {
 // candidates, not a proof over all pairs (the package doc has the proof).
 func TestGuaranteeCoversExactLoss(t *testing.T) {
 	for _, tc := range []struct {
-		eps, delta   float64
-		l0, w, k     int
-		replace      bool
+		eps, delta float64
+		l0, w, k   int
+		replace    bool
 	}{
 		{1, 1e-5, 1, 1, 0, false},
 		{1, 1e-5, 2, 24, 3, false},
