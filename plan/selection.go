@@ -77,7 +77,7 @@ func planSelection(cfg *config.Config, hbounds []WindowBound, leftEps, leftDelta
 	}
 	per.Replace = replace
 	l0 := cfg.Contribution.MaxGroupsPerUser
-	sel, err := selection.Calibrate(sp.Epsilon, sp.Delta, l0, per, cfg.Privacy.Order)
+	sel, err := selection.Calibrate(sp.Epsilon, sp.Delta, l0, per, cfg.Privacy.Order, cfg.Selection.MaxKeysPerWindow)
 	if err != nil {
 		return nil, fmt.Errorf("histograms[%d] selects its groups (group_by without groups): %w", sp.Hists[0], err)
 	}

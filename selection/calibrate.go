@@ -29,7 +29,10 @@ type Plan struct {
 // order grid of budget.DefaultOrders with order (see the package doc,
 // "Calibration"). Arguments are checked centrally: eps and delta finite,
 // eps > 0, delta ∈ (0, 1), l0 ≥ 1, p with at least one window.
-func Calibrate(eps, delta float64, l0 int, p Period, order float64) (Plan, error) {
+//
+// keyLimit > 0 adds the key-count test (Threshold.KeyLimit, σ_k =
+// KeySigmaFor(keyLimit)) to every window's curve; 0 leaves it out.
+func Calibrate(eps, delta float64, l0 int, p Period, order float64, keyLimit int) (Plan, error) {
 	switch {
 	case !(eps > 0) || math.IsInf(eps, 0):
 		return Plan{}, fmt.Errorf("selection: ε must be finite and > 0, got %v", eps)
@@ -37,6 +40,8 @@ func Calibrate(eps, delta float64, l0 int, p Period, order float64) (Plan, error
 		return Plan{}, fmt.Errorf("selection: δ must be in (0, 1), got %v", delta)
 	case l0 < 1:
 		return Plan{}, fmt.Errorf("selection: max_groups_per_user must be ≥ 1, got %d", l0)
+	case keyLimit < 0:
+		return Plan{}, fmt.Errorf("selection: the key limit must be ≥ 0, got %d", keyLimit)
 	case p.Units < 1 || p.DeltaUnits < 1:
 		return Plan{}, fmt.Errorf("selection: a period composes at least one window, got %d (δ: %d)", p.Units, p.DeltaUnits)
 	}
@@ -48,7 +53,7 @@ func Calibrate(eps, delta float64, l0 int, p Period, order float64) (Plan, error
 	found := false
 	for i := 1; i <= 19; i++ {
 		f := float64(i) / 20 // the threshold's share of δ
-		pl, err := calibrateSplit(eps, delta, f, l0, p, orders)
+		pl, err := calibrateSplit(eps, delta, f, l0, p, orders, keyLimit)
 		if err != nil {
 			continue // infeasible at this split (σ out of the sampler's range)
 		}
@@ -67,11 +72,11 @@ func Calibrate(eps, delta float64, l0 int, p Period, order float64) (Plan, error
 // threshold: σ the smallest whose composed curve converts to at most eps
 // at (1−f)·delta (bisection on log σ), then T the smallest whole number
 // with DeltaUnits·δ_w ≤ f·delta.
-func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64) (Plan, error) {
+func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64, keyLimit int) (Plan, error) {
 	conv := (1 - f) * delta
 	target := budget.Planned(eps)
 	fits := func(sigma float64) bool {
-		th := Threshold{Sigma: sigma, T: 1, L0: l0}
+		th := Threshold{Sigma: sigma, T: 1, L0: l0, KeyLimit: int64(keyLimit), KeySigma: KeySigmaFor(keyLimit)}
 		c, _, err := th.Charge(p, orders)
 		if err != nil {
 			return false
@@ -103,6 +108,13 @@ func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64) (
 	sigma := n.Params().Sigma
 	budgetW := f * delta / float64(p.DeltaUnits) // δ_w allowed per window
 	th := Threshold{Sigma: sigma, L0: l0}
+	if keyLimit > 0 {
+		kn, err := Noiser(KeySigmaFor(keyLimit))
+		if err != nil {
+			return Plan{}, err
+		}
+		th.KeyLimit, th.KeySigma = int64(keyLimit), kn.Params().Sigma
+	}
 	// Start from the continuous estimate and walk to the smallest T.
 	q := -math.Expm1(math.Log1p(-budgetW) / float64(l0))
 	th.T = max(1, int64(math.Floor(1+sigma*normalTailInv(q)))-2)

@@ -71,7 +71,7 @@ func TestGuaranteeCoversExactLoss(t *testing.T) {
 		{0.3, 1e-6, 1, 4, 0, true},
 	} {
 		per := NewPeriod(tc.w, tc.k, tc.replace)
-		pl, err := Calibrate(tc.eps, tc.delta, tc.l0, per, 2)
+		pl, err := Calibrate(tc.eps, tc.delta, tc.l0, per, 2, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,18 @@ type Threshold struct {
 	T int64
 	// L0 is max_groups_per_user: the keys one user counts in per window.
 	L0 int
+	// KeyLimit and KeySigma are the window's key-count test (Table.Select):
+	// the window's selection is withheld iff F + Z_k ≥ KeyLimit, F its
+	// distinct keys, Z_k ~ N_Z(0, KeySigma²). KeyLimit 0: no test.
+	KeyLimit int64
+	KeySigma float64
 }
+
+// KeySigmaFor is the key-count test's σ_k for a limit of keys per window:
+// limit/100, so that a window with F keys is withheld with probability
+// Φ̄((limit − F)/σ_k): ½ at the limit, 2.3% at 2% below it, < 10⁻²³ at
+// 10% below.
+func KeySigmaFor(limit int) float64 { return float64(limit) / 100 }
 
 // Check reports a threshold that cannot be used: σ not finite and > 0 (NaN
 // and Inf included), T < 1, or L0 < 1.
@@ -36,6 +47,8 @@ func (t Threshold) Check() error {
 		return fmt.Errorf("selection: the threshold must be ≥ 1 user, got %d", t.T)
 	case t.L0 < 1:
 		return fmt.Errorf("selection: max_groups_per_user must be ≥ 1, got %d", t.L0)
+	case t.KeyLimit < 0 || (t.KeyLimit > 0 && (!(t.KeySigma > 0) || math.IsInf(t.KeySigma, 0))):
+		return fmt.Errorf("selection: the key-count test needs a limit ≥ 0 and, with a limit, a finite σ_k > 0; got %d and %v", t.KeyLimit, t.KeySigma)
 	}
 	return nil
 }
@@ -76,7 +89,10 @@ func (t Threshold) UsersAt(p float64) int64 {
 
 // UnitRDP is the curve of one window's selection at order λ under the
 // neighbour relation: λ·Δ2²/(2σ²), Δ2² = L0 (add_remove) or 2·L0
-// (replace). +Inf for an order that is not finite and > 1.
+// (replace), plus the key-count test's λ·L0²/(2σ_k²) (one user changes a
+// window's distinct keys F by at most L0 under either relation: under
+// replace u's exclusive keys go, u′'s come, F moves by their difference).
+// +Inf for an order that is not finite and > 1.
 func (t Threshold) UnitRDP(order float64, replace bool) float64 {
 	if !(order > 1) || math.IsInf(order, 1) {
 		return math.Inf(1)
@@ -85,7 +101,12 @@ func (t Threshold) UnitRDP(order float64, replace bool) float64 {
 	if replace {
 		l2sq *= 2
 	}
-	return order * l2sq / (2 * t.Sigma * t.Sigma)
+	e := order * l2sq / (2 * t.Sigma * t.Sigma)
+	if t.KeyLimit > 0 {
+		l := float64(t.L0)
+		e += order * l * l / (2 * t.KeySigma * t.KeySigma)
+	}
+	return e
 }
 
 // Period is what one budget period composes of a histogram's (or all

@@ -43,7 +43,7 @@ func TestWithinThreeOfBatch(t *testing.T) {
 		eps, delta float64
 		l0         int
 	}{{1, 1e-5, 1}, {1, 1e-5, 2}, {1, 1e-5, 5}, {0.5, 1e-6, 1}, {2, 1e-8, 3}} {
-		pl, err := Calibrate(tc.eps, tc.delta, tc.l0, Period{Units: 1, DeltaUnits: 1}, 2)
+		pl, err := Calibrate(tc.eps, tc.delta, tc.l0, Period{Units: 1, DeltaUnits: 1}, 2, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +159,7 @@ func TestReplaceDoublesTheCurve(t *testing.T) {
 		}
 	}
 	for _, args := range [][2]float64{{math.NaN(), 1e-5}, {math.Inf(1), 1e-5}, {-1, 1e-5}, {1, 0}, {1, 1}, {1, math.NaN()}} {
-		if _, err := Calibrate(args[0], args[1], 1, Period{1, 1, false}, 2); err == nil {
+		if _, err := Calibrate(args[0], args[1], 1, Period{1, 1, false}, 2, 0); err == nil {
 			t.Errorf("Calibrate(%v, %v) accepted", args[0], args[1])
 		}
 	}
