@@ -114,11 +114,22 @@
 // # Group keys per window
 //
 // [Table] holds one (histogram, window)'s keys and their distinct-user
-// counts. Its memory is bounded by a public keyed-hash sampling: a key is
-// tracked iff its keyed hash falls below rate·2⁶⁴, a function of the key
-// alone (ground rule 7: never of which other keys arrived first, or how
-// many), so the sampled keys' counts are exactly their counts and the
-// analysis above holds for them; an unsampled key is never released (its
-// cost is accuracy only: a group of any size is missed with probability
-// 1 − rate). See Table for the hard limit.
+// counts. A key is tracked iff a public hash of the key alone falls below
+// rate·2⁶⁴ (selection.key_sample_rate; ground rule 7: never which keys came
+// first, or how many), so a sampled key's count is exactly its count and
+// the analysis above holds for the sampled keys; a key not sampled is
+// never released (its cost is accuracy only: a group of any size is missed
+// with probability 1 − rate). The limit of keys per window
+// (selection.max_keys_per_window) is enforced when the window closes, by a
+// noisy test on the window's distinct keys F: the selection is withheld
+// iff F + Z_k ≥ limit, Z_k ~ N_Z(0, σ_k²), σ_k = limit/100
+// ([KeySigmaFor]). One user changes F by at most l0 under either relation,
+// so the test adds λ·l0²/(2σ_k²) to every window's curve
+// ([Threshold.UnitRDP]), and a withheld window is a private output like a
+// selection. Refusing keys once a cap is reached would make which keys
+// count depend on which came first (and one user's keys could push out a
+// group of thousands: no bounded sensitivity), so the table never does:
+// its memory is the sampled keys some user of the window keeps, at most
+// rate × l0 × the window's users — the order of the bounder's own
+// per-user state.
 package selection
