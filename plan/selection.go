@@ -46,9 +46,15 @@ type SelectionPlan struct {
 	Selection selection.Plan
 	// Window is one window's selection alone as (ε, δ)
 	// (selection.Threshold.WindowGuarantee); Batch is the batch optimum
-	// at that (ε, δ) and max_groups_per_user.
+	// at that (ε, δ) and max_groups_per_user: what a selection with the
+	// same per-window guarantee could at best do.
 	Window selection.Guarantee
 	Batch  selection.Batch
+	// BatchShare is the batch optimum at an equal share of the period's
+	// selection budget per window, (Epsilon/Units, Delta/DeltaUnits): the
+	// batch selection run in every window, composed by basic composition
+	// within the same budget — the per-selection budget a stream gives it.
+	BatchShare selection.Batch
 }
 
 // planSelection calibrates the selections of cfg's selecting histograms
@@ -86,6 +92,7 @@ func planSelection(cfg *config.Config, hbounds []WindowBound, leftEps, leftDelta
 		return nil, err
 	}
 	sp.Batch = selection.Batch{Epsilon: sp.Window.Epsilon, Delta: sp.Window.Delta(), L0: l0}
+	sp.BatchShare = selection.Batch{Epsilon: sp.Epsilon / float64(per.Units), Delta: sp.Delta / float64(per.DeltaUnits), L0: l0}
 	return sp, nil
 }
 

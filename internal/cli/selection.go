@@ -31,8 +31,19 @@ func printSelection(tw io.Writer, indent string, cfg *config.Config, p *plan.Pla
 		names, th.L0, th.Sigma, th.T)
 	fmt.Fprintf(tw, indent+"selection kept\tper window: with probability ½ at %d distinct users, 0.95 at %d; batch optimum at the same (ε=%.4g, δ=%.3g, l0=%d) of one window: ½ at %d, 0.95 at %d, always at %d\n",
 		th.UsersAt(0.5), th.UsersAt(0.95), sp.Window.Epsilon, sp.Window.Delta(), th.L0, sp.Batch.UsersAt(0.5), sp.Batch.UsersAt(0.95), sp.Batch.UsersAt(1))
+	bs := sp.BatchShare
+	fmt.Fprintf(tw, indent+"selection vs batch\tthe batch optimum run in each window on an equal share of the selections' budget (ε=%.4g, δ=%.3g per window, basic composition): ½ at %s, 0.95 at %s distinct users\n",
+		bs.Epsilon, bs.Delta, usersOrNone(bs.UsersAt(0.5)), usersOrNone(bs.UsersAt(0.95)))
 	fmt.Fprintf(tw, indent+"selection share\t%d window selections composed (%d with a δ term) a period: ε=%.6g, δ=%.3g (conversion %.3g + threshold %.3g) of its (ε=%.6g, δ=%.3g); basic composition with the rest\n",
 		per.Units, per.DeltaUnits, g.Epsilon, g.Delta(), g.ConversionDelta, g.ThresholdDelta, sp.Epsilon, sp.Delta)
 	fmt.Fprintf(tw, indent+"selection keys\tat most %d group keys per window per histogram, sampled by a keyed hash of the key at rate %g\n",
 		cfg.Selection.MaxKeysPerWindow, cfg.Selection.KeySampleRate)
+}
+
+// usersOrNone prints a batch figure, "over 10⁷" when it is out of reach.
+func usersOrNone(n int) string {
+	if n < 0 {
+		return "over 10⁷"
+	}
+	return fmt.Sprint(n)
 }

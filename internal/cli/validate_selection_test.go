@@ -73,7 +73,7 @@ privacy:
 			if d := float64(b.UsersAt(0.95)) - n[6]; d < -1 || d > 1 {
 				t.Errorf("batch 0.95 printed %g, recomputed %d", n[6], b.UsersAt(0.95))
 			}
-			if !(n[1] < n[2]) || !strings.Contains(got, "selection share") {
+			if !(n[1] < n[2]) || !strings.Contains(got, "selection share") || !strings.Contains(got, "selection vs batch the batch optimum run in each window") {
 				t.Errorf("selection lines:\n%s", out.String())
 			}
 		}
