@@ -88,6 +88,13 @@ type Unit struct {
 	// released unit, which charged nothing itself (empty Charge, nil
 	// Approx); empty otherwise.
 	CoveredBy string `json:"covered_by,omitempty"`
+	// TopUp is set when this unit's reservation (Reservation) tops up a
+	// reservation the period holds for the same histogram, window size,
+	// bound and neighbour relation instead of being charged in full: its
+	// Charge and Approx are then only the difference charged (release's
+	// "Top-up"), and TopUp says which reservation it tops up and what the
+	// two together cover. nil otherwise (and in ledgers written before).
+	TopUp *TopUp `json:"top_up,omitempty"`
 	// Limit is the period budget (ε, δ) in force when the unit was
 	// recorded. Record keeps the first released unit's for each period,
 	// lowered by any later unit's that is lower (PeriodLimit, LowerLimit): a
@@ -101,6 +108,18 @@ type Unit struct {
 	Published bool `json:"published"`
 	// RecordedAt is wall-clock time of recording, for operators.
 	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// TopUp is a period reservation charged as the difference to a held one
+// (Unit.TopUp).
+type TopUp struct {
+	// Of is the key of the held reservation topped up.
+	Of string `json:"of"`
+	// Cover is what the reservation covers: at every order the larger of
+	// its own curve and Of's cover, and for an average histogram
+	// CoverApprox the larger ε and δ (nil for a count histogram).
+	Cover       Curve   `json:"cover"`
+	CoverApprox *Approx `json:"cover_approx,omitempty"`
 }
 
 // Approx is an (ε, δ)-DP charge, or a period's basic composition of such
