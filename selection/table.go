@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/mechanism"
 )
 
@@ -154,19 +155,11 @@ func (t *Table) Select(th Threshold, noise, keyNoise mechanism.CountNoiser, rng 
 	return out, nil
 }
 
-// keyHash is the public hash of a group key that decides its sampling:
-// FNV-1a over the key's bytes, finished by MurmurHash3's fmix64 so that
-// every output bit depends on every input bit.
-func keyHash(key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
-}
+// sampleKey is the public SipHash key of keyHash: sampling is a public
+// rule (anyone can tell which keys are tracked), and a function of the
+// key alone; the key only spreads attacker-chosen keys evenly.
+var sampleKey = siphash.Key{K0: 0x7365_6c65_6374_696f, K1: 0x6e2d_6b65_7973_3330}
+
+// keyHash is the public hash of a group key that decides its sampling and
+// the order of Select's draws: SipHash-2-4 under sampleKey.
+func keyHash(key string) uint64 { return sampleKey.String(key) }
