@@ -1,6 +1,7 @@
 package plan_test
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -115,5 +116,45 @@ func TestSelectionWarning(t *testing.T) {
 		if tc.warn && !strings.Contains(ws[0].Message, "probability 0.95") {
 			t.Errorf("warning %q", ws[0].Message)
 		}
+	}
+}
+
+// TestSelectionFitsTheBook: a day's selections charged to the budget book
+// as one (ε_sel, δ_sel) reservation beside the count histograms' period
+// reservations and the average histogram's — what the running stage will
+// charge once it selects — are all accepted, and the book's total stays
+// within the budget; a further count reservation is refused.
+func TestSelectionFitsTheBook(t *testing.T) {
+	for _, nb := range []string{"replace", "add_remove"} {
+		cfg := selectingConfig(t, 5, nb, "  mechanism: gaussian")
+		p, err := plan.DerivePlan(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		book, err := budget.NewBook(p.Orders, p.Epsilon, p.Delta, noStore{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := p.Averages[0]
+		charges := []budget.Charge{
+			{Epsilon: p.Selection.Epsilon, Delta: p.Selection.Delta, Reservation: "selection"},
+			{RDP: p.Count.ReservationOf(0), Reservation: "pages"},
+			{RDP: p.Count.ReservationOf(1), Reservation: "devices"},
+			p.AverageReserveCharge(&a),
+		}
+		charges[3].Reservation = "interests"
+		for _, c := range charges {
+			if _, err := book.Commit(0, c); err != nil {
+				t.Fatalf("%s: reservation %s refused: %v", nb, c.Reservation, err)
+			}
+		}
+		if _, err := book.Check(0, budget.Charge{RDP: p.Count.ReservationOf(0), Reservation: "third"}); !errors.Is(err, budget.ErrBudgetExceeded) {
+			t.Errorf("%s: a third count reservation: %v, want refused", nb, err)
+		}
+		st, _ := book.Status(0)
+		if st.Epsilon > p.Epsilon || st.Delta > p.Delta {
+			t.Errorf("%s: the book's total (%g, %g) exceeds the budget (%g, %g)", nb, st.Epsilon, st.Delta, p.Epsilon, p.Delta)
+		}
+		t.Logf("%s: selections (ε=%.4g, δ=%.3g), book total (ε=%.6g, δ=%.3g) of (%g, %g)", nb, p.Selection.Epsilon, p.Selection.Delta, st.Epsilon, st.Delta, p.Epsilon, p.Delta)
 	}
 }
