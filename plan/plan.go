@@ -261,7 +261,7 @@ type CountPlan struct {
 	PlannedEpsilon float64
 	// RDPEpsilon and RDPDelta are the part of the budget the RDP units
 	// compose within: (Epsilon, Delta) minus the average histograms'
-	// reservation.
+	// reservation and the selections' budget (Plan.Selection).
 	RDPEpsilon, RDPDelta float64
 }
 
