@@ -34,9 +34,13 @@
 // l0 coordinates (u's common keys), so they are post-processings of the
 // vector Gaussian mechanism with ‖Δ‖₂² ≤ l0:
 //
-//	D_λ(A ‖ M(D)), D_λ(M(D) ‖ A) ≤ λ·l0/(2σ²)         (CKS20, Theorem 14 / 15)
+//	D_λ(A ‖ M(D)), D_λ(M(D) ‖ A) ≤ λ·l0/(2σ²)
 //
-// That is Bun and Steinke's (2016, Definition 8.1) δ-approximate RDP with
+// (CKS20's multivariate discrete Gaussian, as mechanism/additive.go cites
+// it; thresholding and dropping the noisy counts is post-processing).
+//
+// That is δ-approximate RDP (Bun and Steinke 2016, §8, approximate zCDP,
+// with the Rényi curve in place of the linear one) with
 // δ = δ_w and the Gaussian's curve: both outputs are (1 − δ_w, δ_w)
 // mixtures whose main parts are λ·l0/(2σ²)-close in every order λ
 // (padding p up to δ_w: (1−p)A + pB = (1−δ_w)A + δ_w·[((δ_w−p)A + pB)/δ_w]).
@@ -52,10 +56,10 @@
 // # A period: composition over windows and histograms
 //
 // Approximate RDP composes adaptively, curves adding and δ's adding (Bun
-// and Steinke 2016, Lemma 8.3, whose proof is order by order and so holds
-// for the RDP curve as well as for zCDP's linear one): the product of the
-// windows' mixtures is a mixture whose main part has weight at least
-// Π(1 − δ_w) ≥ 1 − Σδ_w. Per selecting histogram with W windows a period
+// and Steinke 2016, §8; the argument is order by order, so it holds for
+// an RDP curve as for zCDP's linear one): the product of the windows'
+// mixtures is a mixture whose main part has weight at least
+// Π(1 − δ_w) ≥ 1 − Σδ_w, and on it the curves add (000 Lemma 2). Per selecting histogram with W windows a period
 // and the cross-window bound K (K′ = min(K, W); package plan, "The
 // cross-window bound": a user's admitted windows depend on that user's own
 // events only, so other users' inputs are equal in every other window):
