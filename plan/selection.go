@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/selection"
@@ -115,13 +116,28 @@ func selectionLeft(sp *SelectionPlan, eps, delta float64) (float64, float64, err
 // events has at most E distinct users, so such a group is released in
 // fewer than 95% of its windows (in under half when E is below the ½
 // figure) — it will appear and disappear on the dashboard.
+//
+// It also warns when the key-count test's noise is over a tenth of
+// selection.max_keys_per_window (selection.KeySigmaFor's floor, when many
+// windows spread the budget thin): windows with far fewer keys than the
+// limit are then withheld too.
 func SelectionWarnings(cfg *config.Config, p *Plan) []config.Warning {
 	sp := p.Selection
-	e := cfg.Privacy.ExpectedEventsPerRelease
-	if sp == nil || !(e > 0) {
+	if sp == nil {
 		return nil
 	}
 	th := sp.Selection.Threshold
+	var out []config.Warning
+	if lim := float64(th.KeyLimit); lim > 0 && th.KeySigma > lim/10 {
+		path := "selection.max_keys_per_window"
+		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path), Message: fmt.Sprintf(
+			"the noisy test of a window's distinct keys has σ=%.3g, over a tenth of the limit %d (the selections' budget is spread over %d windows): a window with half the limit's keys is withheld with probability %.2g; set contribution.max_windows_per_user, lengthen window.size or raise selection.epsilon_share",
+			th.KeySigma, th.KeyLimit, sp.Selection.Period.Units, normalTailProb(lim/2/th.KeySigma))})
+	}
+	e := cfg.Privacy.ExpectedEventsPerRelease
+	if !(e > 0) {
+		return out
+	}
 	n95 := th.UsersAt(0.95)
 	if e >= float64(n95) {
 		return nil
@@ -130,7 +146,6 @@ func SelectionWarnings(cfg *config.Config, p *Plan) []config.Warning {
 	if cfg.Contribution.MaxWindowsPerUser == 0 {
 		fix = fmt.Sprintf(", or set contribution.max_windows_per_user (the selections are now composed over all %d windows of the period)", p.WindowsPerPeriod)
 	}
-	var out []config.Warning
 	for _, i := range sp.Hists {
 		path := fmt.Sprintf("histograms[%d].group_by", i)
 		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path), Message: fmt.Sprintf(
@@ -140,3 +155,6 @@ func SelectionWarnings(cfg *config.Config, p *Plan) []config.Warning {
 	}
 	return out
 }
+
+// normalTailProb is Φ̄(x) = P[N(0, 1) > x].
+func normalTailProb(x float64) float64 { return 0.5 * math.Erfc(x/math.Sqrt2) }

@@ -158,3 +158,33 @@ func TestSelectionFitsTheBook(t *testing.T) {
 		t.Logf("%s: selections (ε=%.4g, δ=%.3g), book total (ε=%.6g, δ=%.3g) of (%g, %g)", nb, p.Selection.Epsilon, p.Selection.Delta, st.Epsilon, st.Delta, p.Epsilon, p.Delta)
 	}
 }
+
+// TestKeyTestWarning: when a day of one-second windows spreads the
+// selections' budget so thin that the key-count test's σ_k exceeds a tenth
+// of selection.max_keys_per_window, validate warns on that key; at a
+// minute with the cross-window bound it does not.
+func TestKeyTestWarning(t *testing.T) {
+	for _, tc := range []struct {
+		size string
+		k    int
+		warn bool
+	}{{"1s", 0, true}, {"1m", 5, false}} {
+		cfg := selectingConfig(t, tc.k, "replace", "  mechanism: gaussian")
+		cfg.Histograms = cfg.Histograms[:2]
+		if err := cfg.Window.Size.UnmarshalText([]byte(tc.size)); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Privacy.Budget.Epsilon = 0.1
+		p, err := plan.DerivePlan(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for _, w := range plan.SelectionWarnings(cfg, p) {
+			got = got || w.Path == "selection.max_keys_per_window"
+		}
+		if got != tc.warn {
+			t.Errorf("%s K=%d: σ_k=%g of limit %d: warned %v", tc.size, tc.k, p.Selection.Selection.Threshold.KeySigma, cfg.Selection.MaxKeysPerWindow, got)
+		}
+	}
+}

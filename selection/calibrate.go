@@ -31,7 +31,7 @@ type Plan struct {
 // eps > 0, delta ∈ (0, 1), l0 ≥ 1, p with at least one window.
 //
 // keyLimit > 0 adds the key-count test (Threshold.KeyLimit, σ_k =
-// KeySigmaFor(keyLimit)) to every window's curve; 0 leaves it out.
+// KeySigmaFor(keyLimit, σ, l0)) to every window's curve; 0 leaves it out.
 func Calibrate(eps, delta float64, l0 int, p Period, order float64, keyLimit int) (Plan, error) {
 	switch {
 	case !(eps > 0) || math.IsInf(eps, 0):
@@ -76,7 +76,7 @@ func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64, k
 	conv := (1 - f) * delta
 	target := budget.Planned(eps)
 	fits := func(sigma float64) bool {
-		th := Threshold{Sigma: sigma, T: 1, L0: l0, KeyLimit: int64(keyLimit), KeySigma: KeySigmaFor(keyLimit)}
+		th := Threshold{Sigma: sigma, T: 1, L0: l0, KeyLimit: int64(keyLimit), KeySigma: KeySigmaFor(keyLimit, sigma, l0)}
 		c, _, err := th.Charge(p, orders)
 		if err != nil {
 			return false
@@ -109,7 +109,7 @@ func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64, k
 	budgetW := f * delta / float64(p.DeltaUnits) // δ_w allowed per window
 	th := Threshold{Sigma: sigma, L0: l0}
 	if keyLimit > 0 {
-		kn, err := Noiser(KeySigmaFor(keyLimit))
+		kn, err := Noiser(KeySigmaFor(keyLimit, sigma, l0))
 		if err != nil {
 			return Plan{}, err
 		}

@@ -126,7 +126,7 @@
 // with probability 1 − rate). The limit of keys per window
 // (selection.max_keys_per_window) is enforced when the window closes, by a
 // noisy test on the window's distinct keys F: the selection is withheld
-// iff F + Z_k ≥ limit, Z_k ~ N_Z(0, σ_k²), σ_k = limit/100
+// iff F + Z_k ≥ limit, Z_k ~ N_Z(0, σ_k²), σ_k = max(limit/100, 3·√l0·σ)
 // ([KeySigmaFor]). One user changes F by at most l0 under either relation,
 // so the test adds λ·l0²/(2σ_k²) to every window's curve
 // ([Threshold.UnitRDP]), and a withheld window is a private output like a

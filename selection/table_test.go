@@ -199,7 +199,7 @@ func TestTableSampling(t *testing.T) {
 // the charged curve.
 func TestKeyLimit(t *testing.T) {
 	const limit = 1000
-	ks, err := Noiser(KeySigmaFor(limit))
+	ks, err := Noiser(KeySigmaFor(limit, 3, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

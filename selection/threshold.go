@@ -31,11 +31,17 @@ type Threshold struct {
 	KeySigma float64
 }
 
-// KeySigmaFor is the key-count test's σ_k for a limit of keys per window:
-// limit/100, so that a window with F keys is withheld with probability
-// Φ̄((limit − F)/σ_k): ½ at the limit, 2.3% at 2% below it, < 10⁻²³ at
-// 10% below.
-func KeySigmaFor(limit int) float64 { return float64(limit) / 100 }
+// KeySigmaFor is the key-count test's σ_k for a limit of keys per window,
+// beside a selection of noise σ and l0 keys per user: max(limit/100,
+// 3·√l0·σ). limit/100 makes a window with F keys withheld with
+// probability Φ̄((limit − F)/σ_k): ½ at the limit, 2.3% at 2% below it,
+// < 10⁻²³ at 10% below. The floor 3·√l0·σ caps the test's cost at 1/9 of
+// the selection's own curve (λ·l0²/(2σ_k²) ≤ λ·l0/(18σ²)) when many
+// windows spread the budget thin: then σ_k, and the test's imprecision,
+// grow with σ.
+func KeySigmaFor(limit int, sigma float64, l0 int) float64 {
+	return math.Max(float64(limit)/100, 3*math.Sqrt(float64(l0))*sigma)
+}
 
 // Check reports a threshold that cannot be used: σ not finite and > 0 (NaN
 // and Inf included), T < 1, or L0 < 1.

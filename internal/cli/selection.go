@@ -36,8 +36,8 @@ func printSelection(tw io.Writer, indent string, cfg *config.Config, p *plan.Pla
 		bs.Epsilon, bs.Delta, usersOrNone(bs.UsersAt(0.5)), usersOrNone(bs.UsersAt(0.95)))
 	fmt.Fprintf(tw, indent+"selection share\t%d window selections composed (%d with a δ term) a period: ε=%.6g, δ=%.3g (conversion %.3g + threshold %.3g) of its (ε=%.6g, δ=%.3g); basic composition with the rest\n",
 		per.Units, per.DeltaUnits, g.Epsilon, g.Delta(), g.ConversionDelta, g.ThresholdDelta, sp.Epsilon, sp.Delta)
-	fmt.Fprintf(tw, indent+"selection keys\tat most %d group keys per window per histogram, sampled by a keyed hash of the key at rate %g\n",
-		cfg.Selection.MaxKeysPerWindow, cfg.Selection.KeySampleRate)
+	fmt.Fprintf(tw, indent+"selection keys\tgroup keys sampled by a public keyed hash of the key at rate %g; a window's selection is withheld when its distinct keys + discrete Gaussian noise (σ_k=%.4g, in the charge) reach %d\n",
+		cfg.Selection.KeySampleRate, th.KeySigma, cfg.Selection.MaxKeysPerWindow)
 }
 
 // usersOrNone prints a batch figure, "over 10⁷" when it is out of reach.
