@@ -42,14 +42,7 @@ func TestAddTracksTheWindowsABoundDropped(t *testing.T) {
 		{name: "dropped by the base bound", baseK: 1, baseFull: true, ok: true, bound: 1, dropped: 0b01, track: 5 * minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &config.Config{
-				Window: config.Window{Size: config.Duration(time.Minute)},
-				Histograms: []config.Histogram{
-					{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop"}},
-					{Name: "devices3", Field: "device", Bins: []string{"mobile", "desktop"}, Window: config.Duration(3 * time.Minute), MaxWindowsPerUser: 1},
-				},
-				Contribution: config.Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxWindowsPerUser: tc.baseK},
-			}
+			cfg := viewConfig(tc.baseK)
 			sets, err := NewWindowSets(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -82,6 +75,19 @@ func TestAddTracksTheWindowsABoundDropped(t *testing.T) {
 	}
 }
 
+// viewConfig is minute windows with devices and devices3, a 3-minute view
+// with max_windows_per_user 1, and the base bound baseK.
+func viewConfig(baseK int) *config.Config {
+	return &config.Config{
+		Window: config.Window{Size: config.Duration(time.Minute)},
+		Histograms: []config.Histogram{
+			{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop"}},
+			{Name: "devices3", Field: "device", Bins: []string{"mobile", "desktop"}, Window: config.Duration(3 * time.Minute), MaxWindowsPerUser: 1},
+		},
+		Contribution: config.Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxWindowsPerUser: baseK},
+	}
+}
+
 // TestHandleHoldsAnEventEveryBoundDropped (issue 28 item 2, the review of
 // its fix): an event that the cross-window bound of every open window size
 // drops on arrival is not late — its windows are open — so its offset is
@@ -105,14 +111,7 @@ func TestHandleHoldsAnEventEveryBoundDropped(t *testing.T) {
 		{name: "no valid part", drops: []decode.Reason{decode.ReasonOutOfDomain, decode.ReasonOutOfDomain}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := &config.Config{
-				Window: config.Window{Size: config.Duration(time.Minute)},
-				Histograms: []config.Histogram{
-					{Name: "devices", Field: "device", Bins: []string{"mobile", "desktop"}},
-					{Name: "devices3", Field: "device", Bins: []string{"mobile", "desktop"}, Window: config.Duration(3 * time.Minute), MaxWindowsPerUser: 1},
-				},
-				Contribution: config.Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1, MaxWindowsPerUser: 1},
-			}
+			cfg := viewConfig(1)
 			sets, err := NewWindowSets(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -81,7 +81,8 @@ type Unit struct {
 	Approx *Approx `json:"approx,omitempty"`
 	// Reservation is the key of the period reservation this unit charged
 	// (contribution.max_windows_per_user: its Charge or Approx is the
-	// reservation's, covering the histogram's later units of the period);
+	// reservation's — or, with TopUp, the difference to the one topped up
+	// — covering the histogram's later units of the period);
 	// RecordWindow records it in the period's reservations. Empty otherwise.
 	Reservation string `json:"reservation,omitempty"`
 	// CoveredBy is the key of the period reservation that covers this

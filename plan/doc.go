@@ -164,8 +164,12 @@
 // period holds for the same histogram, window, K_h and neighbour relation
 // is at least the new one at every order, which then covers it (release/,
 // "Cover by dominance": adding a view lowers every per-window curve, and
-// the histograms whose own settings did not change keep releasing). That
-// is sound because
+// the histograms whose own settings did not change keep releasing); when
+// it is not, the new reservation of such a histogram tops the held one up,
+// charging only the rise R_new − R_old at the orders where it is positive
+// (release/, "Top-up": a user's windows of that admission state lose at
+// most K′ times the largest per-window curve, which the running maximum of
+// the reservations bounds). That is sound because
 // admission is monotone and shared: a user's admitted windows released
 // under one configuration are at most that configuration's K, so the
 // period's releases split into per-configuration parts each bounded by its

@@ -1,6 +1,7 @@
 package release_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -56,11 +57,7 @@ func TestReservationTopUp(t *testing.T) {
 	run := func(g *fixture, bs ...int64) {
 		t.Helper()
 		for _, b := range bs {
-			units, err := g.rel.Record(w0+b*minute, counts, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, u := range units {
+			for _, u := range recordAt(t, g, w0+b*minute, counts) {
 				st := string(u.Status)
 				switch {
 				case u.TopUp != nil:
@@ -122,6 +119,70 @@ func TestReservationTopUp(t *testing.T) {
 	if st, _ := h.rel.Book().Status(w0); !(st.Epsilon <= 1) {
 		t.Errorf("period total ε %v over the budget", st.Epsilon)
 	}
+}
+
+// TestReservationTopUpChain: two upgrades in one period, each raising
+// the curves by a hair (pages' reservation made under curves lowered by
+// 2·10⁻¹², topped up under 10⁻¹², then under the plan's own): the second
+// top-up tops up the first — the running maximum, not the reservation made
+// in full — by R_new − R_mid, and a restart under the last plan is
+// covered by it. devices, whose first window ends at boundary 2, reserves
+// in full under the last plan.
+func TestReservationTopUpChain(t *testing.T) {
+	counts := fixedCounts{0: {3, 1}, 1: {1, 2}}
+	w0 := 4_833_333 * 6 * minute // a period start
+	cfg := viewsConfig(t, 1, t.TempDir())
+	lowered := func(by float64) func(*plan.Plan) {
+		return func(p *plan.Plan) {
+			for h, c := range p.Count.Reservations {
+				eps := c.Epsilons()
+				for i := range eps {
+					eps[i] *= 1 - by
+				}
+				var err error
+				if p.Count.Reservations[h], err = budget.NewCurve(c.Orders(), eps); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	f := newFixture(t, cfg)
+	var got []string
+	keys := map[string]string{}
+	g := f
+	for b, mutate := range []func(*plan.Plan){lowered(2e-12), lowered(1e-12), nil, nil} {
+		g = reopen(t, f, mutate)
+		for _, u := range recordAt(t, g, w0+int64(b)*minute, counts) {
+			st := string(u.Status)
+			switch {
+			case u.TopUp != nil:
+				st = "top-up of " + keys[u.TopUp.Of]
+			case u.CoveredBy != "":
+				st = "covered by " + keys[u.CoveredBy]
+			}
+			if u.Reservation != "" {
+				keys[u.Reservation] = fmt.Sprintf("%s@%d", u.Histogram, b)
+			}
+			got = append(got, fmt.Sprintf("%d %s: %s", b, u.Histogram, st))
+		}
+	}
+	want := "0 pages: released; 1 pages: top-up of pages@0; 2 pages: top-up of pages@1; 2 devices: released; 3 pages: covered by pages@2"
+	if s := strings.Join(got, "; "); s != want {
+		t.Errorf("units:\n%s\nwant\n%s", s, want)
+	}
+	if st, _ := g.rel.Book().Status(w0); !(st.Epsilon <= 1) {
+		t.Errorf("period total ε %v over the budget", st.Epsilon)
+	}
+}
+
+// recordAt records the base boundary w with g's releaser.
+func recordAt(t *testing.T, g *fixture, w int64, counts fixedCounts) []*ledger.Unit {
+	t.Helper()
+	units, err := g.rel.Record(w, counts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return units
 }
 
 // reserveThree records the boundaries w0, w0 + 1m and w0 + 2m of
