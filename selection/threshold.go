@@ -68,7 +68,13 @@ func (t Threshold) PassProbability(n int64) float64 {
 // WindowDelta is δ_w = 1 − (1 − q)^{L0}, q = PassProbability(1): the
 // probability that one of the at most L0 keys a single user creates in a
 // window is selected (the package doc's mixture weight).
+//
+// A threshold of one user (T ≤ 1) protects nothing: δ_w = 1 (tail bounds
+// a tail from above only for m ≥ 1, so the conservative answer is taken).
 func (t Threshold) WindowDelta() float64 {
+	if t.T <= 1 {
+		return 1
+	}
 	q := t.PassProbability(1)
 	if q >= 1 {
 		return 1
@@ -202,7 +208,9 @@ func (t Threshold) WindowGuarantee(replace bool, orders []float64) (Guarantee, e
 // Definition 1). For σ ≤ exactSigma it sums the mass function; above, it
 // is the continuous bound P[Z ≥ m] ≤ Φ̄((m−1)/σ) for m ≥ 1 (Σ_{z≥m} f(z)
 // ≤ ∫_{m−1}^∞ f for the decreasing f = exp(−z²/(2σ²)), and the
-// normalising sum is ≥ √(2π)·σ by Poisson summation), 1 − that for m ≤ 0.
+// normalising sum is ≥ √(2π)·σ by Poisson summation), and by symmetry
+// 1 − that bound at 1 − m for m ≤ 0 (there a lower bound, used only for
+// keep probabilities shown to operators; WindowDelta never reads it).
 func tail(sigma float64, m int64) float64 {
 	if m <= 0 {
 		return 1 - tail(sigma, 1-m) // symmetry: P[Z ≥ m] = 1 − P[Z ≤ m−1] = 1 − P[Z ≥ 1−m]
