@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/selection"
 )
@@ -95,6 +96,16 @@ func planSelection(cfg *config.Config, hbounds []WindowBound, leftEps, leftDelta
 	sp.Batch = selection.Batch{Epsilon: sp.Window.Epsilon, Delta: sp.Window.Delta(), L0: l0}
 	sp.BatchShare = selection.Batch{Epsilon: sp.Epsilon / float64(per.Units), Delta: sp.Delta / float64(per.DeltaUnits), L0: l0}
 	return sp, nil
+}
+
+// Charge is the period reservation of the selections in the budget book:
+// their (ε_sel, δ_sel) in the book's (ε, δ) part (basic composition with
+// the RDP part, as the average releases; the selections' own RDP curve is
+// converted inside that reservation, Selection.Guarantee), under the key
+// "selection". The running stage will make it with the first selection of
+// a period, before anything of that selection leaves the process.
+func (sp *SelectionPlan) Charge() budget.Charge {
+	return budget.Charge{Epsilon: sp.Epsilon, Delta: sp.Delta, Reservation: "selection"}
 }
 
 // selectionLeft is what the selections leave of (eps, delta), with an

@@ -137,7 +137,7 @@ func TestSelectionFitsTheBook(t *testing.T) {
 		}
 		a := p.Averages[0]
 		charges := []budget.Charge{
-			{Epsilon: p.Selection.Epsilon, Delta: p.Selection.Delta, Reservation: "selection"},
+			p.Selection.Charge(),
 			{RDP: p.Count.ReservationOf(0), Reservation: "pages"},
 			{RDP: p.Count.ReservationOf(1), Reservation: "devices"},
 			p.AverageReserveCharge(&a),
