@@ -18,6 +18,9 @@ type Config struct {
 	Generator    Generator    `yaml:"generator"`
 	Output       Output       `yaml:"output"`
 	HTTP         HTTP         `yaml:"http"`
+	// Selection configures the private selection of unlisted groups
+	// (histograms with group_by and no groups).
+	Selection Selection `yaml:"selection"`
 
 	// meta records what the file said (which keys it set, which values came
 	// from the environment); nil for a Config built in Go.
@@ -297,8 +300,10 @@ type Histogram struct {
 	// GroupBy is the optional event field that splits the histogram into
 	// groups. Empty: one group, named "*".
 	GroupBy string `yaml:"group_by"`
-	// Groups is the public list of groups (required with GroupBy). A release
-	// is made for every listed group at every window, with or without events.
+	// Groups is the public list of groups. A release is made for every
+	// listed group at every window, with or without events. With GroupBy and
+	// no Groups the groups are selected privately in each window (Selects,
+	// package selection, the Selection section).
 	Groups []string `yaml:"groups"`
 	// Kind is "count" (default: each event counts one into the bin its Field
 	// names) or "average" (each event carries in Field a JSON array of

@@ -138,6 +138,7 @@ func (c *Config) Validate() error {
 	k.contribution()
 	k.histBounds()
 	k.privacy()
+	k.selection()
 	k.activity()
 	k.intervals()
 	k.nonEmpty("state.dir", c.State.Dir)
@@ -397,10 +398,9 @@ func (k *checker) histograms() {
 				k.add(p+".group_by", "must differ from field")
 			}
 			k.fieldPath(p+".group_by", h.GroupBy, roleValue)
-			if len(h.Groups) == 0 {
-				k.add(p+".groups", "required with group_by: list the public groups")
+			if len(h.Groups) > 0 { // none: selected privately (Selects)
+				k.list(p+".groups", "group", h.Groups)
 			}
-			k.list(p+".groups", "group", h.Groups)
 		case len(h.Groups) > 0:
 			k.add(p+".groups", "given without group_by")
 		}
