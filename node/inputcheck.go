@@ -84,7 +84,11 @@ func (s *Node) CheckInput(ctx context.Context) error {
 				lastWhy = why
 			}
 		}
-		if retry.Sleep(ctx, inputCheckRetry) != nil {
+		pause := inputCheckRetry
+		if !missingSince.IsZero() { // ask again when the wait ends, not later
+			pause = max(min(pause, s.topicWait()-time.Since(missingSince)), time.Millisecond)
+		}
+		if retry.Sleep(ctx, pause) != nil {
 			return ctx.Err()
 		}
 	}
