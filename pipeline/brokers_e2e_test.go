@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +12,6 @@ import (
 	"github.com/dpstage/stage/internal/e2e"
 	"github.com/dpstage/stage/pipeline"
 )
-
-// lockedBuffer is a log sink safe for the stage's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestStartWithWrongBrokersOrNoInput (issue 28 item 6): what a new user's
 // first mistakes print. Brokers that do not answer — a closed loopback
@@ -66,7 +47,7 @@ func TestStartWithWrongBrokersOrNoInput(t *testing.T) {
 			cfg.Kafka.InputTopic = tc.input
 			cfg.Window.RecordTimes = config.RecordTimesBroker // a new user's default
 			cfg.State.Dir = t.TempDir()
-			var logs lockedBuffer
+			var logs e2e.SyncBuffer
 			st, err := pipeline.New(pipeline.Options{Config: cfg, Brokers: tc.brokers, HashKey: &e2e.TestKey, Log: e2e.ConsoleLog(&logs),
 				DrainTimeout: 2 * time.Second, MissingTopicWait: 500 * time.Millisecond})
 			if err != nil {
