@@ -112,7 +112,7 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 			if ctx.Err() != nil {
 				return
 			}
-			s.Ready.Connected.Store(false)
+			s.Ready.SetUnconnected(fmt.Sprintf("fetch of input partition %d failed: %v", p, err))
 			if !loc.failing {
 				loc.failing = true
 				sess.WM.SetFailing(p, true)
@@ -124,7 +124,7 @@ func Consume(ctx context.Context, s *node.Node, sess *Session, p int, offset int
 			continue
 		}
 		if !s.Ready.Connected.Load() {
-			s.Ready.Connected.Store(true)
+			s.Ready.SetConnected()
 		}
 		if loc.failing {
 			loc.failing = false

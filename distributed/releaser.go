@@ -632,7 +632,7 @@ func (s *stage) ensureInternalTopics(ctx context.Context) error {
 	for {
 		n, err := kafkapartial.EnsureTopics(ctx, cl, t)
 		if err == nil {
-			s.Ready.Connected.Store(true)
+			s.Ready.SetConnected()
 			s.Log.Info("internal topics ready", zap.Int("input_partitions", n), zap.String("partials", t.Partials),
 				zap.String("progress", t.Progress), zap.String("ledger", t.Ledger))
 			return nil

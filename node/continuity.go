@@ -23,7 +23,9 @@ var ErrNoOutputTopic = errors.New("node: the output topic does not exist")
 
 // outputTopicGrace is how long checkContinuity waits for a missing output
 // topic (being created by another tool, or not yet in every broker's
-// metadata) before it gives up with ErrNoOutputTopic. A variable for tests.
+// metadata) before it gives up with ErrNoOutputTopic, unless
+// Options.MissingTopicWait says otherwise (topicWait); CheckInput waits
+// as long for the input topic. A variable for tests.
 var outputTopicGrace = 30 * time.Second
 
 // ErrStateLost: the state database is empty but the output topic already
@@ -205,13 +207,13 @@ func (s *Node) CheckContinuity(ctx context.Context) error {
 			if missingSince.IsZero() {
 				missingSince = time.Now()
 			}
-			if time.Since(missingSince) >= outputTopicGrace {
+			if wait := s.topicWait(); time.Since(missingSince) >= wait {
 				or := ""
 				if d := s.Cfg.Kafka.Distributed; d.Enabled && !d.CreateTopics {
 					or = ", or set kafka.distributed.create_topics: true"
 				}
 				return fmt.Errorf("%w: %q (kafka.output_topic), for %v: create it (e.g. kafka-topics --create --topic %s --partitions 1)%s",
-					ErrNoOutputTopic, s.Cfg.Kafka.OutputTopic, outputTopicGrace, s.Cfg.Kafka.OutputTopic, or)
+					ErrNoOutputTopic, s.Cfg.Kafka.OutputTopic, wait, s.Cfg.Kafka.OutputTopic, or)
 			}
 		}
 		s.Log.Warn("cannot read the output topic's offsets; retrying", zap.Error(err), zap.Duration("wait", wait))

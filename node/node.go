@@ -50,6 +50,10 @@ type Options struct {
 	// bounded counts. Never set it in production: a known key lets
 	// producers predict which events count.
 	HashKey *siphash.Key
+	// MissingTopicWait is how long a missing input or output topic is
+	// waited for at start before the run fails saying to create it
+	// (CheckInput, CheckContinuity). Default 30s.
+	MissingTopicWait time.Duration
 }
 
 // Node is one stage process's shared state: the parameters derived from
@@ -74,6 +78,8 @@ type Node struct {
 	OnRel     func(*ledger.Unit, time.Duration)
 	Drain     time.Duration
 	Now       func() time.Time
+	// TopicWait is Options.MissingTopicWait (topicWait).
+	TopicWait time.Duration
 	// UserKey keys the user hash (decode.Event.User): the ledger's key
 	// (Attach loads it before any decoder is built), or Options.HashKey.
 	UserKey    siphash.Key
@@ -173,6 +179,7 @@ func New(opts Options) (*Node, error) {
 		Printer:     opts.Printer,
 		OnRel:       opts.OnRelease,
 		Drain:       opts.DrainTimeout,
+		TopicWait:   opts.MissingTopicWait,
 		Now:         opts.Now,
 		SizeMs:      cfg.Window.Size.D().Milliseconds(),
 		Arrival:     cfg.Window.Arrival(),

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/source"
 	"github.com/dpstage/stage/window"
 	"go.uber.org/zap"
@@ -59,22 +58,6 @@ func (s *Node) checkRecordTimesOnce(ctx context.Context) error {
 		"kafka-configs --bootstrap-server BROKER --alter --entity-type topics --entity-name %s --add-config message.timestamp.type=LogAppendTime "+
 		"(records already written keep their producer times). Or accept producer times explicitly with window.record_times: producer, which gives up "+
 		"that guarantee for such records (README, \"Windows and watermarks\")", errRecordTimes, topic, tt, topic)
-}
-
-// CheckRecordTimes is checkRecordTimesOnce at start: a refusal is
-// returned; a transient error is logged and retried every 2s until ctx ends
-// (the stage waits for its brokers as it does to consume).
-func (s *Node) CheckRecordTimes(ctx context.Context) error {
-	for {
-		err := s.checkRecordTimesOnce(ctx)
-		if err == nil || errors.Is(err, errRecordTimes) || ctx.Err() != nil {
-			return err
-		}
-		s.Log.Warn("cannot check the input topic's message.timestamp.type yet; retrying", zap.Error(err))
-		if retry.Sleep(ctx, 2*time.Second) != nil {
-			return ctx.Err()
-		}
-	}
 }
 
 // RecheckRecordTimes is checkRecordTimesOnce at a generation's start: a

@@ -27,6 +27,21 @@ type ReadyFlags struct {
 	// ready.
 	PartialsGap  atomic.Bool
 	PartialsLost atomic.Bool
+	// connectErr is why Connected is false (the brokers' dial errors at
+	// start, a failed fetch); nil while connected (SetConnected).
+	connectErr atomic.Pointer[string]
+}
+
+// SetConnected records that the brokers answered.
+func (f *ReadyFlags) SetConnected() {
+	f.connectErr.Store(nil)
+	f.Connected.Store(true)
+}
+
+// SetUnconnected records that they did not, and why.
+func (f *ReadyFlags) SetUnconnected(why string) {
+	f.connectErr.Store(&why)
+	f.Connected.Store(false)
 }
 
 // Readiness is a snapshot of the stage's readiness conditions.
@@ -58,6 +73,11 @@ type Readiness struct {
 	// Registry (Stats.SchemaRegistryHeld); not ready until it resumes. Left
 	// out of /readyz while false.
 	SchemaRegistryUnreachable bool `json:"schema_registry_unreachable,omitempty"`
+	// ConnectError is why Connected is false — the brokers' dial errors
+	// (connection refused, no such host) or a failed fetch. Operator
+	// information (it names the brokers): only the operator listener's
+	// /readyz shows it (internal/httpapi).
+	ConnectError string `json:"-"`
 }
 
 // Ready reports whether the stage is doing its job.
@@ -67,7 +87,7 @@ func (r Readiness) Ready() bool {
 
 // Readiness returns the current readiness conditions.
 func (s *Node) Readiness() Readiness {
-	return Readiness{
+	r := Readiness{
 		StateLoaded: s.Ready.StateLoaded.Load(),
 		Connected:   s.Ready.Connected.Load(),
 		Assigned:    s.Ready.Assigned.Load(),
@@ -80,6 +100,10 @@ func (s *Node) Readiness() Readiness {
 
 		SchemaRegistryUnreachable: s.Stats.SchemaRegistryHeld.Load() > 0,
 	}
+	if why := s.Ready.connectErr.Load(); why != nil && !r.Connected {
+		r.ConnectError = *why
+	}
+	return r
 }
 
 func (s *Node) SetLag(p int, lag int64) {

@@ -40,9 +40,9 @@ func (s *Stage) Run(parent context.Context) (runErr error) {
 	if n.DLQ != nil {
 		defer n.DLQ.Close()
 	}
-	// The input topic's record times, before anything is read (both modes;
-	// node/recordtime.go).
-	if err := n.CheckRecordTimes(ctx); err != nil {
+	// The brokers, the input topic and its record times, before anything
+	// is read (both modes; node/inputcheck.go).
+	if err := n.CheckInput(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -25,6 +25,7 @@ var (
 	ErrConfigChanged = node.ErrConfigChanged
 	ErrStateLost     = node.ErrStateLost
 	ErrNoOutputTopic = node.ErrNoOutputTopic
+	ErrNoInputTopic  = node.ErrNoInputTopic
 )
 
 // DropReasonHeader is the dead-letter record header that names a drop's

@@ -153,7 +153,7 @@ func Run(ctx context.Context, n *node.Node) error {
 // newConsumerGroup joins the group (source.GroupConfig.Join), retrying
 // while the broker is unreachable.
 func (s *stage) newConsumerGroup(ctx context.Context) (*source.Member, error) {
-	return s.Group.Join(ctx, func() { s.Ready.Connected.Store(true) })
+	return s.Group.Join(ctx, s.Ready.SetConnected)
 }
 
 // runGeneration runs one generation: as the owner of the input partitions

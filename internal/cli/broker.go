@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,6 +73,10 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer log.Sync() //nolint:errcheck
 	b, err := embedded.Start(embedded.Config{Port: *port, DataDir: *dir, Topics: topics, Logger: log.Named("broker")})
+	if errors.Is(err, embedded.ErrDataDirInUse) {
+		fmt.Fprintf(stderr, "stage broker: %v\n", err)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "stage broker: %v (port %d taken? --port 0 picks a free one)\n", err, *port)
 		return 1

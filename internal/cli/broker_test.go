@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/lib/embedded"
 )
 
 // TestBrokerUsage: stage broker refuses to start without topics, with a
@@ -124,5 +125,23 @@ func TestBroker(t *testing.T) {
 	offs.Each(func(o kadm.ListedOffset) { total += o.Offset })
 	if total != 1 {
 		t.Errorf("after the restart on the data directory, extra holds %d records, want 1", total)
+	}
+}
+
+// TestBrokerDataDirInUse (issue 28 item 6): stage broker on a data
+// directory another broker holds exits 1 saying so — not with a guess at a
+// taken port — and starts nothing on it.
+func TestBrokerDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	first, err := embedded.Start(embedded.Config{DataDir: dir, Topics: map[string]int{"a": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	var stdout, stderr syncBuffer
+	code := runBroker(context.Background(), []string{"--port", "0", "--data-dir", dir, "--topics", "a:1"}, &stdout, &stderr)
+	t.Logf("exit %d: %s", code, stderr.String())
+	if code != 1 || !strings.Contains(stderr.String(), "in use by another broker") || strings.Contains(stderr.String(), "taken?") || stdout.String() != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 1 and the data directory in use", code, stdout.String(), stderr.String())
 	}
 }

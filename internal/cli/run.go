@@ -116,13 +116,13 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		}
 		if cfg.HTTP.Address != "" {
 			if pub, err = httpapi.Listen(cfg.HTTP.Address); err != nil {
-				return fmt.Errorf("http.address: %w", err)
+				return fmt.Errorf("http.address: %w%s", err, portTaken(err))
 			}
 		}
 		if cfg.HTTP.OperatorAddress != "" {
 			if op, err = httpapi.Listen(cfg.HTTP.OperatorAddress); err != nil {
 				closeAll()
-				return fmt.Errorf("http.operator_address: %w", err)
+				return fmt.Errorf("http.operator_address: %w%s", err, portTaken(err))
 			}
 		}
 		if pub != nil {
@@ -225,6 +225,17 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 			zap.Int("events_per_second", cfg.Generator.EventsPerSecond), zap.Float64("time_scale", cfg.Generator.TimeScale))
 	}
 	return st.Run(ctx)
+}
+
+// portTaken is the hint for a listener whose port is in use: most often a
+// second copy of the stage on one machine (the demo's defaults are fixed
+// ports).
+func portTaken(err error) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return ""
+	}
+	return " (another stage process — a second copy of the demo? — or another program has it: give this one other http.address and " +
+		"http.operator_address ports, e.g. 127.0.0.1:0 for a free one; a copy on the same state.dir then waits as a standby)"
 }
 
 // embeddedStandbyPoll is how often a standby retries state.dir's embedded

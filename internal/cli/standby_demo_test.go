@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,4 +106,25 @@ func TestDemoStandbyOnOneStateDir(t *testing.T) {
 		}
 	}
 	b.Stop(t)
+}
+
+// TestDemoSecondCopyPortTaken (issue 28 item 6): a second copy of the demo
+// with the demo's fixed HTTP ports stops at once saying that another
+// process has the port and which keys to change (it said only "bind:
+// address already in use").
+func TestDemoSecondCopyPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := quickstartConfig(t, t.TempDir())
+	cfg.HTTP.Address = ln.Addr().String()
+	var logs, out syncBuffer
+	err = runStage(context.Background(), cfg, e2e.ConsoleLog(&logs), &out, false)
+	t.Logf("runStage: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "http.address") || !strings.Contains(err.Error(), "second copy of the demo") ||
+		!strings.Contains(err.Error(), "http.operator_address") {
+		t.Errorf("runStage = %v; want the port taken, with the keys to change", err)
+	}
 }

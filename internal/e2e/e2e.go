@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,6 +174,24 @@ func (b *Background) Stop(t testing.TB) {
 	case <-time.After(30 * time.Second):
 		t.Errorf("%s did not stop within 30s of a soft stop", b.what)
 	}
+}
+
+// SyncBuffer collects output (a log) from several goroutines.
+type SyncBuffer struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // ConsoleLog logs at info level, without times, to w.

@@ -389,9 +389,15 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // open without a token (a kubelet probe sends none), so with
 // http.operator_token the list is shown only to a request that sends the
 // token, like /metrics.
+//
+// connect_error is why connected is false (node.Readiness.ConnectError:
+// each broker's dial error — connection refused, no such host —, or a
+// failed fetch): on the operator listener only, since it names the
+// brokers, and behind http.operator_token like the list above.
 type operatorReadiness struct {
 	readiness
 	WindowBoundBlind []string `json:"window_bound_blind,omitempty"`
+	ConnectError     string   `json:"connect_error,omitempty"`
 }
 
 func (s *Server) operatorReadyz(w http.ResponseWriter, r *http.Request) {
@@ -401,6 +407,7 @@ func (s *Server) operatorReadyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, code, body)
 		return
 	}
+	body.ConnectError = rd.ConnectError
 	if wb, ok := s.source().(windowBoundSource); ok {
 		for _, sh := range wb.WindowBound() {
 			if sh.Blind {

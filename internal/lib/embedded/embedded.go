@@ -11,6 +11,13 @@
 // same port that reloads that state. Messages and committed offsets survive
 // the outage.
 //
+// A broker locks its data directory from Start to Close (a lock file,
+// flock on Unix; datadirlock.go): a second broker on the same directory,
+// in this process or another, is refused with ErrDataDirInUse. Two
+// brokers on one directory would each write the log as they see it, and
+// the log they leave has batches cut short ("a partial record batch" in
+// the stage's fetch errors). `stage run` waits on the lock as a standby.
+//
 // Topics the broker creates (Config.Topics, CreateTopic) have
 // message.timestamp.type=LogAppendTime unless Config.TopicConfigs says
 // otherwise, as the stage's arrival watermark requires of its input topic
