@@ -62,7 +62,22 @@ type GroupConfig struct {
 	// balancer (the oldest member is active). Zero: when the process
 	// started; several stages in one process (tests) need their own.
 	Started time.Time
+
+	// noPartsWarned is when Standby last warned that the input topic has
+	// no partitions (zero: never). Only the goroutine that runs the
+	// group's generations (the caller of Standby) touches it.
+	noPartsWarned time.Time
 }
+
+// noPartitionsPause is the least time Standby sits out a generation while
+// the input topic has no partitions (deleted while running): the broker
+// ends such generations at once, and without a pause the group loop spun
+// (about 7,000 generations and warnings in 10 s). noPartitionsWarnEvery
+// spaces the warning.
+const (
+	noPartitionsPause     = 2 * time.Second
+	noPartitionsWarnEvery = time.Minute
+)
 
 // RejoinCloseLimit bounds closing the group before a standby rejoins.
 const RejoinCloseLimit = 5 * time.Second
@@ -334,6 +349,16 @@ func (s *GroupConfig) inputPartitions(ctx context.Context) (int, error) {
 	return 0, nil
 }
 
+// pauseAtLeast sleeps until d has passed since start, or ctx ends.
+func pauseAtLeast(ctx context.Context, start time.Time, d time.Duration) {
+	t := time.NewTimer(time.Until(start.Add(d)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // GenerationEnd says how a generation ended, for the stage's Run.
 type GenerationEnd int
 
@@ -354,7 +379,12 @@ func (s *GroupConfig) Standby(ctx context.Context, gen *kafka.Generation, wait t
 	cancel()
 	switch {
 	case err == nil && n == 0:
-		s.Log.Warn("the input topic has no partitions: waiting for them", zap.String("topic", s.Topic), zap.Int32("generation", gen.ID))
+		if now := time.Now(); s.noPartsWarned.IsZero() || now.Sub(s.noPartsWarned) >= noPartitionsWarnEvery {
+			s.noPartsWarned = now
+			s.Log.Warn("the input topic has no partitions (deleted, or not created yet): waiting for them; check kafka.input_topic",
+				zap.String("topic", s.Topic), zap.Int32("generation", gen.ID), zap.Duration("repeated_every", noPartitionsWarnEvery))
+		}
+		defer pauseAtLeast(ctx, time.Now(), noPartitionsPause)
 		wait = -1
 	case wait < 0:
 		// state.ledger kafka: a hot standby on another machine is a live
