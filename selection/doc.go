@@ -72,7 +72,9 @@
 //     K′·2l0 — the replace curve over K′ windows, doubled — and δ ≤
 //     |S ∪ S′|·δ_w ≤ min(2K, W)·δ_w: the δ term doubles with the bound (the
 //     two users can be admitted to disjoint windows), as the average
-//     histograms' releases do (plan.WindowBound.AverageReleases);
+//     histograms' releases do (plan.WindowBound.AverageReleases); the
+//     key-count test's curve (sensitivity l0 under either relation)
+//     likewise changes in every window of S ∪ S′: min(2K, W)·λ·l0²/(2σ_k²);
 //   - without the bound (K = 0): every window, W·(curve) and W·δ_w.
 //
 // [Period] holds these counts (Units for the curve, DeltaUnits for δ_w) and

@@ -79,7 +79,10 @@ func (t Threshold) WindowDelta() float64 {
 	if q >= 1 {
 		return 1
 	}
-	return -math.Expm1(float64(t.L0) * math.Log1p(-q))
+	// Rounded up: q and the expression are each within a few ulps (tail
+	// is checked against a 200-bit reference to 3·10⁻¹⁴ relative), so a
+	// relative 10⁻¹² keeps δ_w above its exact value.
+	return math.Min(1, math.Nextafter(-math.Expm1(float64(t.L0)*math.Log1p(-q))*(1+1e-12), 2))
 }
 
 // UsersAt is the smallest number of distinct users n ≥ 1 at which a key is
@@ -100,12 +103,18 @@ func (t Threshold) UsersAt(p float64) int64 {
 }
 
 // UnitRDP is the curve of one window's selection at order λ under the
-// neighbour relation: λ·Δ2²/(2σ²), Δ2² = L0 (add_remove) or 2·L0
-// (replace), plus the key-count test's λ·L0²/(2σ_k²) (one user changes a
-// window's distinct keys F by at most L0 under either relation: under
-// replace u's exclusive keys go, u′'s come, F moves by their difference).
-// +Inf for an order that is not finite and > 1.
+// neighbour relation: the count noise's part [Threshold.countRDP] plus the
+// key-count test's [Threshold.keyRDP]. +Inf for an order that is not
+// finite and > 1. A period does not compose it as a whole: the two parts
+// change in different numbers of windows ([Threshold.Charge]).
 func (t Threshold) UnitRDP(order float64, replace bool) float64 {
+	return t.countRDP(order, replace) + t.keyRDP(order)
+}
+
+// countRDP is the count noise's part of one window's curve, rounded up:
+// λ·Δ2²/(2σ²), Δ2² = L0 (add_remove) or 2·L0 (replace). +Inf for an order
+// that is not finite and > 1.
+func (t Threshold) countRDP(order float64, replace bool) float64 {
 	if !(order > 1) || math.IsInf(order, 1) {
 		return math.Inf(1)
 	}
@@ -113,12 +122,34 @@ func (t Threshold) UnitRDP(order float64, replace bool) float64 {
 	if replace {
 		l2sq *= 2
 	}
-	e := order * l2sq / (2 * t.Sigma * t.Sigma)
-	if t.KeyLimit > 0 {
-		l := float64(t.L0)
-		e += order * l * l / (2 * t.KeySigma * t.KeySigma)
+	return divUp(budget.MulUp(order, l2sq), 2*t.Sigma*t.Sigma)
+}
+
+// keyRDP is the key-count test's part of one window's curve, rounded up:
+// λ·L0²/(2σ_k²) — one user changes a window's distinct keys F by at most
+// L0 under either relation (under replace u's exclusive keys go, u′'s
+// come, F moves by their difference); 0 without a key limit.
+func (t Threshold) keyRDP(order float64) float64 {
+	if t.KeyLimit <= 0 {
+		return 0
 	}
-	return e
+	if !(order > 1) || math.IsInf(order, 1) {
+		return math.Inf(1)
+	}
+	l := float64(t.L0)
+	return divUp(budget.MulUp(order, budget.MulUp(l, l)), 2*t.KeySigma*t.KeySigma)
+}
+
+// divUp is a/b rounded toward +∞ (a ≥ 0, b > 0; 2σ² is exact).
+func divUp(a, b float64) float64 {
+	q := a / b
+	if math.IsInf(q, 0) || math.IsNaN(q) || q == 0 {
+		return q
+	}
+	if math.FMA(q, b, -a) < 0 { // q·b below a: the exact quotient is above q
+		return math.Nextafter(q, math.Inf(1))
+	}
+	return q
 }
 
 // Period is what one budget period composes of a histogram's (or all
@@ -153,8 +184,14 @@ func (p Period) Add(q Period) Period {
 	return Period{Units: p.Units + q.Units, DeltaUnits: p.DeltaUnits + q.DeltaUnits, Replace: p.Replace || q.Replace}
 }
 
-// Charge is what a period of selections costs: the composed curve (Units
-// copies of UnitRDP on the grid orders) and the δ term DeltaUnits·δ_w.
+// Charge is what a period of selections costs: the composed curve and the
+// δ term DeltaUnits·δ_w, both rounded up. The count noise's part composes
+// over Units windows (under replace with the bound, Units·2l0 covers
+// a·2l0 + (2K′ − 2a)·l0: package doc), the key-count test's over
+// DeltaUnits: its sensitivity is L0 under either relation, so under
+// replace it changes in every window of S ∪ S′, up to min(2K, W) of them
+// (a review found it composed over K′: 5.3% under at every order for
+// σ_k = 3√l0·σ, ε 1.028 against 1.000 claimed).
 func (t Threshold) Charge(p Period, orders []float64) (budget.Curve, float64, error) {
 	if err := t.Check(); err != nil {
 		return budget.Curve{}, 0, err
@@ -164,13 +201,14 @@ func (t Threshold) Charge(p Period, orders []float64) (budget.Curve, float64, er
 	}
 	eps := make([]float64, len(orders))
 	for i, o := range orders {
-		eps[i] = float64(p.Units) * t.UnitRDP(o, p.Replace)
+		eps[i] = budget.AddUp(budget.MulUp(float64(p.Units), t.countRDP(o, p.Replace)),
+			budget.MulUp(float64(p.DeltaUnits), t.keyRDP(o)))
 	}
 	c, err := budget.NewCurve(orders, eps)
 	if err != nil {
 		return budget.Curve{}, 0, err
 	}
-	return c, math.Min(1, float64(p.DeltaUnits)*t.WindowDelta()), nil
+	return c, math.Min(1, budget.MulUp(float64(p.DeltaUnits), t.WindowDelta())), nil
 }
 
 // Guarantee is the (ε, δ) of a period's selections: the composed curve

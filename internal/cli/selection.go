@@ -29,8 +29,14 @@ func printSelection(tw io.Writer, indent string, cfg *config.Config, p *plan.Pla
 	per := sp.Selection.Period
 	fmt.Fprintf(tw, indent+"selection\t%s: groups selected privately per window — a group's distinct users (≤ %d groups per user per window) + discrete Gaussian noise σ=%.4g, kept iff ≥ T=%d; nothing of a group not kept is released\n",
 		names, th.L0, th.Sigma, th.T)
-	fmt.Fprintf(tw, indent+"selection kept\tper window: with probability ½ at %d distinct users, 0.95 at %d; batch optimum at the same (ε=%.4g, δ=%.3g, l0=%d) of one window: ½ at %d, 0.95 at %d, always at %d\n",
-		th.UsersAt(0.5), th.UsersAt(0.95), sp.Window.Epsilon, sp.Window.Delta(), th.L0, sp.Batch.UsersAt(0.5), sp.Batch.UsersAt(0.95), sp.Batch.UsersAt(1))
+	same := "the same"
+	if per.Replace {
+		// The batch guarantee is add/remove: it gets the budget that meets
+		// the window's replace (ε, δ) by group privacy (plan.batchAt).
+		same = fmt.Sprintf("the add/remove budget meeting one window's replace (ε=%.4g, δ=%.3g):", sp.Window.Epsilon, sp.Window.Delta())
+	}
+	fmt.Fprintf(tw, indent+"selection kept\tper window: with probability ½ at %d distinct users, 0.95 at %d; batch optimum at %s (ε=%.4g, δ=%.3g, l0=%d) of one window: ½ at %d, 0.95 at %d, always at %d\n",
+		th.UsersAt(0.5), th.UsersAt(0.95), same, sp.Batch.Epsilon, sp.Batch.Delta, th.L0, sp.Batch.UsersAt(0.5), sp.Batch.UsersAt(0.95), sp.Batch.UsersAt(1))
 	bs := sp.BatchShare
 	fmt.Fprintf(tw, indent+"selection vs batch\tthe batch optimum run in each window on an equal share of the selections' budget (ε=%.4g, δ=%.3g per window, basic composition): ½ at %s, 0.95 at %s distinct users\n",
 		bs.Epsilon, bs.Delta, usersOrNone(bs.UsersAt(0.5)), usersOrNone(bs.UsersAt(0.95)))

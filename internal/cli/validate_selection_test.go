@@ -34,7 +34,7 @@ privacy:
     epsilon: 1
     delta: 1.0e-6
 `
-	kept := regexp.MustCompile(`with probability ½ at (\d+) distinct users, 0\.95 at (\d+); batch optimum at the same \(ε=([0-9.e-]+), δ=([0-9.e-]+), l0=1\) of one window: ½ at (\d+), 0\.95 at (\d+)`)
+	kept := regexp.MustCompile(`with probability ½ at (\d+) distinct users, 0\.95 at (\d+); batch optimum at (?:the same|the add/remove budget meeting one window's replace \(ε=[0-9.e-]+, δ=[0-9.e-]+\):) \(ε=([0-9.e-]+), δ=([0-9.e-]+), l0=1\) of one window: ½ at (\d+), 0\.95 at (\d+)`)
 	for _, tc := range []struct {
 		name, groups string
 		selects      bool
