@@ -127,13 +127,13 @@ func (pa *pendingAverages) check(p *partial.Partial) error {
 	for _, a := range p.Averages {
 		h, ok := pa.hists[a.H]
 		if !ok || len(a.Users) > h.Users {
-			return fmt.Errorf("%w: partial of window %d partition %d: average cell of histogram %d with %d users does not fit the config's average histograms",
-				partial.ErrFormat, p.WindowStart, p.Partition, a.H, len(a.Users))
+			return partial.Refuse(partial.ReasonShape, "partial of window %d partition %d: average cell of histogram %d with %d users does not fit the config's average histograms",
+				p.WindowStart, p.Partition, a.H, len(a.Users))
 		}
 		for _, v := range a.Vectors {
 			if len(v) != h.Bins {
-				return fmt.Errorf("%w: partial of window %d partition %d: average vector of %d bins, histogram %d has %d",
-					partial.ErrFormat, p.WindowStart, p.Partition, len(v), a.H, h.Bins)
+				return partial.Refuse(partial.ReasonShape, "partial of window %d partition %d: average vector of %d bins, histogram %d has %d",
+					p.WindowStart, p.Partition, len(v), a.H, h.Bins)
 			}
 		}
 	}

@@ -325,10 +325,12 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 		for _, rec := range recs {
 			if rec.Err != nil {
 				m.Skip(rec.Offset)
+				reason := partial.ReasonOf(rec.Err)
 				s.Stats.Partials[partial.Foreign].Add(1)
-				s.Log.Error("releaser: a record of the partials topic that does not decode was skipped (written by something else, or by another version of the stage); "+
+				s.Stats.PartialsMalformed[reason].Add(1)
+				s.Log.Error("releaser: a record of the partials topic that does not decode, or carries values no bounder makes, was skipped (written by something else, or by another version of the stage); "+
 					"it counts for nothing: its partition's window waits for a partial this version reads",
-					zap.Int64("offset", rec.Offset), zap.Error(rec.Err))
+					zap.Int64("offset", rec.Offset), zap.Stringer("reason", reason), zap.Error(rec.Err))
 				continue
 			}
 			if d := rec.Idle; d != nil {
@@ -534,9 +536,11 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 // its window still waits for that partition's partial of it: held, and
 // reported as a gap, never released without it.
 func (s *stage) skipMalformed(offset int64, p *partial.Partial, err error) {
+	reason := partial.ReasonOf(err)
 	s.Stats.Partials[partial.Foreign].Add(1)
-	s.Log.Error("releaser: a partial that claims this counting config but does not fit it was skipped (not merged); its window waits for that partition's partial of it",
-		zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition), zap.Error(err))
+	s.Stats.PartialsMalformed[reason].Add(1)
+	s.Log.Error("releaser: a partial that does not fit this counting config, or carries values no bounder makes, was skipped (not merged); its window waits for that partition's partial of it",
+		zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition), zap.Stringer("reason", reason), zap.Error(err))
 }
 
 func (s *stage) logForeign(offset int64, p *partial.Partial, n int) {
@@ -605,6 +609,9 @@ func (s *stage) layout() partial.Layout {
 	for _, h := range s.Cfg.Histograms {
 		l.Bins = append(l.Bins, len(h.Bins))
 		l.Groups = append(l.Groups, len(h.GroupNames()))
+		// One partition's window tracks at most max_tracked_users users,
+		// each counting at most max_events_per_user events per histogram.
+		l.MaxTotal = append(l.MaxTotal, float64(s.Cfg.Contribution.MaxTrackedUsers)*float64(s.Cfg.Contribution.MaxEventsPerUser))
 	}
 	return l
 }

@@ -39,7 +39,12 @@ type Stats struct {
 	// window was released while their partition was idle);
 	// PartitionsIdle how many source partitions are idle now
 	// (window.watermark: event).
-	Partials          [partial.NumAddResults]atomic.Int64
+	Partials [partial.NumAddResults]atomic.Int64
+	// PartialsMalformed counts the partials-topic records the releaser
+	// skipped as malformed (they do not decode, do not fit the config, or
+	// carry values no bounder makes: issue 28 item 3), by reason (indexed
+	// by partial.Reason). They are also counted in Partials[Foreign].
+	PartialsMalformed [partial.NumReasons]atomic.Int64
 	LatePartialCounts atomic.Int64
 	PartitionsIdle    atomic.Int64
 	// PartialGaps is how many source partitions miss their partial of the

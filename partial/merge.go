@@ -19,6 +19,14 @@ var ErrPartitions = errors.New("partial: input partition count changed")
 type Layout struct {
 	Bins   []int
 	Groups []int
+	// MaxTotal is, per histogram, the most contributions one source
+	// partition's Partial of a window can count, given the bound on its
+	// users: max_tracked_users × max_events_per_user when the users of a
+	// window are capped (each tracked user counts at most
+	// max_events_per_user events per histogram and window). 0, or a nil
+	// MaxTotal: no bound the config makes checkable. A Partial above it
+	// is refused (ReasonCount).
+	MaxTotal []float64
 }
 
 // Merger merges the Partials of the partials topic into complete windows,
@@ -306,15 +314,15 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		return Foreign, nil
 	}
 	if p.Next != p.WindowStart+p.WindowMs {
-		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
+		return 0, Refuse(ReasonDecode, "partial of window %d partition %d of %d, next %d", p.WindowStart, p.Partition, p.Partitions, p.Next)
 	}
 	foreign := p.Config != m.config && !slices.Contains(m.also, p.Config)
+	if p.WindowStart%m.sizeMs != 0 {
+		return 0, Refuse(ReasonGrid, "partial of window %d partition %d: off the grid of %d ms windows", p.WindowStart, p.Partition, m.sizeMs)
+	}
 	if !foreign { // another config's layout: not merged, not checked against ours
-		for _, c := range p.Counts {
-			if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
-				return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
-					ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
-			}
+		if err := m.checkFit(p); err != nil {
+			return 0, err
 		}
 	}
 	if m.reread(offset) {

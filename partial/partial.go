@@ -206,17 +206,7 @@ func DecodePartial(b []byte) (*Partial, error) {
 	case p.Prev != nil && *p.Prev >= p.WindowStart, p.First != 0 && p.First > p.WindowStart:
 		return nil, fmt.Errorf("%w: partial of window %d partition %d: previous window %s, first window %d", ErrFormat, p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
 	}
-	for _, c := range p.Counts {
-		if c.H < 0 || c.G < 0 {
-			return nil, fmt.Errorf("%w: partial cell (%d, %d)", ErrFormat, c.H, c.G)
-		}
-	}
-	for _, d := range p.Dropped {
-		if d.H < 0 || d.N < 0 {
-			return nil, fmt.Errorf("%w: partial drop cell (%d, %d)", ErrFormat, d.H, d.N)
-		}
-	}
-	if err := checkAverages(&p); err != nil {
+	if err := checkValues(&p); err != nil {
 		return nil, err
 	}
 	return &p, nil

@@ -50,6 +50,7 @@ const (
 	MetricReleaseRDPEpsilon   = "dpstage_release_rdp_epsilon"
 	MetricChargesPerPeriod    = "dpstage_budget_charges_per_period"
 	MetricPartials            = "dpstage_partials_total"
+	MetricPartialsMalformed   = "dpstage_partials_malformed_total"
 	MetricLatePartialCounts   = "dpstage_late_partial_contributions_total"
 	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
 	MetricPartialsLSOHeld     = "dpstage_partials_lso_held_seconds"
@@ -123,7 +124,7 @@ type stageCollector struct {
 	spent, remaining, total, delta, charges, lag                  *prometheus.Desc
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
-	partials, latePart, idleParts                                 *prometheus.Desc
+	partials, malformed, latePart, idleParts                      *prometheus.Desc
 	gaps, dataLoss, incomplete                                    *prometheus.Desc
 	lsoHeld, lsoHolds, firstSkip, regHeld, regRetries             *prometheus.Desc
 }
@@ -174,6 +175,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
 		sigma:       d(MetricMechanismSigma, "Discrete Gaussian σ added to each count (public: in every release message)."),
 		scale:       d(MetricMechanismScale, "Discrete Laplace scale b added to each count (public: in every release message)."),
+		malformed:   d(MetricPartialsMalformed, "Distributed mode, releasing instance: partials-topic records skipped as malformed (also counted as foreign in "+MetricPartials+"), by reason: decode (does not decode, another version, an inconsistent header); shape (cells or average vectors that do not fit the config's histograms); grid (a window start off the window grid); count (a count not a whole number in [0, 2^53], or above what its users allow); average (an average vector that is not a probability vector). Each is logged as an error; its window waits for that partition's partial of it.", "reason"),
 		partials:    d(MetricPartials, "Distributed mode, releasing instance: partials read from the partials topic, by what the merge did with them (added; skipped: of a window released already; duplicate; late: came after its window was released while its partition was idle; foreign: made under another counting config, window size or input partition count — or an idle record of another window size or partition count — skipped, not merged; conflict: a second partial of a (window, partition) with other counts).", "result"),
 		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
@@ -192,7 +194,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.incomplete, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.malformed, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.incomplete, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
@@ -244,6 +246,9 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.distributed {
 		for r := range partial.NumAddResults {
 			counter(c.partials, st.Partials[r].Load(), partial.AddResult(r).String())
+		}
+		for r := range partial.NumReasons {
+			counter(c.malformed, st.PartialsMalformed[r].Load(), partial.Reason(r).String())
 		}
 		counter(c.latePart, st.LatePartialCounts.Load())
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))
