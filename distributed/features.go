@@ -110,7 +110,7 @@ type pendingAverages struct {
 
 func (s *stage) newPendingAverages() *pendingAverages {
 	pa := &pendingAverages{hists: map[int]aggregate.AverageHist{}, cfg: s.CountingConfig, byWin: map[int64]map[int][]partial.AverageCell{},
-		also: []string{s.Cfg.LegacyCountingFingerprint()}}
+		also: s.olderFingerprints()}
 	for _, a := range consume.AverageHists(s.Cfg) {
 		pa.hists[a.Index] = a
 	}

@@ -270,7 +270,9 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 		return err
 	}
 	avgs := s.newPendingAverages()                 // average histograms' kept users (features.go)
-	m.AlsoMerge(s.Cfg.LegacyCountingFingerprint()) // partials of replicas not upgraded yet
+	for _, f := range s.olderFingerprints() { // partials of replicas not upgraded yet
+		m.AlsoMerge(f)
+	}
 	if mergeSumsLimit > 0 {
 		m.SetSumsLimit(mergeSumsLimit)
 	}

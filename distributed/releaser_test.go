@@ -443,7 +443,7 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	v2 := strings.Replace(string(e.partialOf(0, 0, nil).Encode()), `"v":1`, `"v":2`, 1)
+	v2 := strings.Replace(string(e.partialOf(0, 0, nil).EncodeJSON()), `"v":1`, `"v":2`, 1)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("w/0/p/0"), Value: []byte(v2)}, &kgo.Record{Key: []byte("w/0/p/1"), Value: []byte("{not json")}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
