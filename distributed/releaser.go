@@ -269,7 +269,7 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 	if err != nil {
 		return err
 	}
-	avgs := s.newPendingAverages()                 // average histograms' kept users (features.go)
+	avgs := s.newPendingAverages()            // average histograms' kept users (features.go)
 	for _, f := range s.olderFingerprints() { // partials of replicas not upgraded yet
 		m.AlsoMerge(f)
 	}
