@@ -140,6 +140,17 @@ func (pa *pendingAverages) check(p *partial.Partial) error {
 	return nil
 }
 
+// note keeps p's average cells after the merger's Add returned res,
+// when its counts are held (partial.Merger.Summed): the cells are under
+// the merger's sums limit, dropped with the counts past it and kept again
+// when they are read again (issue 28 item 4; before, they were kept for
+// every pending window).
+func (pa *pendingAverages) note(m *partial.Merger, p *partial.Partial, res partial.AddResult) {
+	if (res == partial.Added || res == partial.Skipped) && m.Summed(p.WindowStart, p.Partition) {
+		pa.add(p)
+	}
+}
+
 // add keeps the average cells of a Partial the merger added.
 func (pa *pendingAverages) add(p *partial.Partial) {
 	if len(p.Averages) == 0 {

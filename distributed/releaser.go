@@ -369,9 +369,7 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 			if err != nil {
 				return fmt.Errorf("distributed: partials topic offset %d: %w", rec.Offset, err)
 			}
-			if res == partial.Added {
-				avgs.add(rec.Partial)
-			}
+			avgs.note(m, rec.Partial, res)
 			s.Stats.Partials[res].Add(1)
 			switch res {
 			case partial.Late:
@@ -614,6 +612,9 @@ func (s *stage) layout() partial.Layout {
 		// One partition's window tracks at most max_tracked_users users,
 		// each counting at most max_events_per_user events per histogram.
 		l.MaxTotal = append(l.MaxTotal, float64(s.Cfg.Contribution.MaxTrackedUsers)*float64(s.Cfg.Contribution.MaxEventsPerUser))
+		if h.IsAverage() {
+			l.AverageCells += h.Average.Users * (len(h.Bins) + 1)
+		}
 	}
 	return l
 }

@@ -27,6 +27,12 @@ type Layout struct {
 	// MaxTotal: no bound the config makes checkable. A Partial above it
 	// is refused (ReasonCount).
 	MaxTotal []float64
+	// AverageCells is, per source partition, the most float64s its
+	// average cells hold in one window: Σ over the average histograms of
+	// average.users × (bins + 1) (a kept user's hash and vector). The
+	// releaser keeps them for the windows within the sums limit only
+	// (Merger.Summed), so they count in it.
+	AverageCells int
 }
 
 // Merger merges the Partials of the partials topic into complete windows,
@@ -152,6 +158,14 @@ type Layout struct {
 // ahead of the slowest, not by the partials' size: before issue 22 every
 // Partial was kept whole until its window was released.
 //
+// Average histograms' kept users (AverageCell) are not summed: the
+// releaser keeps each Partial's cells until its window is released — only
+// while [Merger.Summed] says its counts are held, so they too are dropped
+// past the limit and read again with the counts. They count in the limit
+// (Layout.AverageCells: N·Σ_h users_h·(bins_h+1)·8 bytes per window).
+// Before issue 28 they were kept for every pending window: about 11 MB per
+// window at 20 partitions while one lagged.
+//
 // A Merger is not safe for concurrent use (the releaser's one goroutine).
 type Merger struct {
 	n      int
@@ -235,7 +249,7 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	}
 	return &Merger{n: n, sizeMs: sizeMs, layout: layout, offs: offs, cells: cells, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
 		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1,
-		limit: max(4, DefaultSumsBytes/max(8*cells, 1))}, nil
+		limit: max(4, DefaultSumsBytes/max(8*(cells+n*layout.AverageCells), 1))}, nil
 }
 
 // pass is one observation of the live frontier: it reached end at at.
@@ -543,6 +557,18 @@ func (m *Merger) CommitPoint() int64 {
 		}
 	}
 	return c
+}
+
+// Summed reports whether the counts of partition p's Partial of the
+// window starting at start are held: merged into the window's running
+// sums, not spilled (past the sums limit: Merger, "Memory"). The releaser
+// keeps a Partial's average cells only while this holds — after an Add
+// that returned Added, or one that filled a spilled Partial in while
+// reading again (Reread) — so that they stay under the same limit as the
+// sums.
+func (m *Merger) Summed(start int64, p int) bool {
+	w := m.pending[start]
+	return w != nil && w.state != nil && p >= 0 && p < len(w.state) && w.state[p] == partMerged
 }
 
 // Pending is how many windows hold Partials not released yet (each costs
