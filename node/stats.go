@@ -64,9 +64,11 @@ type Stats struct {
 	// open transaction; PartialsLSOHolds counts the holds longer than
 	// kafka.distributed.transaction_timeout (watchPartialsLSO).
 	PartialsLSOHeldMs, PartialsLSOHolds atomic.Int64
-	// FirstStartSkipped counts the input records a fresh input partition
-	// did not read because they are older than its first window allows
-	// (firstOffset; window.watermark arrival).
+	// FirstStartSkipped counts the input records not read because they
+	// are older than the first window counted allows (Node.FirstOffset;
+	// window.watermark arrival): by a fresh input partition of the
+	// distributed mode, and by the single-process mode after the
+	// distributed one.
 	FirstStartSkipped atomic.Int64
 	// SchemaRegistryHeld (gauge) is how many input partitions are held now
 	// because the schema of their next record could not be fetched (the
