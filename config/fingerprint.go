@@ -47,15 +47,7 @@ import (
 // safe default); leave a new knob out here only with such an argument.
 func (c *Config) CountingFingerprint() string {
 	ev, win := c.countingSections()
-	return fingerprintOf(struct {
-		Input        string
-		Partitioner  string
-		Events       Events
-		Window       Window
-		Histograms   []Histogram
-		Contribution Contribution
-		PeriodMs     int64
-	}{c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution, c.Privacy.Budget.Period.D().Milliseconds()})
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution, c.Privacy.Budget.Period.D().Milliseconds())
 }
 
 // PreviousCountingFingerprint is CountingFingerprint as versions from
@@ -66,7 +58,7 @@ func (c *Config) CountingFingerprint() string {
 // roll of an upgrade, whose older releasers know only it).
 func (c *Config) PreviousCountingFingerprint() string {
 	ev, win := c.countingSections()
-	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution)
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution, 0)
 }
 
 // countingSections are events.* and window.* without the knobs that
@@ -86,10 +78,13 @@ func (c *Config) countingSections() (Events, Window) {
 // also merges the partials stamped with it, so that upgrading replicas one
 // at a time leaves no partition out of a window.
 func (c *Config) LegacyCountingFingerprint() string {
-	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, c.Events, c.Window, c.Histograms, c.Contribution)
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, c.Events, c.Window, c.Histograms, c.Contribution, 0)
 }
 
-func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogram, con Contribution) string {
+// fingerprint hashes the counting sections. periodMs is left out of the
+// JSON when 0 (omitempty), so that the fingerprints of older versions,
+// which had no period, come out as they computed them.
+func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogram, con Contribution, periodMs int64) string {
 	v := struct {
 		Input        string
 		Partitioner  string
@@ -97,12 +92,9 @@ func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogra
 		Window       Window
 		Histograms   []Histogram
 		Contribution Contribution
-	}{input, partitioner, ev, win, hs, con}
-	return fingerprintOf(&v)
-}
-
-func fingerprintOf(v any) string {
-	b, err := json.Marshal(v)
+		PeriodMs     int64 `json:",omitempty"`
+	}{input, partitioner, ev, win, hs, con, periodMs}
+	b, err := json.Marshal(&v)
 	if err != nil {
 		panic("config: counting fingerprint: " + err.Error()) // plain data: cannot fail
 	}

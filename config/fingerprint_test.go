@@ -19,6 +19,7 @@ func TestCountingFingerprint(t *testing.T) {
 			IdlePartitionTimeout: Duration(10 * time.Second), ClockSkewMargin: Duration(2 * time.Second), RecordTimes: "broker"}
 		c.Histograms = []Histogram{{Name: "pages", Field: "page", Bins: []string{"a", "b"}}}
 		c.Contribution = Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1}
+		c.Privacy.Budget.Period = Duration(24 * time.Hour)
 		return c
 	}
 	ref := base().CountingFingerprint()

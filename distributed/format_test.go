@@ -1,7 +1,6 @@
 package distributed
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -18,13 +17,6 @@ func TestDistReleaserReadsJSONPartials(t *testing.T) {
 	e := newDistEnv(t, 2)
 	r := e.start(t)
 	tr := truth{}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()), kgo.DefaultProduceTopic(e.cfg.Kafka.PartialsTopic()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	for w := range 2 {
 		for p := range e.n {
 			c := countsFor(w, p)
@@ -34,9 +26,7 @@ func TestDistReleaserReadsJSONPartials(t *testing.T) {
 			if p == 0 {
 				val = pt.EncodeJSON() // the older replica
 			}
-			if err := cl.ProduceSync(ctx, &kgo.Record{Key: pt.Key(), Value: val}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
+			e.produceRaw(t, &kgo.Record{Key: pt.Key(), Value: val})
 		}
 	}
 	out := e.readOut(t, 2*unitsPerWindow, 30*time.Second, time.Second)
