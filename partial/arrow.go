@@ -42,11 +42,9 @@ package partial
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 
@@ -149,55 +147,100 @@ func (p *Partial) EncodeJSON() []byte {
 	return b
 }
 
-// decodeArrow decodes the Arrow encoding into p (unchecked).
-func decodeArrow(b []byte, p *Partial) error {
-	r, err := ipc.NewReaderFromMessageReader(&bytesMessages{b: b}, ipc.WithAllocator(arrowMem))
-	if err != nil {
-		return Refuse(ReasonDecode, "partial: arrow stream: %v", err)
-	}
-	defer r.Release()
-	md := r.Schema().Metadata()
-	if v := md.FindKey(arrowVersionKey); v < 0 || md.Values()[v] != strconv.Itoa(ArrowVersion) {
-		got := "none"
-		if v >= 0 {
-			got = md.Values()[v]
+// decodeArrow decodes the Arrow encoding into p (unchecked), with the
+// reader of arrow_read.go. Whatever the value, it returns: an index out
+// of range in its metadata is recovered and refused (a record that
+// stopped the releaser would stop every releaser that reads it).
+func decodeArrow(b []byte, p *Partial) (err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			err = Refuse(ReasonDecode, "partial: malformed arrow metadata: %v", e)
 		}
-		return Refuse(ReasonDecode, "partial: arrow encoding version %s, this stage reads %d", got, ArrowVersion)
+	}()
+	if !littleEndian {
+		return Refuse(ReasonDecode, "partial: arrow partials are read on little-endian machines only")
 	}
-	h := md.FindKey(arrowHeaderKey)
-	if h < 0 {
+	msg, _, rest, done, err := fbMessage(aligned(b))
+	if err != nil || done {
+		return Refuse(ReasonDecode, "partial: arrow stream without a schema (%v)", err)
+	}
+	md, cols, err := fbSchema(msg)
+	if err != nil {
+		return err
+	}
+	if v, ok := md[arrowVersionKey]; !ok || v != strconv.Itoa(ArrowVersion) {
+		return Refuse(ReasonDecode, "partial: arrow encoding version %q, this stage reads %d", v, ArrowVersion)
+	}
+	h, ok := md[arrowHeaderKey]
+	if !ok {
 		return Refuse(ReasonDecode, "partial: arrow encoding without its header")
 	}
-	if err := json.Unmarshal([]byte(md.Values()[h]), p); err != nil {
+	if err := json.Unmarshal([]byte(h), p); err != nil {
 		return Refuse(ReasonDecode, "partial: arrow encoding's header: %v", err)
 	}
 	p.Counts, p.Averages = nil, nil
-	if !r.Next() {
-		if err := r.Err(); err != nil {
-			return Refuse(ReasonDecode, "partial: arrow record batch: %v", err)
-		}
+	msg, body, _, done, err := fbMessage(rest)
+	if err != nil {
+		return Refuse(ReasonDecode, "partial: arrow record batch: %v", err)
+	}
+	if done {
 		return nil // no batch: no cells
 	}
-	rec := r.Record()
-	cols := map[string]arrow.Array{}
-	for i, f := range rec.Schema().Fields() {
-		cols[f.Name] = rec.Column(i)
+	rb, err := fbRecordBatch(msg, body)
+	if err != nil {
+		return err
 	}
-	kind, ok1 := cols["kind"].(*array.Uint8)
-	hs, ok2 := cols["h"].(*array.Int32)
-	gs, ok3 := cols["g"].(*array.Int32)
-	users, ok4 := cols["user"].(*array.Uint64)
-	lists, ok5 := cols["values"].(*array.List)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
-		return Refuse(ReasonDecode, "partial: arrow record batch without the columns kind, h, g, user, values of the expected types")
+	return fillCells(p, cols, &rb, body)
+}
+
+// fillCells sets p's Counts and Averages from the batch's columns kind,
+// h, g, user and values (arrow.go); other columns are ignored.
+func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte) error {
+	if rb.rows < 0 || rb.rows > int64(len(body)) { // a row takes at least its kind's byte
+		return Refuse(ReasonDecode, "partial: arrow record batch of %d rows in %d bytes", rb.rows, len(body))
 	}
-	flt, ok := lists.ListValues().(*array.Float64)
-	if !ok || kind.NullN()+hs.NullN()+gs.NullN()+users.NullN()+lists.NullN()+flt.NullN() > 0 {
-		return Refuse(ReasonDecode, "partial: arrow record batch with nulls, or values that are not float64")
+	n := int(rb.rows)
+	want := map[string]struct {
+		typ    byte
+		bits   int32
+		signed bool
+	}{"kind": {fbTypeInt, 8, false}, "h": {fbTypeInt, 32, true}, "g": {fbTypeInt, 32, true}, "user": {fbTypeInt, 64, false}, "values": {fbTypeList, 0, false}}
+	at := map[string]arrowColumn{}
+	for _, c := range cols {
+		w, known := want[c.name]
+		if !known {
+			continue
+		}
+		if c.typ != w.typ || c.bits != w.bits || c.signed != w.signed || c.typ == fbTypeList && (c.child != fbTypeFloat || c.childBits != 2) {
+			return Refuse(ReasonDecode, "partial: arrow column %q of another type", c.name)
+		}
+		if c.node+c.nodes > len(rb.nodes) || c.buf+c.buffers > len(rb.buffers) {
+			return Refuse(ReasonDecode, "partial: arrow record batch with fewer nodes or buffers than its schema")
+		}
+		for k := c.node; k < c.node+c.nodes; k++ {
+			if rb.nodes[k][1] != 0 {
+				return Refuse(ReasonDecode, "partial: arrow column %q with nulls", c.name)
+			}
+		}
+		if rb.nodes[c.node][0] != rb.rows {
+			return Refuse(ReasonDecode, "partial: arrow column %q of %d rows in a batch of %d", c.name, rb.nodes[c.node][0], rb.rows)
+		}
+		at[c.name] = c
 	}
-	vals, offs := flt.Float64Values(), lists.Offsets()
-	n := int(rec.NumRows())
-	ks, hv, gv, uv := kind.Uint8Values(), hs.Int32Values(), gs.Int32Values(), users.Uint64Values()
+	if len(at) != len(want) {
+		return Refuse(ReasonDecode, "partial: arrow record batch without the columns kind, h, g, user and values")
+	}
+	ks, ok1 := fixed[uint8](rb.buffer(body, at["kind"].buf+1), n)
+	hv, ok2 := fixed[int32](rb.buffer(body, at["h"].buf+1), n)
+	gv, ok3 := fixed[int32](rb.buffer(body, at["g"].buf+1), n)
+	uv, ok4 := fixed[uint64](rb.buffer(body, at["user"].buf+1), n)
+	vc := at["values"]
+	offs, ok5 := fixed[int32](rb.buffer(body, vc.buf+1), n+1)
+	child := int(rb.nodes[vc.node+1][0])
+	vals, ok6 := fixed[float64](rb.buffer(body, vc.buf+3), child)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || child < 0 {
+		return Refuse(ReasonDecode, "partial: arrow buffers shorter than their rows, or misaligned")
+	}
 	counts := 0
 	for _, k := range ks {
 		if k == kindCount {
@@ -234,56 +277,6 @@ func decodeArrow(b []byte, p *Partial) error {
 	return nil
 }
 
-// bytesMessages is an ipc.MessageReader over one record value that hands
-// out its messages' bodies without copying them (ipc.NewReader reads each
-// body into a new zeroed buffer: two passes over every byte). The decoded
-// arrays point into b; the decoded Partial's count slices too.
-type bytesMessages struct {
-	b   []byte
-	msg *ipc.Message
-}
-
 // errTruncated: a message of the stream runs past the record value.
 var errTruncated = errors.New("partial: arrow stream truncated")
 
-// Message returns the next message, io.EOF at the end of the stream.
-func (r *bytesMessages) Message() (*ipc.Message, error) {
-	if len(r.b) == 0 {
-		return nil, io.EOF
-	}
-	if len(r.b) < 8 || binary.LittleEndian.Uint32(r.b) != 0xFFFFFFFF {
-		return nil, errTruncated // a stream this encoder wrote has continuation markers
-	}
-	n := int(int32(binary.LittleEndian.Uint32(r.b[4:])))
-	if n == 0 {
-		r.b = nil
-		return nil, io.EOF // end of stream
-	}
-	if n < 0 || n > len(r.b)-8 {
-		return nil, errTruncated
-	}
-	meta := memory.NewBufferBytes(r.b[8 : 8+n])
-	probe := ipc.NewMessage(meta, memory.NewBufferBytes(nil))
-	bodyLen := probe.BodyLen()
-	rest := r.b[8+n:]
-	if bodyLen < 0 || bodyLen > int64(len(rest)) {
-		return nil, errTruncated
-	}
-	if r.msg != nil {
-		r.msg.Release()
-	}
-	r.msg = ipc.NewMessage(meta, memory.NewBufferBytes(rest[:bodyLen]))
-	r.b = rest[bodyLen:]
-	return r.msg, nil
-}
-
-// Retain and Release: ipc.MessageReader (the buffers are b's: nothing to
-// free).
-func (r *bytesMessages) Retain() {}
-
-func (r *bytesMessages) Release() {
-	if r.msg != nil {
-		r.msg.Release()
-		r.msg = nil
-	}
-}

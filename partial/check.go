@@ -112,7 +112,8 @@ func checkValues(p *Partial) error {
 			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, c.H, c.G)
 		}
 		for i, v := range c.Counts {
-			if !(v >= 0 && v <= maxExact) || v != math.Trunc(v) {
+			if !(v >= 0 && v <= maxExact) || float64(int64(v)) != v { // in range first: the conversion is then exact or truncates
+
 				return Refuse(ReasonCount, "partial of window %d partition %d: cell (%d, %d) bin %d count %v (a count is a whole number in [0, 2^53])",
 					p.WindowStart, p.Partition, c.H, c.G, i, v)
 			}
