@@ -34,7 +34,8 @@ package partial
 //
 // Extending it: a new column is added with a new name (a per-row figure,
 // such as a count cell's distinct users, as a column beside these; a new
-// kind of row, as a new kind value). A reader takes the columns it knows
+// kind of row, as a new kind value; a column of a type other than those
+// arrow_read.go can skip needs a new version). A reader takes the columns it knows
 // by name and ignores the others, and skips the rows of kinds it does not
 // know, so an older releaser reads a newer partial as the partial without
 // the addition — which must then be safe to ignore, or the version
@@ -75,9 +76,7 @@ var arrowFields = []arrow.Field{
 	{Name: "values", Type: arrow.ListOf(arrow.PrimitiveTypes.Float64)},
 }
 
-// arrowMem allocates the decoded buffers on the Go heap: the decoded
-// Partial's count slices point into them, so they must outlive the
-// reader (Go's allocator frees nothing itself; the GC does).
+// arrowMem allocates the encoder's buffers (Encode) on the Go heap.
 var arrowMem = memory.NewGoAllocator()
 
 // Encode returns the record value: the Arrow encoding (see above).
@@ -279,4 +278,3 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte) error {
 
 // errTruncated: a message of the stream runs past the record value.
 var errTruncated = errors.New("partial: arrow stream truncated")
-
