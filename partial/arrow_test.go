@@ -1,12 +1,17 @@
 package partial
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/apache/arrow/go/v15/arrow"
+	"github.com/apache/arrow/go/v15/arrow/array"
+	"github.com/apache/arrow/go/v15/arrow/ipc"
 )
 
 // TestPartialArrowAndJSON (issue 28 item 4): Encode writes the Arrow
@@ -86,5 +91,51 @@ func TestDecodeArrowCorrupt(t *testing.T) {
 				t.Fatalf("trial %d: decoded an inconsistent partial %+v", trial, p)
 			}
 		}()
+	}
+}
+
+// TestDecodeArrowExtraColumn: a partial of a later writer with a column
+// this version does not know (say, a count cell's distinct users) and a
+// row of an unknown kind decodes as the partial without them.
+func TestDecodeArrowExtraColumn(t *testing.T) {
+	hdr := `{"v":1,"window_start":60,"window_ms":60,"partition":0,"partitions":1,"next":120}`
+	md := arrow.NewMetadata([]string{arrowVersionKey, arrowHeaderKey}, []string{"2", hdr})
+	fields := append(slices.Clone(arrowFields), arrow.Field{Name: "users", Type: arrow.PrimitiveTypes.Int64},
+		arrow.Field{Name: "note", Type: arrow.BinaryTypes.String})
+	schema := arrow.NewSchema(fields, &md)
+	b := array.NewRecordBuilder(arrowMem, schema)
+	defer b.Release()
+	for _, row := range []struct {
+		kind uint8
+		g    int32
+		vals []float64
+	}{{kindCount, 0, []float64{1, 2}}, {7, 0, []float64{9}}, {kindCount, 1, []float64{3, 4}}} {
+		b.Field(0).(*array.Uint8Builder).Append(row.kind)
+		b.Field(1).(*array.Int32Builder).Append(0)
+		b.Field(2).(*array.Int32Builder).Append(row.g)
+		b.Field(3).(*array.Uint64Builder).Append(0)
+		l := b.Field(4).(*array.ListBuilder)
+		l.Append(true)
+		l.ValueBuilder().(*array.Float64Builder).AppendValues(row.vals, nil)
+		b.Field(5).(*array.Int64Builder).Append(5)
+		b.Field(6).(*array.StringBuilder).Append("later")
+	}
+	rec := b.NewRecord()
+	defer rec.Release()
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(schema))
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := DecodePartial(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Cell{{H: 0, G: 0, Counts: []float64{1, 2}}, {H: 0, G: 1, Counts: []float64{3, 4}}}
+	if !reflect.DeepEqual(p.Counts, want) || p.Averages != nil {
+		t.Errorf("decoded %+v, want the counts %+v only", p, want)
 	}
 }
