@@ -20,7 +20,15 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/stage ./cmd/stage \
+# The context has no .git, so the build cannot read its revision: pass the
+# version and commit `stage version` and dpstage_build_info report, e.g.
+#   docker build --build-arg VERSION=$(git describe --tags --always) \
+#                --build-arg REVISION=$(git rev-parse HEAD) -t dp-stage .
+ARG VERSION=""
+ARG REVISION=""
+RUN CGO_ENABLED=0 go build -trimpath \
+      -ldflags="-s -w -X github.com/dpstage/stage/internal/lib/buildinfo.version=${VERSION} -X github.com/dpstage/stage/internal/lib/buildinfo.revision=${REVISION}" \
+      -o /out/stage ./cmd/stage \
     && mkdir -p /out/state
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -18,6 +18,9 @@ type Config struct {
 	Generator    Generator    `yaml:"generator"`
 	Output       Output       `yaml:"output"`
 	HTTP         HTTP         `yaml:"http"`
+	// Selection configures the private selection of unlisted groups
+	// (histograms with group_by and no groups).
+	Selection Selection `yaml:"selection"`
 
 	// meta records what the file said (which keys it set, which values came
 	// from the environment); nil for a Config built in Go.
@@ -115,18 +118,19 @@ type Distributed struct {
 
 	// PartitionChangeGrace is how long after the stage saw the input
 	// topic's partition count change producers may still write with the
-	// old count (their metadata not refreshed yet: the Java client's
-	// metadata.max.age.ms and librdkafka's
-	// topic.metadata.refresh.interval.ms, 5 minutes by default). Such
-	// events land on a partition their user no longer hashes to and are
-	// dropped as wrong_partition, so every window that starts before the
-	// change was seen plus this grace (plus events.max_future and
+	// old count: their metadata refresh interval (Java metadata.max.age.ms
+	// and librdkafka topic.metadata.refresh.interval.ms, 5 minutes by
+	// default; Sarama Metadata.RefreshFrequency, 10) plus how long a record
+	// partitioned before the refresh may be retried (Java
+	// delivery.timeout.ms, 2 minutes; librdkafka message.timeout.ms, 5).
+	// Such events land on a partition their user no longer hashes to and
+	// are dropped as wrong_partition, so every window that starts before
+	// the change was seen plus this grace (plus events.max_future and
 	// window.clock_skew_margin: how far ahead of its record time such an
-	// event's time may be) is released with "complete": false in its
-	// coverage (docs/distributed.md, "Partitions added"). Set it to at
-	// least the longest metadata max age of the input's producers. 0 or
-	// more; default 5m (DefaultPartitionChangeGrace; 0 in a Config built
-	// in code).
+	// event's time may be) — up to the end of the window holding that
+	// moment — is released with "complete": false in its coverage
+	// (docs/distributed.md, "Partitions added"). 0 or more; default 11m
+	// (DefaultPartitionChangeGrace; 0 in a Config built in code).
 	PartitionChangeGrace Duration `yaml:"partition_change_grace"`
 
 	// PartialsFormat is how bounders encode their partials: "arrow" (the
@@ -138,10 +142,11 @@ type Distributed struct {
 	PartialsFormat string `yaml:"partials_format"`
 }
 
-// DefaultPartitionChangeGrace: kafka.distributed.partition_change_grace,
-// the producers' default metadata max age (Java metadata.max.age.ms,
-// librdkafka topic.metadata.refresh.interval.ms).
-const DefaultPartitionChangeGrace = Duration(5 * time.Minute)
+// DefaultPartitionChangeGrace: kafka.distributed.partition_change_grace.
+// It covers the default metadata refresh plus delivery timeout of the
+// common producer clients: Java 5 + 2 min, librdkafka 5 + 5 min, Sarama
+// 10 min + 3 × (100 ms + 10 s) ≈ 10.5 min (docs/distributed.md's table).
+const DefaultPartitionChangeGrace = Duration(11 * time.Minute)
 
 // DefaultTransactionTimeout: kafka.distributed.transaction_timeout.
 const DefaultTransactionTimeout = Duration(10 * time.Second)
@@ -309,8 +314,10 @@ type Histogram struct {
 	// GroupBy is the optional event field that splits the histogram into
 	// groups. Empty: one group, named "*".
 	GroupBy string `yaml:"group_by"`
-	// Groups is the public list of groups (required with GroupBy). A release
-	// is made for every listed group at every window, with or without events.
+	// Groups is the public list of groups. A release is made for every
+	// listed group at every window, with or without events. With GroupBy and
+	// no Groups the groups are selected privately in each window (Selects,
+	// package selection, the Selection section).
 	Groups []string `yaml:"groups"`
 	// Kind is "count" (default: each event counts one into the bin its Field
 	// names) or "average" (each event carries in Field a JSON array of

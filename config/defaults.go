@@ -122,6 +122,7 @@ func (c *Config) ApplyDefaults() {
 	str(&c.Privacy.Neighbour, "privacy.neighbour", DefaultNeighbour)
 	flt(&c.Privacy.Order, "privacy.order", DefaultOrder)
 	flt(&c.Privacy.TotalShare, "privacy.total_share", DefaultTotalShare)
+	c.selectionDefaults(flt, num)
 	flt(&c.Output.IntervalLevel, "output.interval_level", DefaultIntervalLevel)
 	flt(&c.Privacy.Budget.Delta, "privacy.budget.delta", DefaultDelta)
 	dur(&c.Privacy.Budget.Period, "privacy.budget.period", DefaultPeriod)

@@ -75,7 +75,8 @@ func TestFullConfig(t *testing.T) {
 		Generator: Generator{Enabled: true, Users: 1000, EventsPerSecond: 50, TimeScale: 60, UserLifetime: Duration(3 * time.Minute)},
 		HTTP: HTTP{Address: "0.0.0.0:9090", AllowRemote: true, BearerToken: "token-from-env",
 			OperatorAddress: "0.0.0.0:9091", OperatorAllowRemote: true, OperatorToken: "operator-token-from-env"},
-		Output: Output{ArrowDir: "/var/lib/dp-stage/arrow", IntervalLevel: 0.9},
+		Output:    Output{ArrowDir: "/var/lib/dp-stage/arrow", IntervalLevel: 0.9},
+		Selection: Selection{EpsilonShare: 0.3, DeltaShare: 0.4, MaxKeysPerWindow: 500000, KeySampleRate: 0.5},
 	}
 	got := *cfg
 	got.meta = nil
@@ -191,6 +192,7 @@ func TestDefaults(t *testing.T) {
 		Generator: Generator{Users: 300, EventsPerSecond: 200, TimeScale: 1},
 		HTTP:      HTTP{Address: "127.0.0.1:8080", OperatorAddress: "127.0.0.1:8081"},
 		Output:    Output{IntervalLevel: DefaultIntervalLevel},
+		Selection: Selection{EpsilonShare: DefaultSelectionEpsilonShare, DeltaShare: DefaultSelectionDeltaShare, MaxKeysPerWindow: DefaultMaxKeysPerWindow, KeySampleRate: DefaultKeySampleRate},
 	}
 	got := *cfg
 	got.meta = nil

@@ -138,6 +138,7 @@ func (c *Config) Validate() error {
 	k.contribution()
 	k.histBounds()
 	k.privacy()
+	k.selection()
 	k.activity()
 	k.intervals()
 	k.nonEmpty("state.dir", c.State.Dir)
@@ -397,10 +398,9 @@ func (k *checker) histograms() {
 				k.add(p+".group_by", "must differ from field")
 			}
 			k.fieldPath(p+".group_by", h.GroupBy, roleValue)
-			if len(h.Groups) == 0 {
-				k.add(p+".groups", "required with group_by: list the public groups")
+			if len(h.Groups) > 0 { // none: selected privately (Selects)
+				k.list(p+".groups", "group", h.Groups)
 			}
-			k.list(p+".groups", "group", h.Groups)
 		case len(h.Groups) > 0:
 			k.add(p+".groups", "given without group_by")
 		}
@@ -599,7 +599,8 @@ func (k *checker) privacy() {
 	case b.Period <= 0:
 		k.add("privacy.budget.period", "must be greater than 0")
 	case k.c.Window.Size > 0 && b.Period%k.c.Window.Size != 0:
-		k.add("privacy.budget.period", "must be a whole multiple of window.size")
+		k.add("privacy.budget.period", "must be a whole multiple of window.size (%s), got %s: choose a period of whole windows (e.g. %s) or a window.size that divides %s",
+			k.c.Window.Size, b.Period, k.c.Window.Size*(b.Period/k.c.Window.Size+1), b.Period)
 	}
 }
 

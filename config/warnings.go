@@ -52,10 +52,12 @@ func (c *Config) Warnings() []Warning {
 			d*float64(n), -100*math.Expm1(float64(n)*math.Log1p(-d)), DeltaUsersWarn/float64(n), DeltaUsersWarn)})
 	}
 	if d := c.Kafka.Distributed; d.Enabled && d.PartitionChangeGrace < DefaultPartitionChangeGrace {
-		out = append(out, Warning{Path: "kafka.distributed.partition_change_grace", Message: fmt.Sprintf("%v, below the producers' default metadata max age (%v): "+
+		out = append(out, Warning{Path: "kafka.distributed.partition_change_grace", Message: fmt.Sprintf("%v, below the default (%v), which covers the common producer clients' default metadata refresh plus delivery timeout: "+
 			"after partitions are added, producers that have not refreshed their metadata yet write with the old count, and windows of theirs "+
 			"released after the grace would say \"complete\": true without the events dropped as wrong_partition. "+
-			"Set it to at least the longest metadata.max.age.ms (topic.metadata.refresh.interval.ms) of the input's producers",
+			"Set it to at least the longest metadata refresh interval of the input's producers plus their delivery timeout "+
+			"(Java metadata.max.age.ms + delivery.timeout.ms, librdkafka topic.metadata.refresh.interval.ms + message.timeout.ms, "+
+			"Sarama Metadata.RefreshFrequency; docs/distributed.md, \"Partitions added\")",
 			d.PartitionChangeGrace.D(), DefaultPartitionChangeGrace.D())})
 	}
 	out = append(out, c.collisionWarnings()...)

@@ -23,7 +23,7 @@ func TestWarnings(t *testing.T) {
 		// producers' metadata max age.
 		{"distributed default grace", distBase + budget + "kafka: {brokers: [\"localhost:9092\"], distributed: {enabled: true}}\n", nil},
 		{"distributed short grace", distBase + budget + "kafka: {brokers: [\"localhost:9092\"], distributed: {enabled: true, partition_change_grace: 1m}}\n",
-			[]string{"kafka.distributed.partition_change_grace: 1m0s, below the producers' default metadata max age (5m0s)"}},
+			[]string{"kafka.distributed.partition_change_grace: 1m0s, below the default (11m0s), which covers the common producer clients' default metadata refresh plus delivery timeout"}},
 		{"producer record times under watermark event: no part", base + budget + "window: {watermark: event, record_times: producer}\n",
 			[]string{"window.watermark: event"}},
 		// δ = 1e-6 (the default) against privacy.expected_users.

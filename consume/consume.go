@@ -397,14 +397,17 @@ func handle(s *node.Node, sess *Session, p int, offset, recMs int64, ev *decode.
 	// Into the window of every size still open whose cross-window bound
 	// may still admit the user (windows.go).
 	out, ao, track, ok, bound, dropped := sess.add(w, s.SizeMs, s.PeriodOf(w), ev)
-	if !ok && bound > 0 {
+	if !ok && (bound > 0 || dropped != 0) {
 		// Admitted to max_windows_per_user closed windows of the period
 		// already, in every size still open: never admitted to them
 		// (aggregate.Admissions). Nothing of the event counts, but its
 		// offset is held like a counted event's until the windows it was
 		// dropped from are released (track: the longest), so a restart
 		// that changes a bound re-reads it whatever other users' events
-		// hold (windows.go, "Offsets").
+		// hold (windows.go, "Offsets"). Also when none of its parts in
+		// those sizes was valid (bound 0, dropped bits set): its windows
+		// are open, so it is not late, and its parts' own drop reasons
+		// are counted (countOutcome).
 		tracker.Counted(track, offset)
 		sess.closeMu.RUnlock()
 		if !s.Arrival {

@@ -136,10 +136,13 @@ func NewWindowSets(cfg *config.Config) ([]*WindowSet, error) {
 // cross-window bound may still admit the event's user (the caller holds
 // closeMu for reading). ok is false when the event counts in no size;
 // bound is then the number of its parts the cross-window bounds dropped
-// (0: it is late for every size), and otherwise those of the sizes whose
-// bound dropped them; track is the base window to track its offset under
-// (see above: the last base window of the longest open window the event
-// belongs to, counted or dropped by its bound; valid when ok or bound > 0);
+// (0 with dropped 0: it is late for every size; 0 with dropped bits set:
+// every open size's bound dropped it, but none of its parts there was
+// valid — not late, held all the same), and otherwise those of the sizes
+// whose bound dropped them; track is the base window to track its offset
+// under (see above: the last base window of the longest open window the
+// event belongs to, counted or dropped by its bound; valid when ok or
+// dropped is not 0);
 // dropped has bit i set for each size Sets[i] whose bound dropped its parts
 // (the operator's drop share, partitionLocal.noteDrops).
 func (sess *Session) add(w, baseMs, period int64, ev *decode.Event) (out aggregate.Outcome, ao aggregate.AverageOutcome, track int64, ok bool, bound int, dropped uint64) {

@@ -236,7 +236,7 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 		}
 		if h.GroupBy != "" {
 			if len(h.Groups) == 0 {
-				return nil, fmt.Errorf("decode: histograms[%d].groups is empty but group_by is set", i)
+				return nil, fmt.Errorf("decode: histograms[%d] has group_by and no groups: the private selection of unlisted groups is planned (stage validate, stage plan) but the running stage does not count unlisted groups yet (issue 30): list the public groups in histograms[%d].groups", i, i)
 			}
 			hs.groupSlot = slot(h.GroupBy)
 			hs.groups = make(map[string]int32, len(h.Groups))

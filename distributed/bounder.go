@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -226,8 +227,12 @@ func (b *bounder) assigned(parts []int32) {
 	}
 	b.s.Ready.Assigned.Store(len(b.workers) > 0)
 	b.s.Ready.Standby.Store(len(b.workers) == 0) // kgo calls this at every join, also with nothing assigned
-	b.s.Log.Info("bounder assigned partitions", zap.Int32s("partitions", parts))
+	b.s.Log.Info("bounder assigned partitions", zap.Int32s("partitions", parts), zap.Int32s("owned", b.ownedLocked()))
 }
+
+// ownedLocked returns the partitions this bounder works on now, sorted
+// (the assignment logs say the set, not only the change). b.mu is held.
+func (b *bounder) ownedLocked() []int32 { return slices.Sorted(maps.Keys(b.workers)) }
 
 // revoked stops the workers of parts and waits for them.
 func (b *bounder) revoked(parts []int32) {
@@ -241,6 +246,7 @@ func (b *bounder) revoked(parts []int32) {
 		}
 	}
 	b.s.Ready.Assigned.Store(len(b.workers) > 0)
+	owned := b.ownedLocked()
 	b.mu.Unlock()
 	for _, h := range hs {
 		<-h.done
@@ -252,7 +258,7 @@ func (b *bounder) revoked(parts []int32) {
 	}
 	b.offMu.Unlock()
 	if len(hs) > 0 {
-		b.s.Log.Info("bounder revoked partitions", zap.Int32s("partitions", parts))
+		b.s.Log.Info("bounder revoked partitions", zap.Int32s("partitions", parts), zap.Int32s("owned", owned))
 	}
 }
 

@@ -84,7 +84,8 @@ func (s *stage) partitionsChanged(p, was, now int) error {
 // noteInputPartitions records the input partition count n the lead runs
 // with in the release log (a change of it with this moment and next, the
 // first window not recorded) and sets the releaser's completeness rule
-// from the record, which it returns (nil: none). since is the log's
+// from the record, which it returns (nil: none). ctx is the lead's
+// ledger writes' context (lead's writes, not the session's). since is the log's
 // HistogramSince map of this lead (node.Node.LimitNewHistograms).
 //
 // A log with releases but no count recorded was last written by an older
@@ -114,7 +115,7 @@ func (s *stage) noteInputPartitions(ctx context.Context, led *kafkalog.Log, n in
 			"their user no longer hashes to are dropped as wrong_partition: the windows starting before the change was seen plus kafka.distributed.partition_change_grace, "+
 			"events.max_future and window.clock_skew_margin are released with \"complete\": false (coverage.incomplete: partitions_changed); see docs/distributed.md, \"Partitions added\"",
 			zap.Int("from", c.From), zap.Int("to", c.To), zap.String("seen_at", time.UnixMilli(c.AtMs).UTC().Format(time.RFC3339Nano)),
-			zap.String("first_window", release.RFC3339(c.Window)), zap.String("complete_from", release.RFC3339(window.Start(until-1, s.SizeMs)+s.SizeMs)))
+			zap.String("first_window", release.RFC3339(c.Window)), zap.String("complete_from", release.RFC3339(until)))
 	}
 	return rule, nil
 }
@@ -122,13 +123,19 @@ func (s *stage) noteInputPartitions(ctx context.Context, led *kafkalog.Log, n in
 // partitionsRule is the completeness rule of the input partition record p
 // for a lead with n input partitions (nil when no change to n is
 // recorded), and until: the windows starting before it are incomplete.
+// until is a window end — the end of the base window holding the bound
+// of the package doc — so the marked span never ends in the middle of a
+// window: a window is marked whole or not (the same windows as the bound
+// itself would mark, base or view, since every window starts on a base
+// window boundary).
 func (s *stage) partitionsRule(p kafkalog.Partitions, n int) (func(int64) string, int64) {
 	c := p.Changed
 	if c == nil || c.To != n {
 		return nil, 0
 	}
 	cfg := s.Cfg
-	until := c.AtMs + (cfg.Kafka.Distributed.PartitionChangeGrace.D() + cfg.Events.MaxFuture.D() + cfg.Window.ClockSkewMargin.D()).Milliseconds()
+	bound := c.AtMs + (cfg.Kafka.Distributed.PartitionChangeGrace.D() + cfg.Events.MaxFuture.D() + cfg.Window.ClockSkewMargin.D()).Milliseconds()
+	until := window.Start(bound-1, s.SizeMs) + s.SizeMs
 	return func(w int64) string {
 		if w < until {
 			return release.IncompletePartitionsChanged
@@ -146,8 +153,11 @@ func (s *stage) partitionsRule(p kafkalog.Partitions, n int) (func(int64) string
 // before the count was seen unchanged, and a bounder writes a window's
 // partial only after reading its events (from a broker whose metadata is
 // current; one behind by a metadata propagation would show the change at
-// the next batch).
-func (s *stage) checkInputPartitions(ctx context.Context, cl *kgo.Client, led *kafkalog.Log, n int, next int64) error {
+// the next batch). The brokers are asked under ctx (the lead's), the
+// change is written under writes (the ledger writes': after a lost
+// session the write in flight runs on to the broker's answer, so a
+// fenced zombie learns it — lead, lostWriteGrace).
+func (s *stage) checkInputPartitions(ctx, writes context.Context, cl *kgo.Client, led *kafkalog.Log, n int, next int64) error {
 	m, err := kafkapartial.InputPartitions(ctx, cl, s.Cfg.Kafka.InputTopic)
 	if err != nil {
 		return fmt.Errorf("count the input topic's partitions: %w", err)
@@ -155,7 +165,7 @@ func (s *stage) checkInputPartitions(ctx context.Context, cl *kgo.Client, led *k
 	if m == n {
 		return nil
 	}
-	if _, err := led.NotePartitions(ctx, m, s.Now().UnixMilli(), next, false); err != nil {
+	if _, err := led.NotePartitions(writes, m, s.Now().UnixMilli(), next, false); err != nil {
 		s.Log.Error("releaser: could not record the input partition change in the release log (the recovery's releaser records it when it starts)", zap.Error(err))
 	}
 	return s.partitionsChanged(-1, n, m)

@@ -63,27 +63,35 @@ func TestModeSwitchKeepsWindowBound(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := e2e.New(t)
 			h.Watermark = config.WatermarkArrival
-			dist := distRunConfig(t, h, size, lateness)
-			dist.Contribution.MaxWindowsPerUser = 1
-			single := *dist
-			single.Kafka.Distributed = config.Distributed{}
-			for _, c := range []*config.Config{dist, &single} {
-				if err := c.Validate(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := kafkalog.EnsureTopic(ctx, []string{h.Broker.Addr()}, dist.State.LedgerTopic, 1, -1); err != nil {
-				t.Fatal(err)
-			}
+			dist, single := modeConfigs(t, h, size, lateness, 1)
 			if toDist {
-				admissionsSwitch(t, h, &single, dist)
+				admissionsSwitch(t, h, single, dist)
 			} else {
-				admissionsSwitch(t, h, dist, &single)
+				admissionsSwitch(t, h, dist, single)
 			}
 		})
 	}
+}
+
+// modeConfigs returns a distributed and a single-process config of h over
+// one Kafka release log (created here), with max_windows_per_user k.
+func modeConfigs(t *testing.T, h *e2e.Harness, size, lateness time.Duration, k int) (dist, single *config.Config) {
+	t.Helper()
+	dist = distRunConfig(t, h, size, lateness)
+	dist.Contribution.MaxWindowsPerUser = k
+	s := *dist
+	s.Kafka.Distributed = config.Distributed{}
+	for _, c := range []*config.Config{dist, &s} {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := kafkalog.EnsureTopic(ctx, []string{h.Broker.Addr()}, dist.State.LedgerTopic, 1, -1); err != nil {
+		t.Fatal(err)
+	}
+	return dist, &s
 }
 
 // admissionsSwitch runs cfgA, where user u counts in window W1 under

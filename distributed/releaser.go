@@ -163,7 +163,12 @@ func (s *stage) runReleaser(ctx context.Context) error {
 			s.Log.Warn("release group", zap.Error(err))
 		},
 		OnRevoked: func(wasLost bool) {
-			s.Log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
+			switch {
+			case ctx.Err() != nil && !wasLost: // a requested stop: this instance leaves the group
+				s.Log.Info("releaser: stopping: leaving the release group (another replica takes the partials topic over)")
+			default:
+				s.Log.Info("the partials topic was taken from this instance: releasing stops", zap.Bool("lost", wasLost))
+			}
 			lost.Store(wasLost)
 			end(wasLost)
 		},
@@ -261,7 +266,7 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 	if err != nil {
 		return s.leadErr(either, err)
 	}
-	incomplete, err := s.noteInputPartitions(either, led, n, resume, since) // partitions.go
+	incomplete, err := s.noteInputPartitions(writes, led, n, resume, since) // partitions.go
 	if err != nil {
 		return s.leadErr(either, err)
 	}
@@ -397,7 +402,7 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 		// recorded when first seen (partitions.go).
 		if now := s.Now(); now.Sub(countedAt) >= time.Second {
 			countedAt = now
-			if err := s.checkInputPartitions(either, r.Client(), led, n, m.ReleasedTo()); err != nil {
+			if err := s.checkInputPartitions(either, writes, r.Client(), led, n, m.ReleasedTo()); err != nil {
 				if errors.Is(err, node.ErrConfigChanged) {
 					return s.leadErr(either, err)
 				}
@@ -430,7 +435,7 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 				// The partials of the windows below were read before this
 				// count: none holds an event written after a change
 				// (partitions.go). A count that cannot be had holds them.
-				if err := s.checkInputPartitions(either, r.Client(), led, n, w.Start); err != nil {
+				if err := s.checkInputPartitions(either, writes, r.Client(), led, n, w.Start); err != nil {
 					if errors.Is(err, node.ErrConfigChanged) || either.Err() != nil {
 						return s.leadErr(either, err)
 					}

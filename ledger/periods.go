@@ -77,7 +77,8 @@ func (l *Ledger) Reservations(period int64) ([]string, error) {
 
 // ReservationUnit returns the unit that made the period reservation key in
 // the period starting at period (Unix ms) — its Charge or Approx is the
-// reservation's charge — and whether it is still recorded (false: no such
+// reservation's charge, or with Unit.TopUp the difference charged — and
+// whether it is still recorded (false: no such
 // reservation, or its unit was pruned).
 func (l *Ledger) ReservationUnit(period int64, key string) (*Unit, bool, error) {
 	var u *Unit

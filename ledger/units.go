@@ -81,13 +81,21 @@ type Unit struct {
 	Approx *Approx `json:"approx,omitempty"`
 	// Reservation is the key of the period reservation this unit charged
 	// (contribution.max_windows_per_user: its Charge or Approx is the
-	// reservation's, covering the histogram's later units of the period);
+	// reservation's — or, with TopUp, the difference to the one topped up
+	// — covering the histogram's later units of the period);
 	// RecordWindow records it in the period's reservations. Empty otherwise.
 	Reservation string `json:"reservation,omitempty"`
 	// CoveredBy is the key of the period reservation that covers this
 	// released unit, which charged nothing itself (empty Charge, nil
 	// Approx); empty otherwise.
 	CoveredBy string `json:"covered_by,omitempty"`
+	// TopUp is set when this unit's reservation (Reservation) tops up a
+	// reservation the period holds for the same histogram, window size,
+	// bound and neighbour relation instead of being charged in full: its
+	// Charge and Approx are then only the difference charged (release's
+	// "Top-up"), and TopUp says which reservation it tops up and what the
+	// two together cover. nil otherwise (and in ledgers written before).
+	TopUp *TopUp `json:"top_up,omitempty"`
 	// Limit is the period budget (ε, δ) in force when the unit was
 	// recorded. Record keeps the first released unit's for each period,
 	// lowered by any later unit's that is lower (PeriodLimit, LowerLimit): a
@@ -101,6 +109,18 @@ type Unit struct {
 	Published bool `json:"published"`
 	// RecordedAt is wall-clock time of recording, for operators.
 	RecordedAt time.Time `json:"recorded_at"`
+}
+
+// TopUp is a period reservation charged as the difference to a held one
+// (Unit.TopUp).
+type TopUp struct {
+	// Of is the key of the held reservation topped up.
+	Of string `json:"of"`
+	// Cover is what the reservation covers: at every order the larger of
+	// its own curve and Of's cover, and for an average histogram
+	// CoverApprox the larger ε and δ (nil for a count histogram).
+	Cover       Curve   `json:"cover"`
+	CoverApprox *Approx `json:"cover_approx,omitempty"`
 }
 
 // Approx is an (ε, δ)-DP charge, or a period's basic composition of such

@@ -127,7 +127,7 @@ func (s *Node) warnRefused(p int64) error {
 		return fmt.Errorf("node: compose the period reservations onto the recorded spend: %w", err)
 	}
 	for _, r := range refs {
-		why := "the config changed in the middle of the budget period, changing the histogram's period reservation, and the reservations made before the change already hold the period's budget (a change that does not raise the histogram's charge is covered by its earlier reservation)"
+		why := "the config changed in the middle of the budget period, changing the histogram's period reservation, and the reservations made before the change already hold the period's budget (a change that does not raise the histogram's charge is covered by its earlier reservation, and one that raises it under the same window and K_h is charged only the rise — here more than the budget left)"
 		if r.Covered {
 			why = "the privacy budget was lowered below what the period has already spent"
 		}

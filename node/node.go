@@ -114,6 +114,9 @@ type Node struct {
 	// brokerRegressions counts broker-time regressions per input
 	// partition (NoteBrokerTime).
 	brokerRegressions partitionCounts
+	// brokerRegressionsBeyond counts those of them more than
+	// window.clock_skew_margin below the largest time read (logged too).
+	brokerRegressionsBeyond partitionCounts
 
 	failMu sync.Mutex // guards fail
 	// fail ends the run with an error; set by the owner of the run

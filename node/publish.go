@@ -107,14 +107,21 @@ func (s *Node) RepublishPending(ctx context.Context) error {
 	return nil
 }
 
+// LogProgress logs the counters so far. Their units differ, and the field
+// names say which: messages_* count input messages; contributions_* count
+// (event, histogram) contributions — an event adds one to each histogram it
+// feeds, so they can exceed the messages consumed (dpstage_events_* and
+// dpstage_contributions_* in docs/metrics.md). A decoder drop (bad_json,
+// missing_user, …) is one per message; missing_field, out_of_domain,
+// unknown_group, bad_vector and wrong_type are one per histogram part.
 func (s *Node) LogProgress() {
 	s.Log.Info("progress",
-		zap.Int64("consumed", s.Stats.Consumed.Load()),
-		zap.Int64("decoded", s.Stats.Decoded.Load()),
-		zap.Int64("counted", s.Stats.Counted.Load()),
+		zap.Int64("messages_consumed", s.Stats.Consumed.Load()),
+		zap.Int64("messages_decoded", s.Stats.Decoded.Load()),
+		zap.Int64("contributions_counted", s.Stats.Counted.Load()),
+		zap.Any("contributions_dropped", s.Stats.Dropped()),
 		zap.Int64("releases", s.Stats.Releases.Load()),
 		zap.Int64("budget_exhausted", s.Stats.Exhausted.Load()),
-		zap.Any("dropped", s.Stats.Dropped()),
 	)
 }
 

@@ -128,6 +128,14 @@ func (c *partitionCounts) snapshot() map[int]int64 {
 // broker whose clock is behind, a clock stepped back).
 func (s *Node) BrokerTimeRegressions() map[int]int64 { return s.brokerRegressions.snapshot() }
 
+// BrokerTimeRegressionsBeyondMargin returns, per input partition, how many
+// of BrokerTimeRegressions went back more than window.clock_skew_margin
+// below the largest broker time read (each also logged): the ones after
+// which records may have been dropped as late.
+func (s *Node) BrokerTimeRegressionsBeyondMargin() map[int]int64 {
+	return s.brokerRegressionsBeyond.snapshot()
+}
+
 // BrokerClock follows one partition's broker-set record times (consume).
 type BrokerClock struct {
 	have      bool
@@ -147,6 +155,7 @@ func (s *Node) NoteBrokerTime(p int, c *BrokerClock, ms int64) {
 	if ms < c.last {
 		s.brokerRegressions.add(p, 1)
 		if back, margin := c.max-ms, s.Cfg.Window.ClockSkewMargin.D().Milliseconds(); back > margin {
+			s.brokerRegressionsBeyond.add(p, 1)
 			s.Log.Warn("broker time ran backwards on an input partition by more than window.clock_skew_margin (a leader change to a broker whose clock is behind, or a clock step?): "+
 				"records behind it may be dropped as late; check NTP on the brokers, or raise the margin",
 				zap.Int("partition", p), zap.Duration("back", time.Duration(back)*time.Millisecond),

@@ -37,6 +37,9 @@ func TestNoteBrokerTime(t *testing.T) {
 	if got := s.BrokerTimeRegressions(); len(got) != 1 || got[0] != 2 {
 		t.Errorf("regressions = %v, want map[0:2]", got)
 	}
+	if got := s.BrokerTimeRegressionsBeyondMargin(); len(got) != 1 || got[0] != 1 {
+		t.Errorf("regressions beyond the margin = %v, want map[0:1]", got)
+	}
 	if n := logs.Len(); n != 1 {
 		t.Fatalf("%d warnings, want 1 (the regression past the margin)", n)
 	}

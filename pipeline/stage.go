@@ -72,3 +72,10 @@ func (s *Stage) WindowBound() []aggregate.WindowShare { return s.n.WindowBound()
 // BrokerTimeRegressions returns, per input partition, how many times a
 // broker-set record time ran backwards (node.Node.BrokerTimeRegressions).
 func (s *Stage) BrokerTimeRegressions() map[int]int64 { return s.n.BrokerTimeRegressions() }
+
+// BrokerTimeRegressionsBeyondMargin returns, per input partition, the
+// regressions past window.clock_skew_margin
+// (node.Node.BrokerTimeRegressionsBeyondMargin).
+func (s *Stage) BrokerTimeRegressionsBeyondMargin() map[int]int64 {
+	return s.n.BrokerTimeRegressionsBeyondMargin()
+}

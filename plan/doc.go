@@ -164,8 +164,12 @@
 // period holds for the same histogram, window, K_h and neighbour relation
 // is at least the new one at every order, which then covers it (release/,
 // "Cover by dominance": adding a view lowers every per-window curve, and
-// the histograms whose own settings did not change keep releasing). That
-// is sound because
+// the histograms whose own settings did not change keep releasing); when
+// it is not, the new reservation of such a histogram tops the held one up,
+// charging only the rise R_new − R_old at the orders where it is positive
+// (release/, "Top-up": a user's windows of that admission state lose at
+// most K′ times the largest per-window curve, which the running maximum of
+// the reservations bounds). That is sound because
 // admission is monotone and shared: a user's admitted windows released
 // under one configuration are at most that configuration's K, so the
 // period's releases split into per-configuration parts each bounded by its
@@ -185,10 +189,16 @@
 //
 //   - with max_windows_per_user (reservations), the reservation's curve
 //     changes (the residual, and the recalibration it causes), so its key
-//     changes: the first unit after the upgrade makes a new reservation,
-//     composed on top of the old one. The period is over-counted by the
-//     old reservation — safe, never under — and its budget may run out
-//     before the period ends (later units budget_exhausted, visibly);
+//     changes: the first unit after the upgrade tops the old reservation
+//     up (release's "Top-up": it charges R_new − R_old where that is
+//     positive, order by order, and covers the larger of the two from
+//     then on). Where the recalibration lowered the curve at some orders
+//     and the residual raised it at others, the larger of the two may not
+//     fit a budget the old reservations filled: the top-up is then refused
+//     and the histogram's later units of the period are budget_exhausted,
+//     visibly (before issue 28's review the new reservation was charged in
+//     full on top of the old one, refused whenever the budget was
+//     reserved);
 //   - without it (per-window charges), the units recorded before the
 //     upgrade keep their ideal charges and the later ones carry the
 //     residual: the period's book lacks the residual of the releases the
@@ -200,12 +210,29 @@
 // To avoid both, upgrade at a budget period's boundary (or right after
 // one, before the period's first release).
 //
-// The same holds across issue 28, which rounds every charged curve up
-// (budget.ChargeOf, mechanism.UpperRDP: by a relative 10⁻¹⁶–10⁻¹⁰): the
-// curves, and so the reservation keys, change by rounding-sized amounts
-// upward (the quickstart's reservation rises at 152 of its 157 orders, by
-// at most 1.3·10⁻¹⁵ relative), so a reservation made before the upgrade
-// does not dominate the new one and the period's first unit after the
-// upgrade reserves again (budget_exhausted if the budget is already
-// reserved).
+// # Upgrading across the rounded-up charges (issue 28)
+//
+// Issue 28 rounds every charged curve up (budget.ChargeOf,
+// mechanism.UpperRDP: by a relative 10⁻¹⁶–10⁻¹⁰): the curves, and so the
+// reservation keys, change by rounding-sized amounts upward (the
+// quickstart's reservation rises at 152 of its 157 orders, by at most
+// 1.3·10⁻¹⁵ relative), so a reservation made before the upgrade does not
+// dominate the new one. An upgrade in the middle of a period is accepted:
+// each histogram's first unit after it tops its held reservation up by
+// the difference K′·(c_new − c_old)⁺ at every order (R_new − R_old, the
+// subtraction rounded up; release's "Top-up", recorded as the unit's
+// charge with ledger.Unit.TopUp naming the reservation topped up), its
+// later units are covered, and the period's spend grows by those
+// differences only — which fit, since the new plan fits its own,
+// rounded-up reservations (TestReservationTopUp). Before issue 28's
+// review the first unit after the upgrade reserved again in full, on top
+// of the old reservation: budget_exhausted for the rest of the period
+// whenever the budget was already reserved. Without max_windows_per_user
+// (per-window charges) the units before the upgrade keep their recorded
+// charges, lower by the rounding (at most a relative 10⁻¹⁰ of the
+// period's spend). An older version reading a ledger with top-ups (a
+// downgrade in the middle of a period) ignores ledger.Unit.TopUp: its own
+// reservation is still held and covers its units, and it never takes a
+// top-up for a cover (the difference recorded does not hash to the
+// top-up's key) — never less safe.
 package plan

@@ -170,6 +170,11 @@ type Plan struct {
 	// and what it composes over its own W_h windows per period; all zero
 	// when the bound is off. See "Views" in the package doc.
 	HistBounds []WindowBound
+	// Selection is the plan of the selections of unlisted groups
+	// (selection.go); nil when every histogram with group_by lists its
+	// groups. Its (Epsilon, Delta) is taken from the budget before the
+	// count histograms' RDP part.
+	Selection *SelectionPlan
 }
 
 // WindowBound is what the cross-window bound K =
@@ -256,7 +261,7 @@ type CountPlan struct {
 	PlannedEpsilon float64
 	// RDPEpsilon and RDPDelta are the part of the budget the RDP units
 	// compose within: (Epsilon, Delta) minus the average histograms'
-	// reservation.
+	// reservation and the selections' budget (Plan.Selection).
 	RDPEpsilon, RDPDelta float64
 }
 
@@ -371,6 +376,13 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
 	}
 	rdpEps, rdpDelta := cfg.Privacy.Budget.Epsilon-aEps, cfg.Privacy.Budget.Delta-aDelta
+	sel, err := planSelection(cfg, hbounds, rdpEps, rdpDelta) // selection.go
+	if err != nil {
+		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
+	if rdpEps, rdpDelta, err = selectionLeft(sel, rdpEps, rdpDelta); err != nil {
+		return nil, fmt.Errorf("derive privacy plan: %w", err)
+	}
 	tp, err := newTotals(cfg, sens, hbounds, units)
 	if err != nil {
 		return nil, fmt.Errorf("derive privacy plan: %w", err)
@@ -385,6 +397,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		ApproxDelta:      aDelta,
 		Bound:            bound,
 		HistBounds:       hbounds,
+		Selection:        sel,
 	}
 	if counts == 0 {
 		if plan.Orders, err = budget.WithOrder(budget.DefaultOrders(), cfg.Privacy.Order); err != nil {

@@ -77,13 +77,13 @@ import (
 // their charges. A Dirichlet or average histogram's per-window curve
 // changes with the totals (the histogram's part is recalibrated to 1 − s
 // and the totals' curve is added), so under max_windows_per_user its
-// reservation key changes and the first unit after an upgrade in the
-// middle of a period charges a new reservation on top of the old one
-// (unless the old one dominates it at every order: release's "Cover by
-// dominance") —
-// safe, never under, but the period's budget may run out before its end
-// (as for the grid residual, package doc "Upgrading"): upgrade at a
-// period's boundary.
+// reservation key changes. The first unit after an upgrade in the middle
+// of a period tops the held reservation up by the difference at every
+// order (release's "Top-up"; nothing when the old one dominates it:
+// "Cover by dominance") and covers the larger from then on — never under,
+// and the period spends the pointwise maximum of the two reservations,
+// which may still exhaust a budget the old reservation filled before the
+// period ends: upgrade at a period's boundary (docs/upgrading.md).
 
 // TotalPlan is the plan of the charged totals (nil in a Plan without
 // any: count histograms under an additive mechanism and no average

@@ -228,6 +228,7 @@ func Warnings(cfg *config.Config, p *Plan) []config.Warning {
 				"while answering \"uniform\" without looking at the data is ≈ %.3g off (%.0f%% of it); %s",
 			u.L2, at, u.UniformL2, 100*u.Ratio(), fix)})
 	}
+	out = append(out, SelectionWarnings(cfg, p)...)
 	return append(out, ActivityWarnings(cfg, p)...)
 }
 

@@ -48,21 +48,7 @@ func TestReservationCoveredByDominance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			f := newFixture(t, viewsConfig(t, tc.from, dir))
-			keys := map[string]string{}
-			for b := range int64(3) {
-				units, err := f.rel.Record(w0+b*minute, counts, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, u := range units {
-					if u.Status != ledger.StatusReleased {
-						t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
-					}
-					if u.Reservation != "" {
-						keys[u.Histogram] = u.Reservation
-					}
-				}
-			}
+			keys := reserveThree(t, f, w0, counts)
 			before := spentCurve(t, f.led, w0)
 			cfg2 := viewsConfig(t, tc.to, dir)
 			run := func(g *fixture, bs ...int64) []string {
@@ -175,10 +161,12 @@ func TestAverageReservationDominance(t *testing.T) {
 		scaleEpsilon float64
 		scaleDelta   float64
 		covered      bool
+		topUp        bool
 	}{
-		{"smaller", 0.5, 0.5, true},
-		{"equal", 1, 1, true},
-		{"larger ε", 2, 1, false},
+		{"smaller", 0.5, 0.5, true, false},
+		{"equal", 1, 1, true, false},
+		{"larger ε", 2, 1, false, false},
+		{"larger ε by a hair", 1 + 1e-12, 1, false, true}, // topped up by the difference (reservation.go, "Top-up")
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			y := fmt.Sprintf(`
@@ -242,6 +230,16 @@ state: {dir: %q}
 				}
 				if a.Epsilon != ap.ReserveEpsilon || a.Releases != 1 {
 					t.Errorf("(ε, δ) spend %+v, want the one reservation ε %v", a, ap.ReserveEpsilon)
+				}
+			} else if tc.topUp {
+				held := ap.ReserveEpsilon // the plan's, before the scale
+				d := held*tc.scaleEpsilon - held
+				if u.Status != ledger.StatusReleased || u.TopUp == nil || u.TopUp.Of != key || u.Approx == nil ||
+					!(u.Approx.Epsilon >= d) || u.Approx.Epsilon > 2*d || u.Approx.Delta != 0 {
+					t.Errorf("%s top-up %+v approx %+v; want a top-up of the held %q by ε %g, δ 0", u.Status, u.TopUp, u.Approx, key, d)
+				}
+				if !(a.Epsilon >= held*tc.scaleEpsilon) || a.Epsilon > held+2*d {
+					t.Errorf("(ε, δ) spend %+v, want the held reservation's ε %v + the top-up %g", a, held, d)
 				}
 			} else if u.CoveredBy != "" || u.Status != ledger.StatusBudgetExhausted || a.Releases != 1 {
 				// The plan's RDP part holds the rest of the budget: no room.

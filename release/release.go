@@ -312,32 +312,45 @@ func (r *Releaser) newUnit(histogram string, w, end int64) *ledger.Unit {
 // covered units at once: refused otherwise); when the period holds
 // neither, u makes the reservation, charged here before any value of u is
 // drawn.
-func (r *Releaser) charge(u *ledger.Unit, h int, c budget.Charge, pending []budget.Charge) (total budget.Total, cover budget.Charge, covered bool, err error) {
+//
+// A reservation that tops up a held one of the same admission state
+// ("Top-up" in reservation.go) is charged only the difference: *c becomes
+// that difference (what the unit records and the book adds), cover what
+// the two then cover, and u.TopUp says so.
+func (r *Releaser) charge(u *ledger.Unit, h int, c *budget.Charge, pending []budget.Charge) (total budget.Total, cover budget.Charge, covered bool, err error) {
 	if c.Reservation != "" {
 		// Covered: checked against the period's current budget all the
 		// same (budget.Book.Covered), so a cut in the middle of the period
 		// stops covered units too; refused, it is budget_exhausted.
-		cover = c
-		held, err := r.book.Reserved(u.Period, c.Reservation)
-		if err == nil && !held {
-			cover, held, err = r.dominating(u.Period, h, c)
-		}
+		d, err := r.decide(u.Period, h, *c)
 		if err != nil {
-			return total, c, false, err
+			return total, *c, false, err
 		}
-		if held {
-			total, _, err := r.book.Covered(u.Period, cover.Reservation, pending...)
+		if d.covered {
+			total, _, err := r.book.Covered(u.Period, d.cover.Reservation, pending...)
 			if err == nil {
-				u.CoveredBy = cover.Reservation
+				u.CoveredBy = d.cover.Reservation
 			}
-			return total, cover, true, err
+			return total, d.cover, true, err
+		}
+		if d.of != "" {
+			total, err = r.book.Check(u.Period, d.charge, pending...)
+			if err == nil {
+				*c = d.charge
+				u.Reservation = c.Reservation
+				u.TopUp = &ledger.TopUp{Of: d.of, Cover: toLedgerCurve(d.cover.RDP)}
+				if d.cover.Epsilon != 0 || d.cover.Delta != 0 {
+					u.TopUp.CoverApprox = &ledger.Approx{Epsilon: d.cover.Epsilon, Delta: d.cover.Delta}
+				}
+			}
+			return total, d.cover, false, err
 		}
 	}
-	total, err = r.book.Check(u.Period, c, pending...)
+	total, err = r.book.Check(u.Period, *c, pending...)
 	if err == nil {
 		u.Reservation = c.Reservation
 	}
-	return total, c, false, err
+	return total, *c, false, err
 }
 
 // totalWith is the total of period p with the window's accepted charges
@@ -436,7 +449,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	cp := r.plan.Count
 	period := u.Period
 	c := r.countCharge(h)
-	total, cover, covered, err := r.charge(u, h, c, pending)
+	total, cover, covered, err := r.charge(u, h, &c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err
@@ -546,7 +559,7 @@ func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge)
 		WindowEnd:   RFC3339(u.WindowEnd),
 		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
 	}
-	u.Charge, u.Reservation, u.CoveredBy = ledger.Curve{}, "", ""
+	u.Charge, u.Reservation, u.CoveredBy, u.TopUp = ledger.Curve{}, "", "", nil
 	total, err := r.totalWith(u.Period, pending) // with the window's accepted charges
 	if err != nil {
 		return err
@@ -584,7 +597,7 @@ func (r *Releaser) averageUnit(u *ledger.Unit, h int, aw Means, pending []budget
 	w := u.WindowStart
 	period := u.Period
 	c := r.averageCharge(ap)
-	total, cover, covered, err := r.charge(u, h, c, pending)
+	total, cover, covered, err := r.charge(u, h, &c, pending)
 	if err != nil {
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err

@@ -141,12 +141,45 @@ func releaseRDP(cp *plan.CountPlan, order float64) float64 {
 // order (removing a view, raising a K_h, another window) is not dominated:
 // it is charged, or refused when the period's budget is used up.
 
+// # Top-up
+//
+// Charges are rounded up since issue 28 (mechanism.UpperRDP,
+// budget.ChargeOf), so a version upgrade in the middle of a period raises
+// every histogram's per-window curve by a rounding-sized amount at some
+// orders: the held reservation no longer dominates the new one, and
+// charging the new one in full — a second K′ ⊗ c on top of the first —
+// does not fit a period whose budget the reservations fill. A held
+// reservation of the same admission state (same histogram, window size,
+// K_h and neighbour relation, as for the cover) is topped up instead: the
+// new reservation charges only
+//
+//	T(λ) = (R_new(λ) − M(λ))⁺   (the subtraction rounded up)
+//
+// at every order, where M is what the held one covers (its own curve, or
+// for a top-up the running maximum it recorded: ledger.TopUp.Cover), and
+// covers M′ = max(M, R_new) from then on; an average histogram's (ε, δ)
+// part likewise, ε and δ apart. By the argument of "Cover by dominance"
+// a user admitted to a_i of the histogram's windows released under the
+// curves c_i of one admission state, Σ a_i ≤ K′, loses at most
+// K′·max_i c_i(λ) ≤ max_i R_i(λ) at every order, and the charges of a
+// chain of top-ups telescope to exactly that running maximum: R_1 + T_2
+// + … + T_m ≥ max(R_1, …, R_m). Several chains of one state (reservations
+// made in full before this version) each add their maximum, which only
+// over-counts. The top-up tops up, among the held reservations of the
+// state, the one needing the least (the smallest Σ_λ T(λ), then ε, δ;
+// then the smallest key), so a restart decides the same from the ledger;
+// its key is the new reservation's own (ViewReservationKey of R_new), so
+// the same configuration after a restart is covered by it. A top-up that
+// does not fit is refused like a reservation.
+
 // recordedReservation is a period reservation as its reserving unit
-// recorded it: the histogram and the charge (ok: the unit is recorded and
-// its charge was read back).
+// recorded it: the histogram and what it covers (its charge, or for a
+// top-up the cover it recorded; ok: the unit is recorded and its charge
+// was read back), and the reservation a top-up tops up (of).
 type recordedReservation struct {
 	histogram string
 	charge    budget.Charge
+	of        string
 	ok        bool
 }
 
@@ -168,15 +201,20 @@ func (r *Releaser) recorded(p int64, key string) (recordedReservation, error) {
 	if ok && u.Reservation == key && u.Status == ledger.StatusReleased {
 		v.histogram = u.Histogram
 		// A count unit's charge is a curve, an average unit's an (ε, δ)
-		// pair and, since issue 29, its totals' curve too.
+		// pair and, since issue 29, its totals' curve too. A top-up's
+		// charge is the difference: what it covers is recorded apart.
 		v.charge.Reservation = key
-		v.ok = len(u.Charge.Orders) > 0 || u.Approx != nil
-		if len(u.Charge.Orders) > 0 {
-			c, err := budget.NewCurve(u.Charge.Orders, u.Charge.Epsilons)
+		curve, approx := u.Charge, u.Approx
+		if u.TopUp != nil {
+			v.of, curve, approx = u.TopUp.Of, u.TopUp.Cover, u.TopUp.CoverApprox
+		}
+		v.ok = len(curve.Orders) > 0 || approx != nil
+		if len(curve.Orders) > 0 {
+			c, err := budget.NewCurve(curve.Orders, curve.Epsilons)
 			v.charge.RDP, v.ok = c, err == nil
 		}
-		if u.Approx != nil {
-			v.charge.Epsilon, v.charge.Delta = u.Approx.Epsilon, u.Approx.Delta
+		if approx != nil {
+			v.charge.Epsilon, v.charge.Delta = approx.Epsilon, approx.Delta
 		}
 	}
 	r.resvMu.Lock()
@@ -195,27 +233,166 @@ func (r *Releaser) recorded(p int64, key string) (recordedReservation, error) {
 // order (or in ε and δ). The smallest such key, so that the choice does
 // not depend on the order the book learnt its keys in.
 func (r *Releaser) dominating(p int64, h int, c budget.Charge) (budget.Charge, bool, error) {
-	sp, err := r.book.Spent(p)
+	held, err := r.sameState(p, h, c)
 	if err != nil {
 		return budget.Charge{}, false, err
 	}
+	for _, rec := range held {
+		if dominates(rec.charge, c) {
+			return rec.charge, true, nil
+		}
+	}
+	return budget.Charge{}, false, nil
+}
+
+// sameState returns the reservations held in period p, other than c's
+// own key, of histogram h's current admission state — the same histogram,
+// window size, K_h and neighbour relation — in key order, each with what
+// it covers. A reservation made in full is of the state when its key,
+// recomputed from the curve its unit recorded, is the one held; a top-up
+// when the reservation it tops up is (it is only ever made on one of its
+// own state).
+func (r *Releaser) sameState(p int64, h int, c budget.Charge) ([]recordedReservation, error) {
+	sp, err := r.book.Spent(p)
+	if err != nil {
+		return nil, err
+	}
 	name := r.cfg.Histograms[h].Name
+	var out []recordedReservation
 	for _, k := range slices.Sorted(slices.Values(sp.Reservations)) {
 		if k == c.Reservation {
 			continue
 		}
 		rec, err := r.recorded(p, k)
 		if err != nil {
-			return budget.Charge{}, false, err
+			return nil, err
 		}
-		if !rec.ok || rec.histogram != name || r.reservationKey(h, rec.charge) != k {
-			continue // another histogram, window, K_h or neighbour
+		if !rec.ok || rec.histogram != name {
+			continue
 		}
-		if dominates(rec.charge, c) {
-			return rec.charge, true, nil
+		// Follow a top-up to the reservation made in full under it (at most
+		// as many steps as the period holds reservations: no cycle).
+		root, k0 := rec, k
+		for i := 0; root.ok && root.of != "" && i <= len(sp.Reservations); i++ {
+			k0 = root.of
+			if root, err = r.recorded(p, k0); err != nil {
+				return nil, err
+			}
+		}
+		if !root.ok || root.of != "" || root.histogram != name || r.reservationKey(h, root.charge) != k0 {
+			continue // another histogram, window, K_h or neighbour (or pruned)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// topUp returns how histogram h's reservation c tops up a held
+// reservation of its admission state ("Top-up"): the charge (the
+// difference, with c's key), what the two then cover (with c's key), the
+// key topped up, and ok = false when the period holds no reservation of
+// the state to top up (or the parts cannot be compared: another grid of
+// orders, NaN).
+func (r *Releaser) topUp(p int64, h int, c budget.Charge) (charge, cover budget.Charge, of string, ok bool, err error) {
+	held, err := r.sameState(p, h, c)
+	if err != nil {
+		return charge, cover, "", false, err
+	}
+	best := math.Inf(1)
+	for _, rec := range held {
+		t, m, good := difference(c, rec.charge)
+		if !good {
+			continue
+		}
+		size := t.Epsilon + t.Delta
+		for _, e := range t.RDP.Epsilons() {
+			size += e
+		}
+		if !ok || size < best {
+			charge, cover, of, ok, best = t, m, rec.charge.Reservation, true, size
 		}
 	}
-	return budget.Charge{}, false, nil
+	charge.Reservation, cover.Reservation = c.Reservation, c.Reservation
+	return charge, cover, of, ok, nil
+}
+
+// difference returns the top-up t of the reservation c onto the held
+// cover old — at every order (c − old)⁺ rounded up, likewise ε and δ —
+// and the cover m = max(old, c) after it, part by part (an absent part is
+// 0); ok = false when the curves are on other orders or a value is NaN.
+func difference(c, old budget.Charge) (t, m budget.Charge, ok bool) {
+	up := func(a, b float64) (float64, float64, bool) { // (a − b)⁺ rounded up, max(a, b)
+		switch {
+		case math.IsNaN(a) || math.IsNaN(b):
+			return 0, 0, false
+		case a <= b:
+			return 0, b, true
+		case math.IsInf(a, 1):
+			return a, a, true
+		}
+		return math.Nextafter(a-b, math.Inf(1)), a, true
+	}
+	var good bool
+	if t.Epsilon, m.Epsilon, good = up(c.Epsilon, old.Epsilon); !good {
+		return t, m, false
+	}
+	if t.Delta, m.Delta, good = up(c.Delta, old.Delta); !good {
+		return t, m, false
+	}
+	switch {
+	case c.RDP.Len() == 0:
+		m.RDP = old.RDP
+		return t, m, true
+	case old.RDP.Len() == 0:
+		t.RDP, m.RDP = c.RDP, c.RDP
+		return t, m, true
+	case !slices.Equal(c.RDP.Orders(), old.RDP.Orders()):
+		return t, m, false
+	}
+	ce, oe := c.RDP.Epsilons(), old.RDP.Epsilons()
+	te, me := make([]float64, len(ce)), make([]float64, len(ce))
+	for i := range ce {
+		if te[i], me[i], good = up(ce[i], oe[i]); !good {
+			return t, m, false
+		}
+	}
+	var err1, err2 error
+	t.RDP, err1 = budget.NewCurve(c.RDP.Orders(), te)
+	m.RDP, err2 = budget.NewCurve(c.RDP.Orders(), me)
+	return t, m, err1 == nil && err2 == nil
+}
+
+// decision is how a unit of a histogram is charged its period reservation
+// c in a period (decide): covered by a held reservation (cover: the held
+// one, or one that dominates c), or charged charge — c itself, or a top-up
+// of the held reservation of (cover: what the two then cover).
+type decision struct {
+	covered bool
+	cover   budget.Charge
+	charge  budget.Charge
+	of      string
+}
+
+// decide is the decision for histogram h's reservation c in period p:
+// held or dominated, a top-up, or c in full — in that order ("Cover by
+// dominance", "Top-up"). It reads the book and the ledger, changes nothing.
+func (r *Releaser) decide(p int64, h int, c budget.Charge) (decision, error) {
+	held, err := r.book.Reserved(p, c.Reservation)
+	if err != nil {
+		return decision{}, err
+	}
+	if held {
+		return decision{covered: true, cover: c}, nil
+	}
+	cover, held, err := r.dominating(p, h, c)
+	if err != nil || held {
+		return decision{covered: held, cover: cover}, err
+	}
+	t, m, of, ok, err := r.topUp(p, h, c)
+	if err != nil || ok {
+		return decision{cover: m, charge: t, of: of}, err
+	}
+	return decision{cover: c, charge: c}, nil
 }
 
 // dominates reports whether the charge old is at least c in each of its
@@ -263,7 +440,9 @@ type Refusal struct {
 // would charge them: a histogram whose reservation the period holds, or
 // covers by dominance, charges nothing (but is checked against the
 // period's current budget, as Record does); the others are checked one
-// after the other, each accepted one pending for the next. It returns the
+// after the other — a top-up of a held reservation of their admission
+// state for its difference, otherwise in full — each accepted one pending
+// for the next. It returns the
 // histograms whose reservation does not fit — their releases are refused
 // for the rest of the period (a period's spend never goes down) — and nil
 // without the cross-window bound. It changes nothing, and unlike the rest
@@ -285,21 +464,17 @@ func (r *Releaser) Refusals(p int64) ([]Refusal, error) {
 		} else {
 			c = r.countCharge(h)
 		}
-		cover := c
-		held, err := r.book.Reserved(p, c.Reservation)
-		if err == nil && !held {
-			cover, held, err = r.dominating(p, h, c)
-		}
+		d, err := r.decide(p, h, c)
 		if err != nil {
 			return nil, err
 		}
-		if held {
-			_, _, err = r.book.Covered(p, cover.Reservation, pending...)
-		} else if _, err = r.book.Check(p, c, pending...); err == nil {
-			pending = append(pending, c)
+		if d.covered {
+			_, _, err = r.book.Covered(p, d.cover.Reservation, pending...)
+		} else if _, err = r.book.Check(p, d.charge, pending...); err == nil {
+			pending = append(pending, d.charge)
 		}
 		if errors.Is(err, budget.ErrBudgetExceeded) {
-			out = append(out, Refusal{Histogram: hist.Name, Period: p, End: p + r.periodMs, Covered: held, Err: err})
+			out = append(out, Refusal{Histogram: hist.Name, Period: p, End: p + r.periodMs, Covered: d.covered, Err: err})
 		} else if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/consume"
+	"github.com/dpstage/stage/ledger/kafkalog"
 	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
@@ -173,8 +174,10 @@ func (s *stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		}
 		return s.Group.Standby(ctx, gen, standbyWait)
 	}
+	var led *kafkalog.Log // the Kafka release log (state.ledger: kafka); nil otherwise
 	if s.Cfg.State.KafkaLedger() {
-		led, err := s.OpenKafkaLedger(ctx)
+		var err error
+		led, err = s.OpenKafkaLedger(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.Fail(err)
@@ -227,6 +230,25 @@ func (s *stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 	if err := s.CheckNeighbour(next); err != nil {
 		s.Fail(err)
 		return source.GenerationDone
+	}
+	if led != nil {
+		// The partition count this generation counts with (the group's
+		// balancer gives the active member every partition), recorded in
+		// the release log as the distributed mode does: a later switch to
+		// the distributed mode then finds the count its windows were
+		// counted with instead of none, which it would take for an older
+		// version's log ("partitions_changed" from 0 on windows counted
+		// whole). The single-process mode counts every partition in one
+		// process, so a change of the count leaves none of its own windows
+		// incomplete; a change is recorded all the same (from the count
+		// recorded before), for a distributed session that follows while
+		// producers may still write with the old count.
+		if _, err := led.NotePartitions(ctx, len(assigns), s.Now().UnixMilli(), next, false); err != nil {
+			if ctx.Err() == nil {
+				s.Fail(fmt.Errorf("record the input partition count in the release log: %w", err))
+			}
+			return source.GenerationDone
+		}
 	}
 	moved, _, err := s.LimitNewHistograms(ctx, next, nil)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/segmentio/kafka-go/compress"
@@ -112,5 +113,51 @@ func TestFetchDecodesBatches(t *testing.T) {
 	m, ok, err := f.nextRecord()
 	if err != nil || !ok || len(m.Headers) != 1 || m.Headers[0].Key != "h" || string(m.Headers[0].Value) != "hv" {
 		t.Errorf("headers %v (ok %v, %v)", m.Headers, ok, err)
+	}
+}
+
+// TestFetchPartialFirstBatch (issue 28 item 6): a response whose first
+// record batch is cut short is an error that says what it is. Under the
+// fetch limit the batch is damaged in the log (the demo's standby once
+// started a second embedded broker on the active one's data directory, and
+// every fetch then failed with "the first record batch (1048204 bytes
+// returned) exceeds the fetch limit of 1048576 bytes", which it did not);
+// only a batch whose length field is above the limit is said to exceed it.
+func TestFetchPartialFirstBatch(t *testing.T) {
+	whole := v2Batch(7, 0, 1, 1, "a", "b", "c")
+	tests := []struct {
+		name      string
+		maxBytes  int
+		raw       []byte
+		want, not []string
+	}{
+		{"damaged: partial under the limit", fetchMaxBytes, whole[:len(whole)-5],
+			[]string{"partial record batch at offset 7", fmt.Sprintf("(%d of the %d bytes", len(whole)-5, len(whole)), "damaged", "not the cause"},
+			[]string{"exceeds the fetch limit"}},
+		{"damaged: not even a header", fetchMaxBytes, whole[:9], []string{"less than a record batch header", "damaged"}, []string{"exceeds"}},
+		{"larger than the limit", 20, whole[:20],
+			[]string{fmt.Sprintf("record batch at offset 7 is %d bytes, larger than the fetch limit of 20 bytes", len(whole)), "returned only 20"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFetcher(nil, nil, "t", 0, 7)
+			f.maxBytes = tc.maxBytes
+			f.resp = fetchResponse{active: true, raw: tc.raw, hwm: 100, lso: 100, returned: 7}
+			_, ok, err := f.nextRecord()
+			if err == nil || ok {
+				t.Fatalf("nextRecord = ok %v, err %v; want an error", ok, err)
+			}
+			t.Log(err)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(err.Error(), w) {
+					t.Errorf("error %q says %q", err, w)
+				}
+			}
+		})
 	}
 }

@@ -103,14 +103,37 @@ func (f *Fetcher) nextBatch() error {
 // truncated handles a response that ends in a partial batch (the broker cut
 // it at the fetch's byte limit). Brokers answering fetch v3+ return at
 // least one whole batch, so a first batch that is partial is an error (it
-// would be fetched again and again).
+// would be fetched again and again), and it says which of two things it
+// is: a batch whose own length field is above the limit (a broker that
+// cut it anyway), or one that ends before its length says — under the
+// limit, so the log holds a damaged batch (two brokers writing one data
+// directory, a disk fault), which no fetch size fixes.
 func (f *Fetcher) truncated() error {
 	r := &f.resp
 	if r.batches == 0 && len(r.raw) > 0 {
-		return fmt.Errorf("the first record batch (%d bytes returned) exceeds the fetch limit of %d bytes", len(r.raw), f.maxBytes)
+		return partialFirstBatch(r.raw, f.maxBytes)
 	}
 	r.stop()
 	return nil
+}
+
+// partialFirstBatch is the error for a response whose first record batch,
+// raw, is cut short (see truncated).
+func partialFirstBatch(raw []byte, maxBytes int) error {
+	if len(raw) < 12 { // not even the offset and the length
+		return fmt.Errorf("the broker returned %d bytes, less than a record batch header, as the first record batch (fetch limit %d bytes): "+
+			"the partition's log is damaged (two brokers writing one data directory? a disk fault?) or the broker is faulty", len(raw), maxBytes)
+	}
+	base := int64(binary.BigEndian.Uint64(raw))
+	size := 12 + int64(int32(binary.BigEndian.Uint32(raw[8:])))
+	if size > int64(maxBytes) {
+		return fmt.Errorf("the record batch at offset %d is %d bytes, larger than the fetch limit of %d bytes, and the broker returned only %d of them "+
+			"(brokers answering fetch v3+ return a first batch whole whatever the limit): the broker is not honouring the fetch protocol, or the log is damaged",
+			base, size, maxBytes, len(raw))
+	}
+	return fmt.Errorf("the broker returned a partial record batch at offset %d (%d of the %d bytes its length field gives; the fetch limit of %d bytes is not the cause): "+
+		"the partition's log is damaged — two brokers writing one data directory (two embedded brokers on one state.dir), a disk fault — "+
+		"and fetching again returns the same bytes; repair or recreate the partition's log, or move the committed offset past it", base, len(raw), size, maxBytes)
 }
 
 // batchRecord returns the current batch's next record at or after f.next;

@@ -5,6 +5,8 @@ package cli
 import (
 	"fmt"
 	"io"
+
+	"github.com/dpstage/stage/internal/lib/buildinfo"
 )
 
 const usage = `stage — a streaming differential-privacy stage for Kafka pipelines
@@ -20,6 +22,7 @@ Usage:
   stage bench     [flags]         measure the stage beside a bare kafka-go consumer (see stage bench -h)
   stage broker    [--config FILE] [--port 9092] [--data-dir DIR] [--topics name:partitions,...]
                                   run the embedded broker as a process of its own (N replicas on one machine)
+  stage version                   print the version, source revision and Go version (also --version)
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or invalid configuration
 (stage health: 0 healthy, 1 anything else, since Docker reserves 2).
@@ -51,6 +54,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return Bench(rest, stdout, stderr)
 	case "broker":
 		return Broker(rest, stdout, stderr)
+	case "version", "--version", "-version":
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "stage version: takes no arguments (got %q)\n", rest)
+			return 2
+		}
+		fmt.Fprintln(stdout, buildinfo.Get())
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

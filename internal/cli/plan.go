@@ -254,6 +254,7 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 		fmt.Fprintf(tw, "grid residual\t%s\n", line)
 	}
 	printTotals(tw, "", cfg, plan)
+	printSelection(tw, "", cfg, plan)
 	printUtilities(tw, "", cfg, plan)
 	fmt.Fprintf(tw, "\t(root-mean-square ℓ2 distance of a release from the true histogram, over a flat prior on the histogram; plan/utility.go)\n")
 	tw.Flush()

@@ -24,6 +24,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/generator"
 	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/internal/lib/buildinfo"
 	"github.com/dpstage/stage/internal/lib/embedded"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
@@ -49,6 +50,12 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	cfg, code := loadConfig(*path, stderr)
 	if cfg == nil {
 		return code
+	}
+	for i, h := range cfg.Histograms {
+		if h.Selects() { // before anything starts: no broker, no ledger record
+			fmt.Fprintf(stderr, "stage run: %s: histograms[%d] (%s) has group_by and no groups: the private selection of unlisted groups is planned (stage validate, stage plan) but the running stage does not count unlisted groups yet (issue 30); list the public groups in histograms[%d].groups\n", *path, i, h.Name, i)
+			return 2
+		}
 	}
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
@@ -149,19 +156,17 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 		}
 		defer func() { stopHTTP(); served.Wait() }()
 	}
+	// Which build runs (after the dashboard's address, the first line).
+	bi := buildinfo.Get()
+	log.Info("stage starting", zap.String("version", bi.Version), zap.String("revision", bi.Revision), zap.String("go_version", bi.GoVersion))
 	brokers := cfg.Kafka.Brokers
 	if len(brokers) == 0 {
-		b, err := embedded.Start(embedded.Config{
-			Port:    cfg.Kafka.EmbeddedPort,
-			DataDir: filepath.Join(cfg.State.Dir, "kafka"),
-			Topics:  embeddedTopics(cfg),
-			Logger:  log.Named("broker"),
-		})
+		b, err := startEmbedded(ctx, cfg, log)
 		if err != nil {
-			if cfg.Kafka.EmbeddedPort != 0 {
-				return fmt.Errorf("start embedded broker on kafka.embedded_port %d (taken? set 0 for a free port): %w", cfg.Kafka.EmbeddedPort, err)
-			}
-			return fmt.Errorf("start embedded broker: %w", err)
+			return err
+		}
+		if b == nil { // stopped while waiting as a standby
+			return nil
 		}
 		defer b.Close()
 		brokers = b.Addrs()
@@ -220,6 +225,55 @@ func runStage(ctx context.Context, cfg *config.Config, log *zap.Logger, stdout i
 			zap.Int("events_per_second", cfg.Generator.EventsPerSecond), zap.Float64("time_scale", cfg.Generator.TimeScale))
 	}
 	return st.Run(ctx)
+}
+
+// embeddedStandbyPoll is how often a standby retries state.dir's embedded
+// broker (startEmbedded). A variable for tests.
+var embeddedStandbyPoll = time.Second
+
+// startEmbedded starts the embedded broker on state.dir/kafka. The broker
+// locks that directory first (embedded.ErrDataDirInUse): while another
+// stage process sharing state.dir runs its embedded broker there — the
+// active instance of two copies of the demo —, this one waits as a
+// standby with no broker of its own, polling every embeddedStandbyPoll,
+// and starts the broker on the same data when the active one exits (a
+// crash frees the lock too); it then takes the ledger's lock (single)
+// as any standby does. Two brokers on one directory would write one log
+// twice over and damage it. It returns nil, nil when ctx ends first.
+func startEmbedded(ctx context.Context, cfg *config.Config, log *zap.Logger) (*embedded.Broker, error) {
+	dir := filepath.Join(cfg.State.Dir, "kafka")
+	waiting := false
+	for {
+		b, err := embedded.Start(embedded.Config{
+			Port:    cfg.Kafka.EmbeddedPort,
+			DataDir: dir,
+			Topics:  embeddedTopics(cfg),
+			Logger:  log.Named("broker"),
+		})
+		switch {
+		case err == nil:
+			if waiting {
+				log.Info("the other stage process left state.dir: this instance takes over, with the embedded broker on the same data", zap.String("state_dir", cfg.State.Dir))
+			}
+			return b, nil
+		case !errors.Is(err, embedded.ErrDataDirInUse):
+			if cfg.Kafka.EmbeddedPort != 0 {
+				return nil, fmt.Errorf("start embedded broker on kafka.embedded_port %d (taken? set 0 for a free port): %w", cfg.Kafka.EmbeddedPort, err)
+			}
+			return nil, fmt.Errorf("start embedded broker: %w", err)
+		case !waiting:
+			log.Info("another stage process holds state.dir and runs the embedded broker on it: waiting as a standby, with no broker of its own, until it exits "+
+				"(to run a second, independent demo, give it another state.dir)", zap.String("state_dir", cfg.State.Dir), zap.String("broker_data", dir))
+			waiting = true
+		}
+		t := time.NewTimer(embeddedStandbyPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
 }
 
 // logPlan logs the privacy plan: the count histograms' calibration (when

@@ -121,9 +121,14 @@ func printPlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 		printCountPlan(tw, cfg, plan)
 	}
 	printTotals(tw, "  ", cfg, plan)
+	printSelection(tw, "  ", cfg, plan)
 	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			fmt.Fprintf(tw, "  histogram %s\taverage of %d-vectors over %d users, released every %s%s\n", h.Name, len(h.Bins), h.Average.Users, h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
+			continue
+		}
+		if h.Selects() {
+			fmt.Fprintf(tw, "  histogram %s\t%d bins × the groups of %s selected per window, released every %s%s\n", h.Name, len(h.Bins), h.GroupBy, h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))
 			continue
 		}
 		fmt.Fprintf(tw, "  histogram %s\t%d bins × %d groups, released every %s%s\n", h.Name, len(h.Bins), len(h.GroupNames()), h.WindowSize(cfg.Window.Size).D(), viewShare(plan, i))

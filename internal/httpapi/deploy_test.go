@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,25 +98,64 @@ func TestComposeMonitoring(t *testing.T) {
 		t.Fatalf("prometheus --config.file %q is mounted from %q, want deploy/prometheus/prometheus.yml", cfgFlag, promFile)
 	}
 	var pc struct {
-		Scrape []struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Scrape    []struct {
 			Job    string `yaml:"job_name"`
 			Path   string `yaml:"metrics_path"`
 			Static []struct {
 				Targets []string `yaml:"targets"`
 			} `yaml:"static_configs"`
+			DNS []struct {
+				Names []string `yaml:"names"`
+				Type  string   `yaml:"type"`
+				Port  int      `yaml:"port"`
+			} `yaml:"dns_sd_configs"`
 		} `yaml:"scrape_configs"`
 	}
 	readYAML(t, promFile, &pc)
-	found := false
+	// Every replica of the distributed profile is scraped on the operator
+	// port of its config: Docker's DNS answers the service name with one A
+	// record per replica.
+	dcfg, err := config.Load(filepath.Join(repoRoot, "deploy", "stage-distributed.yaml"))
+	if err != nil {
+		t.Fatalf("deploy/stage-distributed.yaml: %v", err)
+	}
+	_, dport, err := net.SplitHostPort(dcfg.HTTP.OperatorAddress)
+	if err != nil {
+		t.Fatalf("deploy/stage-distributed.yaml http.operator_address: %v", err)
+	}
+	replica, ok := compose.Services["stage-replica"]
+	if !ok || mount(replica.Volumes, "/etc/stage/config.yaml") != "deploy/stage-distributed.yaml" {
+		t.Fatalf("docker-compose.yml: no stage-replica service mounting deploy/stage-distributed.yaml")
+	}
+	found, foundReplicas := false, false
 	for _, s := range pc.Scrape {
+		if s.Path != "" && s.Path != "/metrics" {
+			continue
+		}
 		for _, sc := range s.Static {
-			if slices.Contains(sc.Targets, "stage:"+port) && (s.Path == "" || s.Path == "/metrics") {
+			if slices.Contains(sc.Targets, "stage:"+port) {
 				found = true
+			}
+			if slices.ContainsFunc(sc.Targets, func(t string) bool { return strings.HasPrefix(t, "stage-replica") }) {
+				t.Errorf("job %s lists stage-replica statically: only one replica would be scraped", s.Job)
+			}
+		}
+		for _, d := range s.DNS {
+			if slices.Contains(d.Names, "stage-replica") && d.Type == "A" && strconv.Itoa(d.Port) == dport {
+				foundReplicas = true
 			}
 		}
 	}
 	if !found {
 		t.Errorf("prometheus does not scrape stage:%s/metrics: %+v", port, pc)
+	}
+	if !foundReplicas {
+		t.Errorf("prometheus does not scrape every stage-replica (dns_sd_configs, type A, port %s): %+v", dport, pc)
+	}
+	// The alert rules are loaded from the mounted file.
+	if len(pc.RuleFiles) != 1 || mount(prom.Volumes, pc.RuleFiles[0]) != "deploy/prometheus/alerts.yml" {
+		t.Errorf("prometheus rule_files %v: want deploy/prometheus/alerts.yml mounted", pc.RuleFiles)
 	}
 
 	// Grafana: data source and dashboard provisioning.
@@ -172,16 +212,15 @@ func TestComposeMonitoring(t *testing.T) {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
 
+	// The metrics the stage serves: docs/metrics.md (checked against
+	// /metrics by TestMetricsReference).
 	exported := map[string]bool{}
-	for _, n := range []string{httpapi.MetricEventsConsumed, httpapi.MetricEventsDecoded, httpapi.MetricEventsDropped,
-		httpapi.MetricContribCounted, httpapi.MetricContribBounded, httpapi.MetricLateEvents, httpapi.MetricReleases,
-		httpapi.MetricBudgetExhausted, httpapi.MetricPublishRetries, httpapi.MetricOffsetCommits, httpapi.MetricBudgetSpent,
-		httpapi.MetricBudgetRemaining, httpapi.MetricBudgetTotal, httpapi.MetricBudgetDelta, httpapi.MetricConsumerLag,
-		httpapi.MetricReady, httpapi.MetricReadinessCondition, httpapi.MetricMechanismInfo, httpapi.MetricMechanismAlpha,
-		httpapi.MetricMechanismR, httpapi.MetricMechanismSigma, httpapi.MetricMechanismScale, httpapi.MetricReleaseRDPEpsilon,
-		httpapi.MetricChargesPerPeriod, httpapi.MetricPartials, httpapi.MetricLatePartialCounts, httpapi.MetricPartitionsIdle, httpapi.MetricIncompleteWindows,
-		httpapi.MetricReleaseShare, httpapi.MetricReleaseTotal} {
-		exported[n] = true
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(dpstage_[a-z0-9_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		exported[m[1]] = true
 	}
 	for _, s := range []string{"_bucket", "_sum", "_count"} {
 		exported[httpapi.MetricCloseToPublish+s] = true
@@ -212,7 +251,10 @@ func TestComposeMonitoring(t *testing.T) {
 	// item 1).
 	for _, m := range []string{httpapi.MetricEventsConsumed, httpapi.MetricEventsDropped, httpapi.MetricContribBounded,
 		httpapi.MetricConsumerLag, httpapi.MetricCloseToPublish + "_bucket", httpapi.MetricBudgetSpent, httpapi.MetricBudgetRemaining,
-		httpapi.MetricIncompleteWindows} {
+		httpapi.MetricIncompleteWindows,
+		// the distributed mode and the Schema Registry (issue 31)
+		httpapi.MetricPartials, httpapi.MetricPartialGaps, httpapi.MetricPartialDataLoss, httpapi.MetricPartialsLSOHeld,
+		httpapi.MetricRegistryHeld, httpapi.MetricRegistryRetries, httpapi.MetricBrokerTimeRegressionsBeyond, httpapi.MetricBuildInfo} {
 		if !queried[m] {
 			t.Errorf("the dashboard does not show %s", m)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/buildinfo"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/pipeline"
 )
@@ -58,6 +59,7 @@ const (
 	MetricFirstStartSkipped   = "dpstage_first_start_skipped_records_total"
 	MetricRegistryHeld        = "dpstage_schema_registry_held_partitions"
 	MetricRegistryRetries     = "dpstage_schema_registry_retries_total"
+	MetricBuildInfo           = "dpstage_build_info"
 	latencyBucketsDescription = "0.01s to 60s"
 )
 
@@ -109,7 +111,14 @@ func newRegistry(src func() Source, distributed bool) (*prometheus.Registry, pro
 		Help:    "Time from the watermark passing a window's end to the output topic acknowledging its releases (" + latencyBucketsDescription + " buckets; republished units are not observed).",
 		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
-	reg.MustRegister(newStageCollector(src, distributed), latency,
+	bi := buildinfo.Get()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        MetricBuildInfo,
+		Help:        "The running build (value 1): version, source revision and Go version, as `stage version` prints them.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion},
+	})
+	build.Set(1)
+	reg.MustRegister(newStageCollector(src, distributed), latency, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg, latency
 }
@@ -137,10 +146,38 @@ var brokerRegressionsDesc = prometheus.NewDesc(MetricBrokerTimeRegressions, "Tim
 	"than the one before it, per input partition (a leader change to a broker whose clock is behind, a clock stepped back); "+
 	"one larger than window.clock_skew_margin is also logged.", []string{"partition"}, nil)
 
+// MetricBrokerTimeRegressionsBeyond counts the regressions larger than
+// window.clock_skew_margin (pipeline.Stage.BrokerTimeRegressionsBeyondMargin).
+const MetricBrokerTimeRegressionsBeyond = "dpstage_source_broker_time_regressions_beyond_margin_total"
+
+var brokerRegressionsBeyondDesc = prometheus.NewDesc(MetricBrokerTimeRegressionsBeyond, "Broker-time regressions (see "+MetricBrokerTimeRegressions+
+	") that went back more than window.clock_skew_margin below the largest broker time read, per input partition: records behind them may have been dropped as late "+
+	"(each also logged; check NTP on the brokers, or raise the margin).", []string{"partition"}, nil)
+
 // brokerTimeSource is a Source that counts broker-time regressions
 // (pipeline.Stage).
 type brokerTimeSource interface {
 	BrokerTimeRegressions() map[int]int64
+}
+
+// brokerTimeBeyondSource is a Source that counts the regressions past the
+// clock-skew margin (pipeline.Stage).
+type brokerTimeBeyondSource interface {
+	BrokerTimeRegressionsBeyondMargin() map[int]int64
+}
+
+// perPartition exports a counter per partition of n, and 0 for every
+// assigned partition (lag) n does not have yet, so that a rate or increase
+// exists before the first event.
+func perPartition(ch chan<- prometheus.Metric, d *prometheus.Desc, n, lag map[int]int64) {
+	for p, v := range n {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), strconv.Itoa(p))
+	}
+	for p := range lag {
+		if _, ok := n[p]; !ok {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, 0, strconv.Itoa(p))
+		}
+	}
 }
 
 func newStageCollector(src func() Source, distributed bool) *stageCollector {
@@ -198,6 +235,7 @@ func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
+	ch <- brokerRegressionsBeyondDesc
 	for _, d := range []*prometheus.Desc{windowBoundShareDesc, windowBoundCountedDesc, windowBoundDroppedDesc, windowBoundBlindDesc} {
 		ch <- d
 	}
@@ -275,13 +313,15 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	avgUsers, _ := decode.ReasonBoundAverageUsers.Bound()
 	counter(c.bounded, st.AverageNotSelected.Load(), avgUsers)
 
-	for p, l := range src.Lag() {
+	lag := src.Lag()
+	for p, l := range lag {
 		gauge(c.lag, float64(l), strconv.Itoa(p))
 	}
 	if bt, ok := src.(brokerTimeSource); ok {
-		for p, n := range bt.BrokerTimeRegressions() {
-			counter(brokerRegressionsDesc, n, strconv.Itoa(p))
-		}
+		perPartition(ch, brokerRegressionsDesc, bt.BrokerTimeRegressions(), lag)
+	}
+	if bt, ok := src.(brokerTimeBeyondSource); ok {
+		perPartition(ch, brokerRegressionsBeyondDesc, bt.BrokerTimeRegressionsBeyondMargin(), lag)
 	}
 
 	if wb, ok := src.(windowBoundSource); ok {

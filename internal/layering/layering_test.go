@@ -12,7 +12,7 @@ const module = "github.com/dpstage/stage/"
 
 // below are the packages below pipeline: the steps of the data flow that
 // neither read nor write Kafka.
-var below = []string{"config", "decode", "window", "aggregate", "plan", "budget", "mechanism", "interval", "release", "ledger", "partial"}
+var below = []string{"config", "decode", "window", "aggregate", "plan", "budget", "mechanism", "interval", "selection", "release", "ledger", "partial"}
 
 // kafka is what they must not depend on, directly or not: the Kafka
 // clients (only source, sink, pipeline's wiring and internal tools use

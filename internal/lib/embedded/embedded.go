@@ -100,6 +100,9 @@ type Broker struct {
 	port    int
 	dataDir string
 	tempDir bool // dataDir was created by Start and is removed by Close
+	// lock holds the data directory's lock (lockDataDir) from Start to
+	// Close, across Stop and Restart.
+	lock *os.File
 
 	// mu guards cluster and closed: Stop, Restart and Close swap or clear the
 	// cluster while other goroutines may ask for addresses.
@@ -108,7 +111,10 @@ type Broker struct {
 	closed  bool
 }
 
-// Start starts a broker and creates the configured topics.
+// Start starts a broker and creates the configured topics. It first locks
+// the data directory: while another broker holds it, Start returns an
+// error wrapping ErrDataDirInUse (two brokers on one directory damage its
+// log).
 func Start(cfg Config) (*Broker, error) {
 	if cfg.Port < 0 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("embedded broker: port %d out of range", cfg.Port)
@@ -129,6 +135,12 @@ func Start(cfg Config) (*Broker, error) {
 		}
 		b.dataDir, b.tempDir = dir, true
 	}
+	lock, err := lockDataDir(b.dataDir)
+	if err != nil {
+		b.removeTemp()
+		return nil, err
+	}
+	b.lock = lock
 	c, err := b.newCluster()
 	if err != nil {
 		b.removeTemp()
@@ -302,8 +314,8 @@ func (b *Broker) Restart() error {
 	return nil
 }
 
-// Close stops the broker for good and removes the data directory if Start
-// created it. Close is idempotent.
+// Close stops the broker for good, frees the data directory's lock and
+// removes the directory if Start created it. Close is idempotent.
 func (b *Broker) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -319,6 +331,10 @@ func (b *Broker) Close() error {
 }
 
 func (b *Broker) removeTemp() error {
+	if b.lock != nil {
+		b.lock.Close() // frees the data directory for another broker
+		b.lock = nil
+	}
 	if !b.tempDir {
 		return nil
 	}
