@@ -139,3 +139,18 @@ func TestDecodeArrowExtraColumn(t *testing.T) {
 		t.Errorf("decoded %+v, want the counts %+v only", p, want)
 	}
 }
+
+// TestDecodeArrowMisaligned: a record value at any address (a Kafka
+// fetch slices values out of a batch) decodes the same.
+func TestDecodeArrowMisaligned(t *testing.T) {
+	p := &Partial{WindowStart: 60, WindowMs: 60, Partition: 0, Partitions: 1, Next: 120, Counts: []Cell{{H: 0, G: 3, Counts: []float64{1, 2, 3}}}}
+	v := p.Encode()
+	for shift := range 8 {
+		b := make([]byte, shift+len(v))
+		copy(b[shift:], v)
+		got, err := DecodePartial(b[shift:])
+		if err != nil || !reflect.DeepEqual(got.Counts, p.Counts) {
+			t.Errorf("value at offset %d: %+v, %v", shift, got, err)
+		}
+	}
+}
