@@ -132,6 +132,14 @@ type Distributed struct {
 	// (docs/distributed.md, "Partitions added"). 0 or more; default 11m
 	// (DefaultPartitionChangeGrace; 0 in a Config built in code).
 	PartitionChangeGrace Duration `yaml:"partition_change_grace"`
+
+	// PartialsFormat is how bounders encode their partials: "arrow" (the
+	// default: an Arrow IPC stream, package partial) or "json" (what
+	// versions before it wrote). Every version since reads both; set json
+	// for the first roll of an upgrade from an older version, whose
+	// releasers read JSON only (docs/distributed.md, "Upgrades"). ""
+	// (a Config built in code) is arrow.
+	PartialsFormat string `yaml:"partials_format"`
 }
 
 // DefaultPartitionChangeGrace: kafka.distributed.partition_change_grace.
@@ -166,6 +174,12 @@ const MaxDistributedCells = 35000
 const (
 	PartitionerMurmur2 = "murmur2"
 	PartitionerFNV1a   = "fnv1a"
+)
+
+// The values of kafka.distributed.partials_format.
+const (
+	PartialsArrow = "arrow"
+	PartialsJSON  = "json"
 )
 
 // Prefix is the internal topics' prefix: InternalTopicPrefix, or

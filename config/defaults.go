@@ -141,6 +141,7 @@ func (c *Config) ApplyDefaults() {
 	str(&c.State.Ledger, "state.ledger", LedgerBolt)
 	if c.Kafka.Distributed.Enabled {
 		str(&c.Kafka.Distributed.Partitioner, "kafka.distributed.partitioner", PartitionerMurmur2)
+		str(&c.Kafka.Distributed.PartialsFormat, "kafka.distributed.partials_format", PartialsArrow)
 		if !c.isSet("kafka.distributed.create_topics") {
 			c.Kafka.Distributed.CreateTopics = true
 		}

@@ -12,9 +12,17 @@ import (
 // of a release — and the rule that decides whether an event is on time:
 // events.* (but max_message_bytes), window.* (but start,
 // idle_partition_timeout and clock_skew_margin), histograms,
-// contribution.*, the input topic and kafka.distributed.partitioner. Two
-// configs with the same fingerprint produce the same bounded counts from
-// the same events.
+// contribution.*, the input topic and kafka.distributed.partitioner — and
+// privacy.budget.period, which decides the cross-window bound's periods
+// (contribution.max_windows_per_user: a user's K windows are counted per
+// period). Two configs with the same fingerprint produce the same bounded
+// counts from the same events.
+//
+// The period is in it since issue 28: a bounder refuses to resume a
+// partition whose progress says another period, but a progress record of
+// an older version says none, and was taken on trust. With the period in
+// the fingerprint, the partials of a bounder on another period are
+// foreign to every releaser, whatever its progress said: never merged.
 //
 // The distributed mode stamps it on every partial: the releaser merges
 // only partials made under its own counting config, since its noise is
@@ -38,13 +46,31 @@ import (
 // Adding a field to one of these sections puts it in the fingerprint (the
 // safe default); leave a new knob out here only with such an argument.
 func (c *Config) CountingFingerprint() string {
+	ev, win := c.countingSections()
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution, c.Privacy.Budget.Period.D().Milliseconds())
+}
+
+// PreviousCountingFingerprint is CountingFingerprint as versions from
+// issue 22 to issue 28 computed it: without privacy.budget.period. A
+// releaser also merges the partials stamped with it (their bounders
+// checked the period of the progress records that carry one), and a
+// bounder stamps it with kafka.distributed.partials_format json (the first
+// roll of an upgrade, whose older releasers know only it).
+func (c *Config) PreviousCountingFingerprint() string {
+	ev, win := c.countingSections()
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution, 0)
+}
+
+// countingSections are events.* and window.* without the knobs that
+// change no count (see CountingFingerprint).
+func (c *Config) countingSections() (Events, Window) {
 	ev, win := c.Events, c.Window
 	ev.MaxMessageBytes = 0
 	// Where the schemas are fetched from is not how an event counts: a
 	// schema id names one immutable schema in a registry.
 	ev.SchemaRegistry = SchemaRegistry{}
 	win.Start, win.ClockSkewMargin, win.IdlePartitionTimeout = "", 0, 0
-	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, ev, win, c.Histograms, c.Contribution)
+	return ev, win
 }
 
 // LegacyCountingFingerprint is CountingFingerprint as versions before
@@ -52,10 +78,13 @@ func (c *Config) CountingFingerprint() string {
 // also merges the partials stamped with it, so that upgrading replicas one
 // at a time leaves no partition out of a window.
 func (c *Config) LegacyCountingFingerprint() string {
-	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, c.Events, c.Window, c.Histograms, c.Contribution)
+	return fingerprint(c.Kafka.InputTopic, c.Kafka.Distributed.Partitioner, c.Events, c.Window, c.Histograms, c.Contribution, 0)
 }
 
-func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogram, con Contribution) string {
+// fingerprint hashes the counting sections. periodMs is left out of the
+// JSON when 0 (omitempty), so that the fingerprints of older versions,
+// which had no period, come out as they computed them.
+func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogram, con Contribution, periodMs int64) string {
 	v := struct {
 		Input        string
 		Partitioner  string
@@ -63,7 +92,8 @@ func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogra
 		Window       Window
 		Histograms   []Histogram
 		Contribution Contribution
-	}{input, partitioner, ev, win, hs, con}
+		PeriodMs     int64 `json:",omitempty"`
+	}{input, partitioner, ev, win, hs, con, periodMs}
 	b, err := json.Marshal(&v)
 	if err != nil {
 		panic("config: counting fingerprint: " + err.Error()) // plain data: cannot fail

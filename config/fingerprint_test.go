@@ -19,6 +19,7 @@ func TestCountingFingerprint(t *testing.T) {
 			IdlePartitionTimeout: Duration(10 * time.Second), ClockSkewMargin: Duration(2 * time.Second), RecordTimes: "broker"}
 		c.Histograms = []Histogram{{Name: "pages", Field: "page", Bins: []string{"a", "b"}}}
 		c.Contribution = Contribution{MaxEventsPerUser: 1, MaxGroupsPerUser: 1}
+		c.Privacy.Budget.Period = Duration(24 * time.Hour)
 		return c
 	}
 	ref := base().CountingFingerprint()
@@ -43,6 +44,8 @@ func TestCountingFingerprint(t *testing.T) {
 		{"histograms[].max_windows_per_user", func(c *Config) { c.Histograms[0].MaxWindowsPerUser = 3 }, false},
 		{"input topic", func(c *Config) { c.Kafka.InputTopic = "other" }, false},
 		{"partitioner", func(c *Config) { c.Kafka.Distributed.Partitioner = PartitionerFNV1a }, false},
+		// Issue 28 item 4: the cross-window bound's periods.
+		{"privacy.budget.period", func(c *Config) { c.Privacy.Budget.Period = Duration(2 * time.Hour) }, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,7 +56,15 @@ func TestCountingFingerprint(t *testing.T) {
 			}
 		})
 	}
-	if base().LegacyCountingFingerprint() == ref {
-		t.Error("the legacy fingerprint equals the new one: the upgrade path is untested")
+	if base().LegacyCountingFingerprint() == ref || base().PreviousCountingFingerprint() == ref {
+		t.Error("an older fingerprint equals the new one: the upgrade path is untested")
+	}
+	// The previous fingerprint is the one without the period: a period
+	// change does not change it (which is why it is merged only as the
+	// older versions' stamp).
+	c := base()
+	c.Privacy.Budget.Period = Duration(2 * time.Hour)
+	if c.PreviousCountingFingerprint() != base().PreviousCountingFingerprint() {
+		t.Error("the previous fingerprint depends on the period")
 	}
 }

@@ -43,7 +43,7 @@ func TestFullConfig(t *testing.T) {
 				ServerName: "kafka.internal",
 			},
 			SASL:        SASL{Mechanism: SASLScramSHA512, Username: "dp-stage", Password: "pw-from-env"},
-			Distributed: Distributed{InternalTopicPrefix: "dp-stage-internal.", Partitioner: PartitionerFNV1a, ReplicationFactor: 2, TransactionTimeout: Duration(30 * time.Second), PartitionChangeGrace: Duration(10 * time.Minute)},
+			Distributed: Distributed{InternalTopicPrefix: "dp-stage-internal.", Partitioner: PartitionerFNV1a, ReplicationFactor: 2, TransactionTimeout: Duration(30 * time.Second), PartitionChangeGrace: Duration(10 * time.Minute), PartialsFormat: PartialsJSON},
 		},
 		Events: Events{Format: "json", TimeField: "event_time", UserField: "account_id", MaxMessageBytes: 131072, MaxFuture: Duration(2 * time.Hour),
 			SchemaRegistry: SchemaRegistry{Timeout: Duration(10 * time.Second)}, SchemaFiles: []SchemaFile{{ID: 1, File: dir + "/ca.pem"}}},

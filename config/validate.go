@@ -738,6 +738,9 @@ func (k *checker) distributed() {
 		return
 	}
 	k.oneOf("kafka.distributed.partitioner", d.Partitioner, partitioners)
+	if d.PartialsFormat != "" { // "" in a Config built in code: arrow
+		k.oneOf("kafka.distributed.partials_format", d.PartialsFormat, []string{PartialsArrow, PartialsJSON})
+	}
 	if d.InternalTopicPrefix != "" {
 		k.topic("kafka.distributed.internal_topic_prefix", d.InternalTopicPrefix+"partials")
 	}

@@ -369,7 +369,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	w, err := kafkapartial.OpenWriter(ctx, kafkapartial.WriterConfig{
 		Brokers: s.Brokers, PartialsTopic: cfg.Kafka.PartialsTopic(), ProgressTopic: cfg.Kafka.ProgressTopic(),
 		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p), ClientOpts: s.Kgo,
-		TransactionTimeout: cfg.Kafka.Distributed.Txn(),
+		TransactionTimeout: cfg.Kafka.Distributed.Txn(), PartialsJSON: cfg.Kafka.Distributed.PartialsFormat == config.PartialsJSON,
 	})
 	if err != nil {
 		return err
@@ -631,7 +631,7 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 		return err
 	}
 	defer counts.Release()
-	pt := &partial.Partial{WindowStart: win, WindowMs: s.SizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm, Config: s.CountingConfig, First: st.first}
+	pt := &partial.Partial{WindowStart: win, WindowMs: s.SizeMs, Partition: st.p, Partitions: st.n, Next: end, Watermark: wm, Config: s.stampConfig(), First: st.first}
 	if st.emitted {
 		prev := win - s.SizeMs
 		pt.Prev = &prev

@@ -110,7 +110,7 @@ type pendingAverages struct {
 
 func (s *stage) newPendingAverages() *pendingAverages {
 	pa := &pendingAverages{hists: map[int]aggregate.AverageHist{}, cfg: s.CountingConfig, byWin: map[int64]map[int][]partial.AverageCell{},
-		also: []string{s.Cfg.LegacyCountingFingerprint()}}
+		also: s.olderFingerprints()}
 	for _, a := range consume.AverageHists(s.Cfg) {
 		pa.hists[a.Index] = a
 	}
@@ -127,17 +127,28 @@ func (pa *pendingAverages) check(p *partial.Partial) error {
 	for _, a := range p.Averages {
 		h, ok := pa.hists[a.H]
 		if !ok || len(a.Users) > h.Users {
-			return fmt.Errorf("%w: partial of window %d partition %d: average cell of histogram %d with %d users does not fit the config's average histograms",
-				partial.ErrFormat, p.WindowStart, p.Partition, a.H, len(a.Users))
+			return partial.Refuse(partial.ReasonShape, "partial of window %d partition %d: average cell of histogram %d with %d users does not fit the config's average histograms",
+				p.WindowStart, p.Partition, a.H, len(a.Users))
 		}
 		for _, v := range a.Vectors {
 			if len(v) != h.Bins {
-				return fmt.Errorf("%w: partial of window %d partition %d: average vector of %d bins, histogram %d has %d",
-					partial.ErrFormat, p.WindowStart, p.Partition, len(v), a.H, h.Bins)
+				return partial.Refuse(partial.ReasonShape, "partial of window %d partition %d: average vector of %d bins, histogram %d has %d",
+					p.WindowStart, p.Partition, len(v), a.H, h.Bins)
 			}
 		}
 	}
 	return nil
+}
+
+// note keeps p's average cells after the merger's Add returned res,
+// when its counts are held (partial.Merger.Summed): the cells are under
+// the merger's sums limit, dropped with the counts past it and kept again
+// when they are read again (issue 28 item 4; before, they were kept for
+// every pending window).
+func (pa *pendingAverages) note(m *partial.Merger, p *partial.Partial, res partial.AddResult) {
+	if (res == partial.Added || res == partial.Skipped) && m.Summed(p.WindowStart, p.Partition) {
+		pa.add(p)
+	}
 }
 
 // add keeps the average cells of a Partial the merger added.

@@ -274,8 +274,10 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 	if err != nil {
 		return err
 	}
-	avgs := s.newPendingAverages()                 // average histograms' kept users (features.go)
-	m.AlsoMerge(s.Cfg.LegacyCountingFingerprint()) // partials of replicas not upgraded yet
+	avgs := s.newPendingAverages()            // average histograms' kept users (features.go)
+	for _, f := range s.olderFingerprints() { // partials of replicas not upgraded yet
+		m.AlsoMerge(f)
+	}
 	if mergeSumsLimit > 0 {
 		m.SetSumsLimit(mergeSumsLimit)
 	}
@@ -330,10 +332,12 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 		for _, rec := range recs {
 			if rec.Err != nil {
 				m.Skip(rec.Offset)
+				reason := partial.ReasonOf(rec.Err)
 				s.Stats.Partials[partial.Foreign].Add(1)
-				s.Log.Error("releaser: a record of the partials topic that does not decode was skipped (written by something else, or by another version of the stage); "+
+				s.Stats.PartialsMalformed[reason].Add(1)
+				s.Log.Error("releaser: a record of the partials topic that does not decode, or carries values no bounder makes, was skipped (written by something else, or by another version of the stage); "+
 					"it counts for nothing: its partition's window waits for a partial this version reads",
-					zap.Int64("offset", rec.Offset), zap.Error(rec.Err))
+					zap.Int64("offset", rec.Offset), zap.Stringer("reason", reason), zap.Error(rec.Err))
 				continue
 			}
 			if d := rec.Idle; d != nil {
@@ -370,9 +374,7 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 			if err != nil {
 				return fmt.Errorf("distributed: partials topic offset %d: %w", rec.Offset, err)
 			}
-			if res == partial.Added {
-				avgs.add(rec.Partial)
-			}
+			avgs.note(m, rec.Partial, res)
 			s.Stats.Partials[res].Add(1)
 			switch res {
 			case partial.Late:
@@ -539,9 +541,11 @@ func (s *stage) lead(soft, lctx, wctx context.Context, r *kafkapartial.Reader, l
 // its window still waits for that partition's partial of it: held, and
 // reported as a gap, never released without it.
 func (s *stage) skipMalformed(offset int64, p *partial.Partial, err error) {
+	reason := partial.ReasonOf(err)
 	s.Stats.Partials[partial.Foreign].Add(1)
-	s.Log.Error("releaser: a partial that claims this counting config but does not fit it was skipped (not merged); its window waits for that partition's partial of it",
-		zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition), zap.Error(err))
+	s.Stats.PartialsMalformed[reason].Add(1)
+	s.Log.Error("releaser: a partial that does not fit this counting config, or carries values no bounder makes, was skipped (not merged); its window waits for that partition's partial of it",
+		zap.Int64("offset", offset), zap.String("window_start", release.RFC3339(p.WindowStart)), zap.Int("partition", p.Partition), zap.Stringer("reason", reason), zap.Error(err))
 }
 
 func (s *stage) logForeign(offset int64, p *partial.Partial, n int) {
@@ -610,6 +614,12 @@ func (s *stage) layout() partial.Layout {
 	for _, h := range s.Cfg.Histograms {
 		l.Bins = append(l.Bins, len(h.Bins))
 		l.Groups = append(l.Groups, len(h.GroupNames()))
+		// One partition's window tracks at most max_tracked_users users,
+		// each counting at most max_events_per_user events per histogram.
+		l.MaxTotal = append(l.MaxTotal, float64(s.Cfg.Contribution.MaxTrackedUsers)*float64(s.Cfg.Contribution.MaxEventsPerUser))
+		if h.IsAverage() {
+			l.AverageCells += h.Average.Users * (len(h.Bins) + 1)
+		}
 	}
 	return l
 }

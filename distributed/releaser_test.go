@@ -387,29 +387,7 @@ func TestDistReleaserExact(t *testing.T) {
 	}
 	// The partials offset committed is past the last partial (the end
 	// offset is after its transaction's commit marker).
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, e.cfg.Kafka.PartialsTopic())
-	if err != nil {
-		t.Fatal(err)
-	}
-	end, _ := ends.Lookup(e.cfg.Kafka.PartialsTopic(), 0)
-	var committed int64
-	waitFor(t, "the partials offset committed past the last partial", 10*time.Second, func() bool {
-		offs, err := adm.FetchOffsets(ctx, e.cfg.Kafka.ReleaseGroupID())
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, _ := offs.Lookup(e.cfg.Kafka.PartialsTopic(), 0)
-		committed = o.At
-		return committed == end.Offset-1
-	})
+	checkCommittedToEnd(t, e)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -436,17 +414,8 @@ func TestDistReleaserSkipsPoisonPartials(t *testing.T) {
 	e.write(t, "test-bound/9", true, count, size, misfit)
 	// Records this version cannot decode: a later wire version's partial,
 	// and garbage.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.b.Addr()), kgo.DefaultProduceTopic(e.cfg.Kafka.PartialsTopic()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	v2 := strings.Replace(string(e.partialOf(0, 0, nil).Encode()), `"v":1`, `"v":2`, 1)
-	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("w/0/p/0"), Value: []byte(v2)}, &kgo.Record{Key: []byte("w/0/p/1"), Value: []byte("{not json")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	v2 := strings.Replace(string(e.partialOf(0, 0, nil).EncodeJSON()), `"v":1`, `"v":2`, 1)
+	e.produceRaw(t, &kgo.Record{Key: []byte("w/0/p/0"), Value: []byte(v2)}, &kgo.Record{Key: []byte("w/0/p/1"), Value: []byte("{not json")})
 	for p := range e.n {
 		e.emit(t, tr, 0, p)
 	}

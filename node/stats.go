@@ -39,7 +39,12 @@ type Stats struct {
 	// window was released while their partition was idle);
 	// PartitionsIdle how many source partitions are idle now
 	// (window.watermark: event).
-	Partials          [partial.NumAddResults]atomic.Int64
+	Partials [partial.NumAddResults]atomic.Int64
+	// PartialsMalformed counts the partials-topic records the releaser
+	// skipped as malformed (they do not decode, do not fit the config, or
+	// carry values no bounder makes: issue 28 item 3), by reason (indexed
+	// by partial.Reason). They are also counted in Partials[Foreign].
+	PartialsMalformed [partial.NumReasons]atomic.Int64
 	LatePartialCounts atomic.Int64
 	PartitionsIdle    atomic.Int64
 	// PartialGaps is how many source partitions miss their partial of the
@@ -59,9 +64,11 @@ type Stats struct {
 	// open transaction; PartialsLSOHolds counts the holds longer than
 	// kafka.distributed.transaction_timeout (watchPartialsLSO).
 	PartialsLSOHeldMs, PartialsLSOHolds atomic.Int64
-	// FirstStartSkipped counts the input records a fresh input partition
-	// did not read because they are older than its first window allows
-	// (firstOffset; window.watermark arrival).
+	// FirstStartSkipped counts the input records not read because they
+	// are older than the first window counted allows (Node.FirstOffset;
+	// window.watermark arrival): by a fresh input partition of the
+	// distributed mode, and by the single-process mode after the
+	// distributed one.
 	FirstStartSkipped atomic.Int64
 	// SchemaRegistryHeld (gauge) is how many input partitions are held now
 	// because the schema of their next record could not be fetched (the

@@ -1,9 +1,6 @@
 package partial
 
-import (
-	"fmt"
-	"slices"
-)
+import "slices"
 
 // Average histograms (histograms[].kind: average) in the distributed mode.
 //
@@ -40,10 +37,16 @@ func checkAverages(p *Partial) error {
 	seen := map[int]bool{}
 	for _, a := range p.Averages {
 		if a.H < 0 || seen[a.H] || len(a.Users) != len(a.Vectors) || !slices.IsSorted(a.Users) {
-			return fmt.Errorf("%w: partial of window %d partition %d: average cell of histogram %d (%d users, %d vectors)",
-				ErrFormat, p.WindowStart, p.Partition, a.H, len(a.Users), len(a.Vectors))
+			return Refuse(ReasonShape, "partial of window %d partition %d: average cell of histogram %d (%d users, %d vectors)",
+				p.WindowStart, p.Partition, a.H, len(a.Users), len(a.Vectors))
 		}
 		seen[a.H] = true
+		for i, v := range a.Vectors {
+			if !checkVector(v) {
+				return Refuse(ReasonAverage, "partial of window %d partition %d: average cell of histogram %d: the vector of user %d is not a probability vector (components in [0, 1], sum within 1 ± %g)",
+					p.WindowStart, p.Partition, a.H, i, VectorTolerance)
+			}
+		}
 	}
 	return nil
 }

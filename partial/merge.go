@@ -19,6 +19,20 @@ var ErrPartitions = errors.New("partial: input partition count changed")
 type Layout struct {
 	Bins   []int
 	Groups []int
+	// MaxTotal is, per histogram, the most contributions one source
+	// partition's Partial of a window can count, given the bound on its
+	// users: max_tracked_users × max_events_per_user when the users of a
+	// window are capped (each tracked user counts at most
+	// max_events_per_user events per histogram and window). 0, or a nil
+	// MaxTotal: no bound the config makes checkable. A Partial above it
+	// is refused (ReasonCount).
+	MaxTotal []float64
+	// AverageCells is, per source partition, the most float64s its
+	// average cells hold in one window: Σ over the average histograms of
+	// average.users × (bins + 1) (a kept user's hash and vector). The
+	// releaser keeps them for the windows within the sums limit only
+	// (Merger.Summed), so they count in it.
+	AverageCells int
 }
 
 // Merger merges the Partials of the partials topic into complete windows,
@@ -144,6 +158,14 @@ type Layout struct {
 // ahead of the slowest, not by the partials' size: before issue 22 every
 // Partial was kept whole until its window was released.
 //
+// Average histograms' kept users (AverageCell) are not summed: the
+// releaser keeps each Partial's cells until its window is released — only
+// while [Merger.Summed] says its counts are held, so they too are dropped
+// past the limit and read again with the counts. They count in the limit
+// (Layout.AverageCells: N·Σ_h users_h·(bins_h+1)·8 bytes per window).
+// Before issue 28 they were kept for every pending window: about 11 MB per
+// window at 20 partitions while one lagged.
+//
 // A Merger is not safe for concurrent use (the releaser's one goroutine).
 type Merger struct {
 	n      int
@@ -227,7 +249,7 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	}
 	return &Merger{n: n, sizeMs: sizeMs, layout: layout, offs: offs, cells: cells, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
 		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1,
-		limit: max(4, DefaultSumsBytes/max(8*cells, 1))}, nil
+		limit: max(4, DefaultSumsBytes/max(8*(cells+n*layout.AverageCells), 1))}, nil
 }
 
 // pass is one observation of the live frontier: it reached end at at.
@@ -306,15 +328,15 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		return Foreign, nil
 	}
 	if p.Next != p.WindowStart+p.WindowMs {
-		return 0, fmt.Errorf("%w: partial of window %d partition %d of %d, next %d", ErrFormat, p.WindowStart, p.Partition, p.Partitions, p.Next)
+		return 0, Refuse(ReasonDecode, "partial of window %d partition %d of %d, next %d", p.WindowStart, p.Partition, p.Partitions, p.Next)
 	}
 	foreign := p.Config != m.config && !slices.Contains(m.also, p.Config)
+	if p.WindowStart%m.sizeMs != 0 {
+		return 0, Refuse(ReasonGrid, "partial of window %d partition %d: off the grid of %d ms windows", p.WindowStart, p.Partition, m.sizeMs)
+	}
 	if !foreign { // another config's layout: not merged, not checked against ours
-		for _, c := range p.Counts {
-			if c.H < 0 || c.H >= len(m.layout.Bins) || c.G < 0 || c.G >= m.layout.Groups[c.H] || len(c.Counts) != m.layout.Bins[c.H] {
-				return 0, fmt.Errorf("%w: partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
-					ErrFormat, p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
-			}
+		if err := m.checkFit(p); err != nil {
+			return 0, err
 		}
 	}
 	if m.reread(offset) {
@@ -535,6 +557,18 @@ func (m *Merger) CommitPoint() int64 {
 		}
 	}
 	return c
+}
+
+// Summed reports whether the counts of partition p's Partial of the
+// window starting at start are held: merged into the window's running
+// sums, not spilled (past the sums limit: Merger, "Memory"). The releaser
+// keeps a Partial's average cells only while this holds — after an Add
+// that returned Added, or one that filled a spilled Partial in while
+// reading again (Reread) — so that they stay under the same limit as the
+// sums.
+func (m *Merger) Summed(start int64, p int) bool {
+	w := m.pending[start]
+	return w != nil && w.state != nil && p >= 0 && p < len(w.state) && w.state[p] == partMerged
 }
 
 // Pending is how many windows hold Partials not released yet (each costs

@@ -33,6 +33,14 @@
 //     window.idle_partition_timeout) or active again. While p is idle it
 //     does not hold windows back (see [Merger]).
 //
+// A Partial's value is an Arrow IPC stream (arrow.go gives the schema: a
+// header in the schema's metadata, one row per count cell or average
+// user, a version to extend it by); older versions wrote JSON, which
+// DecodePartial still reads. The other kinds are JSON. DecodePartial also
+// refuses values no bounder makes (check.go: negative or fractional
+// counts, windows off the grid, average vectors off the simplex), which
+// the releaser skips like any malformed record.
+//
 // A Partial and the Progress and Admitted records of the same window are
 // written in one Kafka transaction together, so a reader (read_committed)
 // sees all of them or none.
@@ -181,42 +189,27 @@ func (p *Partial) Key() []byte {
 	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition))
 }
 
-// Encode returns the record value.
-func (p *Partial) Encode() []byte {
-	q := *p
-	q.V = Version
-	b, err := json.Marshal(&q)
-	if err != nil {
-		panic(fmt.Sprintf("partial: encode partial: %v", err)) // only NaN/Inf counts, which aggregate never makes
-	}
-	return b
-}
-
-// DecodePartial decodes a partials topic record value and checks it.
+// DecodePartial decodes a partials topic record value — the Arrow
+// encoding (arrow.go), or the JSON one of older versions (a value that
+// starts with '{') — and checks it.
 func DecodePartial(b []byte) (*Partial, error) {
 	var p Partial
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("%w: partial: %v", ErrFormat, err)
+	if len(b) > 0 && b[0] == '{' {
+		if err := json.Unmarshal(b, &p); err != nil {
+			return nil, Refuse(ReasonDecode, "partial: %v", err)
+		}
+	} else if err := decodeArrow(b, &p); err != nil {
+		return nil, err
 	}
 	switch {
 	case p.V != Version:
-		return nil, fmt.Errorf("%w: partial version %d, this stage reads %d", ErrFormat, p.V, Version)
+		return nil, Refuse(ReasonDecode, "partial version %d, this stage reads %d", p.V, Version)
 	case p.WindowMs <= 0, p.Partition < 0, p.Partitions <= p.Partition, p.Next != p.WindowStart+p.WindowMs:
-		return nil, fmt.Errorf("%w: partial of window %d (%d ms) partition %d of %d, next %d", ErrFormat, p.WindowStart, p.WindowMs, p.Partition, p.Partitions, p.Next)
+		return nil, Refuse(ReasonDecode, "partial of window %d (%d ms) partition %d of %d, next %d", p.WindowStart, p.WindowMs, p.Partition, p.Partitions, p.Next)
 	case p.Prev != nil && *p.Prev >= p.WindowStart, p.First != 0 && p.First > p.WindowStart:
-		return nil, fmt.Errorf("%w: partial of window %d partition %d: previous window %s, first window %d", ErrFormat, p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
+		return nil, Refuse(ReasonDecode, "partial of window %d partition %d: previous window %s, first window %d", p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
 	}
-	for _, c := range p.Counts {
-		if c.H < 0 || c.G < 0 {
-			return nil, fmt.Errorf("%w: partial cell (%d, %d)", ErrFormat, c.H, c.G)
-		}
-	}
-	for _, d := range p.Dropped {
-		if d.H < 0 || d.N < 0 {
-			return nil, fmt.Errorf("%w: partial drop cell (%d, %d)", ErrFormat, d.H, d.N)
-		}
-	}
-	if err := checkAverages(&p); err != nil {
+	if err := checkValues(&p); err != nil {
 		return nil, err
 	}
 	return &p, nil

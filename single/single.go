@@ -16,6 +16,7 @@ import (
 	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/source"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 )
 
@@ -255,7 +256,7 @@ func (s *stage) runGeneration(ctx context.Context, gen *kafka.Generation, standb
 		return source.GenerationDone
 	}
 	if moved && s.Cfg.State.KafkaLedger() {
-		assigns = s.fromEarliest(assigns, sess, next)
+		assigns = s.fromEarliest(ctx, assigns, sess, next)
 	}
 	if sess.Adm, sess.ViewAdm, err = s.restoreAdmissions(next); err != nil {
 		s.Fail(fmt.Errorf("read ledger: %w", err))
@@ -323,29 +324,57 @@ type generation struct {
 }
 
 // fromEarliest (single-process mode, state.ledger: kafka) reads every
-// assigned input partition from its earliest offset instead of the
-// group's committed one when the release log says the windows from next
-// on may have been counted elsewhere (limitNewHistograms' moved): after
-// the distributed mode, the group's offsets are its bounders' (committed
-// for the lag tools), past the events of windows they emitted and the
-// releaser had not released — resuming there would release those windows
-// without them. From the earliest offset every retained event of a window
-// from next on is counted again; earlier ones are late. Until this mode
-// releases a window and commits, every session does so again.
-func (s *stage) fromEarliest(assigns []kafka.PartitionAssignment, sess *generation, next int64) []kafka.PartitionAssignment {
+// assigned input partition from where counting window next on needs,
+// instead of the group's committed offset, when the release log says the
+// windows from next on may have been counted elsewhere
+// (limitNewHistograms' moved): after the distributed mode, the group's
+// offsets are its bounders' (committed for the lag tools), past the events
+// of windows they emitted and the releaser had not released — resuming
+// there would release those windows without them. Every retained event of
+// a window from next on is counted again; earlier ones are late. Where
+// that starts is node.Node.FirstOffset of the start of the longest window
+// open at next (node.Node.CountFrom), as the distributed mode's first
+// start seeks: with window.watermark arrival, the first offset whose
+// record time can count, not the earliest (issue 28 item 4: the whole
+// input retention was read again); with event, the earliest. Until this
+// mode releases a window and commits, every session does so again.
+func (s *stage) fromEarliest(ctx context.Context, assigns []kafka.PartitionAssignment, sess *generation, next int64) []kafka.PartitionAssignment {
 	out := slices.Clone(assigns)
 	skipped := false // some partition had a committed offset to pass over
+	var cl *kgo.Client
+	if s.Arrival {
+		var err error
+		if cl, err = kgo.NewClient(append(slices.Clone(s.Kgo), kgo.SeedBrokers(s.Brokers...))...); err != nil {
+			s.Log.Warn("cannot seek the input by record time (reading from the earliest offsets instead)", zap.Error(err))
+		} else {
+			defer cl.Close()
+		}
+	}
+	from := s.CountFrom(next)
+	var past int64 // records skipped as too old to count
 	for i := range out {
 		skipped = skipped || out[i].Offset >= 0
 		out[i].Offset = kafka.FirstOffset
 		sess.Trackers[out[i].ID] = source.NewOffsetTracker(-1)
+		if cl == nil {
+			continue
+		}
+		o, start, err := s.FirstOffset(ctx, cl, sess.Topic, out[i].ID, from)
+		if err != nil {
+			s.Log.Warn("cannot seek the input partition by record time (reading it from its earliest offset instead)", zap.Int("partition", out[i].ID), zap.Error(err))
+			continue
+		}
+		out[i].Offset = o
+		sess.Trackers[out[i].ID] = source.NewOffsetTracker(o)
+		past += o - start
 	}
+	s.Stats.FirstStartSkipped.Add(past)
 	if !skipped {
 		return out
 	}
 	s.Log.Warn("the release log was last used by the distributed mode, another progress topic, or holds no release of this mode yet: "+
-		"every input partition is read from its earliest offset, so the windows from the resume window on are counted from the input (earlier events are late), not resumed from the group's offsets",
-		zap.String("resume_window", release.RFC3339(next)))
+		"every input partition is read from where the windows from the resume window on start (with window.watermark arrival, the first record recent enough to count in them; else the earliest offset), not resumed from the group's offsets; earlier events are late",
+		zap.String("resume_window", release.RFC3339(next)), zap.String("count_from", release.RFC3339(from)), zap.Int64("skipped_records", past))
 	return out
 }
 

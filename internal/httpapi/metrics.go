@@ -51,6 +51,7 @@ const (
 	MetricReleaseRDPEpsilon   = "dpstage_release_rdp_epsilon"
 	MetricChargesPerPeriod    = "dpstage_budget_charges_per_period"
 	MetricPartials            = "dpstage_partials_total"
+	MetricPartialsMalformed   = "dpstage_partials_malformed_total"
 	MetricLatePartialCounts   = "dpstage_late_partial_contributions_total"
 	MetricPartitionsIdle      = "dpstage_source_partitions_idle"
 	MetricPartialsLSOHeld     = "dpstage_partials_lso_held_seconds"
@@ -132,7 +133,7 @@ type stageCollector struct {
 	spent, remaining, total, delta, charges, lag                  *prometheus.Desc
 	ready, condition                                              *prometheus.Desc
 	info, alpha, r, sigma, scale, rdp                             *prometheus.Desc
-	partials, latePart, idleParts                                 *prometheus.Desc
+	partials, malformed, latePart, idleParts                      *prometheus.Desc
 	gaps, dataLoss, incomplete                                    *prometheus.Desc
 	lsoHeld, lsoHolds, firstSkip, regHeld, regRetries             *prometheus.Desc
 }
@@ -211,6 +212,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		r:           d(MetricMechanismR, "Dirichlet concentration r (public: in every release message)."),
 		sigma:       d(MetricMechanismSigma, "Discrete Gaussian σ added to each count (public: in every release message)."),
 		scale:       d(MetricMechanismScale, "Discrete Laplace scale b added to each count (public: in every release message)."),
+		malformed:   d(MetricPartialsMalformed, "Distributed mode, releasing instance: partials-topic records skipped as malformed (also counted as foreign in "+MetricPartials+"), by reason: decode (does not decode, another version, an inconsistent header); shape (cells or average vectors that do not fit the config's histograms); grid (a window start off the window grid); count (a count not a whole number in [0, 2^53], or above what its users allow); average (an average vector that is not a probability vector). Each is logged as an error; its window waits for that partition's partial of it.", "reason"),
 		partials:    d(MetricPartials, "Distributed mode, releasing instance: partials read from the partials topic, by what the merge did with them (added; skipped: of a window released already; duplicate; late: came after its window was released while its partition was idle; foreign: made under another counting config, window size or input partition count — or an idle record of another window size or partition count — skipped, not merged; conflict: a second partial of a (window, partition) with other counts).", "result"),
 		latePart:    d(MetricLatePartialCounts, "Distributed mode, releasing instance: bounded contributions in late partials (window.watermark event: their window was released while their partition was idle), not released."),
 		idleParts:   d(MetricPartitionsIdle, "Distributed mode, releasing instance: source partitions idle now (window.watermark event), which do not hold windows back."),
@@ -218,7 +220,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 		incomplete:  d(MetricIncompleteWindows, "Distributed mode, releasing instance: windows released with \"complete\": false in their coverage (a rolling config change, or the input topic's partition count changed: docs/distributed.md, \"Partitions added\")."),
 		dataLoss:    d(MetricPartialDataLoss, "Distributed mode, releasing instance: data losses detected on the partials topic (records deleted or the topic recreated past the release group's committed offset)."),
 		lsoHeld:     d(MetricPartialsLSOHeld, "Distributed mode, releasing instance: how long an open transaction has held the partials topic's last stable offset (and every release) below its high watermark."),
-		firstSkip:   d(MetricFirstStartSkipped, "Distributed mode, window.watermark arrival: input records a fresh input partition did not read because they are older than its first window minus events.max_future (they could not count)."),
+		firstSkip:   d(MetricFirstStartSkipped, "window.watermark arrival: input records not read because they are older than the first window counted minus events.max_future (they could not count): by a fresh input partition of the distributed mode, and by the single-process mode when it follows the distributed mode."),
 		lsoHolds:    d(MetricPartialsLSOHolds, "Distributed mode, releasing instance: holds of the partials topic's last stable offset longer than kafka.distributed.transaction_timeout (a hanging bounder transaction)."),
 		regHeld:     d(MetricRegistryHeld, "Input partitions held now because the schema of their next record could not be fetched from the Schema Registry (unreachable or failing): nothing is counted, dropped or committed past that record until the fetch, retried with back-off, succeeds."),
 		regRetries:  d(MetricRegistryRetries, "Schema fetches retried by held input partitions (see "+MetricRegistryHeld+")."),
@@ -229,7 +231,7 @@ func newStageCollector(src func() Source, distributed bool) *stageCollector {
 func (c *stageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.consumed, c.decoded, c.dropped, c.counted, c.bounded, c.late, c.retention,
 		c.releases, c.exhausted, c.retries, c.commits, c.spent, c.remaining, c.total, c.delta, c.charges,
-		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.incomplete, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
+		c.lag, c.ready, c.condition, c.info, c.alpha, c.r, c.sigma, c.scale, c.rdp, c.partials, c.malformed, c.latePart, c.idleParts, c.gaps, c.dataLoss, c.incomplete, c.lsoHeld, c.lsoHolds, c.firstSkip, c.regHeld, c.regRetries} {
 		ch <- d
 	}
 	ch <- brokerRegressionsDesc
@@ -282,6 +284,9 @@ func (c *stageCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.distributed {
 		for r := range partial.NumAddResults {
 			counter(c.partials, st.Partials[r].Load(), partial.AddResult(r).String())
+		}
+		for r := range partial.NumReasons {
+			counter(c.malformed, st.PartialsMalformed[r].Load(), partial.Reason(r).String())
 		}
 		counter(c.latePart, st.LatePartialCounts.Load())
 		gauge(c.idleParts, float64(st.PartitionsIdle.Load()))

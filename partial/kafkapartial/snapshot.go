@@ -119,7 +119,11 @@ func (w *Writer) planEmit(e Emission) txnPlan {
 		return &kgo.Record{Topic: w.cfg.ProgressTopic, Partition: p, Key: key, Value: value}
 	}
 	recs := make([]*kgo.Record, 0, 2+len(e.Admitted)+len(e.Tombstones))
-	recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: e.Partial.Key(), Value: e.Partial.Encode()})
+	val := e.Partial.Encode
+	if w.cfg.PartialsJSON {
+		val = e.Partial.EncodeJSON
+	}
+	recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: e.Partial.Key(), Value: val()})
 	for _, a := range e.Admitted {
 		if e.Snapshot != nil && a.View > 0 {
 			continue // written after the checkpoint's first part, below

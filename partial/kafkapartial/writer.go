@@ -75,6 +75,10 @@ type WriterConfig struct {
 	// transaction holds the topics' last stable offsets back when no new
 	// owner opens. Zero: 10s.
 	TransactionTimeout time.Duration
+	// PartialsJSON writes the Partials in the JSON encoding of older
+	// versions (partial.Partial.EncodeJSON) rather than Arrow
+	// (kafka.distributed.partials_format json: an upgrade's first roll).
+	PartialsJSON bool
 	// ClientOpts are extra kgo options (TLS, SASL, logging). They must not
 	// change the isolation level, partitioner or transactional id.
 	ClientOpts []kgo.Opt

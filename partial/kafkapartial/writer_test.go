@@ -107,6 +107,21 @@ func emission(p int, w int64, users ...uint64) Emission {
 // readPartials reads the partials topic read_committed to its end.
 func readPartials(t *testing.T, c *kfake.Cluster) []*partial.Partial {
 	t.Helper()
+	var out []*partial.Partial
+	for _, v := range readPartialValues(t, c) {
+		p, err := partial.DecodePartial(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// readPartialValues reads the partials topic's record values
+// read_committed to its end.
+func readPartialValues(t *testing.T, c *kfake.Cluster) [][]byte {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{partialsTopic: {0: kgo.NewOffset().AtStart()}}))
 	if err != nil {
@@ -118,7 +133,7 @@ func readPartials(t *testing.T, c *kfake.Cluster) []*partial.Partial {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*partial.Partial
+	var out [][]byte
 	for last := int64(-1); last+1 < lso; {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(pctx)
@@ -129,11 +144,7 @@ func readPartials(t *testing.T, c *kfake.Cluster) []*partial.Partial {
 		}
 		fs.EachRecord(func(r *kgo.Record) {
 			last = r.Offset
-			p, err := partial.DecodePartial(r.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, p)
+			out = append(out, r.Value)
 		})
 	}
 	return out
@@ -352,4 +363,46 @@ func TestWriterTimedOut(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriterPartialsFormat (issue 28 item 4): a writer writes its
+// Partials as Arrow, or as JSON with PartialsJSON (kafka.distributed.
+// partials_format json: what a releaser of an older version reads); both
+// decode to the Partial emitted.
+func TestWriterPartialsFormat(t *testing.T) {
+	c := newCluster(t, 2)
+	ctx := ctxT(t)
+	cfg := writerConfig(c, 0)
+	cfg.PartialsJSON = true
+	js, err := OpenWriter(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer js.Close()
+	if err := js.Emit(ctx, emission(0, 10*minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := openWriter(t, c, 1).Emit(ctx, emission(1, 10*minute)); err != nil {
+		t.Fatal(err)
+	}
+	vals := readPartialValues(t, c)
+	if len(vals) != 2 || vals[0][0] != '{' || vals[1][0] == '{' {
+		t.Fatalf("%d partials, want 2: the first JSON, the second Arrow (values start %q)", len(vals), firstBytes(vals))
+	}
+	for i, v := range vals {
+		p, err := partial.DecodePartial(v)
+		if err != nil || p.Partition != i || len(p.Counts) != 1 || p.Counts[0].Counts[0] != 10 {
+			t.Errorf("partial %d: %+v, %v", i, p, err)
+		}
+	}
+}
+
+func firstBytes(vals [][]byte) []byte {
+	var out []byte
+	for _, v := range vals {
+		if len(v) > 0 {
+			out = append(out, v[0])
+		}
+	}
+	return out
 }
