@@ -338,6 +338,14 @@ type Histogram struct {
 	// mode's counting fingerprint (CountingFingerprint) of a config
 	// without it is the fingerprint it had before the key existed.
 	MaxWindowsPerUser int `yaml:"max_windows_per_user" json:",omitempty"`
+
+	// BudgetShare, when set, is the share of the count histograms' period
+	// budget this count histogram (view) gets, in (0, 1]; the count
+	// histograms without one split the rest as without shares, in
+	// proportion to their windows per period (shares.go, plan's "Budget
+	// shares"). Default 0: no share of its own. Not part of the counting
+	// fingerprint (omitempty): it changes the noise, not what is counted.
+	BudgetShare float64 `yaml:"budget_share" json:",omitempty"`
 }
 
 // HistWindowBound is the cross-window bound K_h of the histogram of config

@@ -140,6 +140,7 @@ func (c *Config) Validate() error {
 	k.privacy()
 	k.activity()
 	k.intervals()
+	k.budgetShares()
 	k.nonEmpty("state.dir", c.State.Dir)
 	k.stateLedger()
 	k.distributed()

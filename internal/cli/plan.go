@@ -236,18 +236,24 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "neighbour\t%s, max %d event(s) per user per window  (Δ1=%g Δ2²=%g Δ∞=%g)\n", plan.Neighbour,
 		cfg.Contribution.MaxEventsPerUser, cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "mechanism\t%s\n", mech)
-	fmt.Fprintf(tw, "per release\t%s\n", perReleaseLine(plan))
-	switch spec.Kind {
-	case mechanism.Dirichlet:
+	if cp.Views != nil {
+		printViewCalibrations(tw, cfg, plan)
+	} else {
+		fmt.Fprintf(tw, "per release\t%s\n", perReleaseLine(plan, cp))
+	}
+	switch {
+	case cp.Views != nil:
+		// each view's parameters are on its line above
+	case spec.Kind == mechanism.Dirichlet:
 		fmt.Fprintf(tw, "parameters\tα=%.6g r=%.6g (release Dir(r·x + α))\n", params.Alpha, params.R)
 		if spec.Calibration == mechanism.Exact {
 			if ok, why := mechanism.ExactCovers(spec); !ok {
 				fmt.Fprintf(tw, "note\t%s\n", why)
 			}
 		}
-	case mechanism.Gaussian:
+	case spec.Kind == mechanism.Gaussian:
 		fmt.Fprintf(tw, "parameters\tσ=%.6g per count\n", params.Sigma)
-	case mechanism.Laplace:
+	case spec.Kind == mechanism.Laplace:
 		fmt.Fprintf(tw, "parameters\tb=%.6g per count\n", params.Scale)
 	}
 	if line := gridResidualLine(plan, cp.Units); line != "" {

@@ -149,7 +149,7 @@ func viewShare(p *plan.Plan, i int) string {
 	cp := p.Count
 	alone, _ := budget.ToEpsilon(cp.ReservationOf(i), cp.RDPDelta)
 	return fmt.Sprintf("; a user counts in at most %d of its %d windows a period: reservation of %d per-window curves = %.3g%% of the count histograms' period budget (alone ε=%.6g at δ=%.3g)",
-		b.K, b.Windows, b.CountWindows, 100*float64(b.CountWindows)/float64(cp.Units), alone, cp.RDPDelta)
+		b.K, b.Windows, b.CountWindows, 100*cp.ShareOf(i, b.CountWindows), alone, cp.RDPDelta)
 }
 
 // printAveragePlan prints the average histograms' (ε, δ) releases and their
@@ -187,14 +187,11 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
-	fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan))
-	switch {
-	case params.Alpha > 0:
-		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
-	case params.Sigma > 0:
-		fmt.Fprintf(tw, "  parameters\tσ=%.6g\n", params.Sigma)
-	case params.Scale > 0:
-		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
+	if cp.Views != nil {
+		printViewCalibrations(tw, cfg, plan)
+	} else {
+		fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan, cp))
+		fmt.Fprintf(tw, "  parameters\t%s\n", paramsText(params))
 	}
 	printUtilities(tw, "  ", cfg, plan)
 	printActivity(tw, "  ", cfg, plan)
@@ -209,7 +206,11 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 				cp.FitUnits, cp.Units, 100*float64(cp.FitUnits)/float64(cp.Units))
 		}
 	}
-	eps, order := budget.ToEpsilon(cp.Charge.Scale(float64(units)), cp.RDPDelta)
+	composed := cp.Charge.Scale(float64(units))
+	if units == cp.Units {
+		composed = cp.Composed() // every view's own curves with budget shares
+	}
+	eps, order := budget.ToEpsilon(composed, cp.RDPDelta)
 	if line := gridResidualLine(plan, units); line != "" {
 		fmt.Fprintf(tw, "  grid residual\t%s\n", line)
 	}
@@ -287,8 +288,7 @@ func viewComposition(cfg *config.Config, p *plan.Plan) string {
 // release grid's residual for the floating-point mechanisms), printed
 // rounded up, and what it is made of — not the calibration's ideal target
 // (issue 28 item 5).
-func perReleaseLine(p *plan.Plan) string {
-	cp := p.Count
+func perReleaseLine(p *plan.Plan, cp *plan.CountPlan) string {
 	spec := cp.Mechanism.Spec()
 	charged, ok := cp.Charge.At(spec.Order)
 	if !ok { // the plans put the calibration order on the grid
@@ -391,12 +391,8 @@ func deltaUsers(cfg *config.Config) string {
 // verdict column uses).
 func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	for _, u := range plan.Utilities(cfg, p) {
-		at := fmt.Sprintf("%g events per release", u.N)
-		if u.Assumed {
-			at += " (assumed; set privacy.expected_events_per_release)"
-		}
-		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
-			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
+		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g%s at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
+			indent, u.Histogram, u.L2, u.Over(), u.At(), u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
 	}
 }
 
