@@ -12,7 +12,7 @@ import (
 // printViewCalibrations prints, with histograms[].budget_share, each count
 // histogram's own calibration: its share of the count histograms' budget,
 // what one of its windows is charged and the mechanism's parameters.
-func printViewCalibrations(tw io.Writer, cfg *config.Config, p *plan.Plan) {
+func printViewCalibrations(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	cp := p.Count
 	for i, h := range cfg.Histograms {
 		v := cp.For(i)
@@ -23,8 +23,8 @@ func printViewCalibrations(tw io.Writer, cfg *config.Config, p *plan.Plan) {
 		if h.BudgetShare > 0 {
 			own = "budget_share"
 		}
-		fmt.Fprintf(tw, "  view %s\t%.3g%% of the count budget (%s) over %d per-window curves: %s; %s\n",
-			h.Name, 100*v.Share, own, v.Units, perReleaseLine(p, v), paramsText(v.Mechanism.Params()))
+		fmt.Fprintf(tw, "%sview %s\t%.3g%% of the count budget (%s) over %d per-window curves: %s; %s\n",
+			indent, h.Name, 100*v.Share, own, v.Units, perReleaseLine(p, v), paramsText(v.Mechanism.Params()))
 	}
 }
 

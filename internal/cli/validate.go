@@ -188,7 +188,7 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
 	if cp.Views != nil {
-		printViewCalibrations(tw, cfg, plan)
+		printViewCalibrations(tw, "  ", cfg, plan)
 	} else {
 		fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan, cp))
 		fmt.Fprintf(tw, "  parameters\t%s\n", paramsText(params))
