@@ -640,6 +640,13 @@ type Generator struct {
 	// windows), new users taking the places of old ones, as web traffic
 	// does. Default 0: the same users all the time.
 	UserLifetime Duration `yaml:"user_lifetime"`
+	// Steady, when true, makes a steady population of returning users:
+	// the events of each window.size of event time are distinct users
+	// drawn uniformly from the population, countries uniform — with
+	// users·p/60 events per second each user is active in a minute with
+	// probability p, the population `stage eval steady` simulates. Default
+	// false: Zipf-skewed users (a few very active, most rarely seen).
+	Steady bool `yaml:"steady"`
 }
 
 // HTTP configures the stage's two HTTP listeners, kept apart: the public

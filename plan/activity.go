@@ -621,7 +621,7 @@ func (r Recommendation) Advice() string {
 	var s string
 	if r.Finest >= 0 {
 		f := r.Best[r.Finest]
-		s = fmt.Sprintf("For this figure the finest useful setting is %s: predicted mean ℓ2 %.3g over the period (%s)",
+		s = fmt.Sprintf("For this figure the finest useful single window size for every count histogram is %s: predicted mean ℓ2 %.3g over the period (%s)",
 			f.Describe(), f.MeanL2, f.Settings())
 	} else {
 		s = "No window size is useful for this figure at this budget"

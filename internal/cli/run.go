@@ -288,7 +288,12 @@ func newGenerator(ctx context.Context, cfg *config.Config, extra generator.Confi
 	if err != nil {
 		return nil, fmt.Errorf("generator: %w", err)
 	}
+	var steady time.Duration
+	if cfg.Generator.Steady {
+		steady = cfg.Window.Size.D() // distinct users in every base window
+	}
 	return generator.New(generator.Config{
+		Steady:          steady,
 		Format:          format,
 		SchemaID:        schemaID,
 		Users:           cfg.Generator.Users,
