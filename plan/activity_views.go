@@ -132,14 +132,7 @@ func recommendViews(cfg *config.Config, dirichlet bool) *MultiView {
 		cc.Histograms = slices.Clone(c.Histograms)
 		cc.Contribution.MaxWindowsPerUser = k
 		cc.Privacy.Mechanism, cc.Privacy.Calibration, cc.Privacy.PriorAlpha = mech, calibration, 0
-		if cc.Validate() != nil {
-			return
-		}
-		p, err := DerivePlan(&cc)
-		if err != nil || p.Count == nil {
-			return
-		}
-		views, ok := PredictViews(&cc, p)
+		views, ok := predictCandidate(&cc)
 		if !ok {
 			return
 		}
@@ -171,6 +164,19 @@ func recommendViews(cfg *config.Config, dirichlet bool) *MultiView {
 		best.Led = leadShares(best, sizes[0])
 	}
 	return best
+}
+
+// predictCandidate validates and plans a candidate config and predicts
+// its views; false when any step fails.
+func predictCandidate(cc *config.Config) ([]Activity, bool) {
+	if cc.Validate() != nil {
+		return nil, false
+	}
+	p, err := DerivePlan(cc)
+	if err != nil || p.Count == nil {
+		return nil, false
+	}
+	return PredictViews(cc, p)
 }
 
 // leadShares searches budget shares (histograms[].budget_share) for mv's
@@ -239,14 +245,7 @@ func leadShares(mv *MultiView, size time.Duration) *MultiView {
 				cc.Histograms[i].BudgetShare = shares[sz] / float64(len(idx))
 			}
 		}
-		if cc.Validate() != nil {
-			return
-		}
-		p, err := DerivePlan(&cc)
-		if err != nil || p.Count == nil {
-			return
-		}
-		views, ok := PredictViews(&cc, p)
+		views, ok := predictCandidate(&cc)
 		if !ok {
 			return
 		}
