@@ -361,7 +361,7 @@ func (r *Releaser) countCharge(h int) budget.Charge {
 	if r.plan.Bound.K == 0 {
 		return budget.Charge{RDP: cp.Charge}
 	}
-	c := budget.Charge{RDP: cp.ReservationOf(h)}
+	c := budget.Charge{RDP: r.plan.Count.ReservationOf(h)} // K′_h copies of the view's own curve
 	c.Reservation = r.reservationKey(h, c)
 	return c
 }
