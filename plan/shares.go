@@ -30,6 +30,12 @@ import (
 //	Σ_h U_h·c_h + (the totals' and average totals' curves, as in "Totals")
 //
 // c_h = budget.ChargeOf(mechanism of h) (+ the count totals' curve). The
+// shares split the mechanisms' calibration targets: for the Gaussian and
+// Laplace that is the split of the composed curve; a Dirichlet release also
+// carries the release grid's residual e(λ), the same for every release
+// whatever its calibration, so a Dirichlet view's part of the composition
+// is its share plus U_h residuals (validate prints each view's charged
+// curve, residual included). The
 // largest e whose composition converts to at most the RDP part's
 // Planned(ε) at δ is found by budget.Fit, which only returns a candidate
 // it has checked — so the accounting rests on the composed curves, never

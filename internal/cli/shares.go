@@ -40,3 +40,7 @@ func paramsText(params mechanism.Params) string {
 	}
 	return "no parameters"
 }
+
+// countPlan names plan.CountPlan where a parameter called plan hides the
+// package.
+type countPlan = plan.CountPlan

@@ -231,11 +231,23 @@ func gridResidualLine(plan *plan.Plan, units int) string {
 		return ""
 	}
 	k := mechanism.GridCoordinates(spec.Sensitivity)
-	ideal := budget.CurveOf(cp.Mechanism, cp.Charge.Orders())
-	if t := plan.Totals; t != nil && t.Count != nil {
-		ideal = ideal.Add(t.CountCharge) // the units' totals: exact samplers, no residual
+	idealOf := func(v *countPlan, n int) budget.Curve {
+		ideal := budget.CurveOf(v.Mechanism, v.Charge.Orders())
+		if t := plan.Totals; t != nil && t.Count != nil {
+			ideal = ideal.Add(t.CountCharge) // the units' totals: exact samplers, no residual
+		}
+		return ideal.Scale(float64(n))
 	}
-	idealEps, _ := budget.ToEpsilon(ideal.Scale(float64(units)), cp.RDPDelta)
+	composed := idealOf(cp, units)
+	if cp.Views != nil { // budget shares: every view's own calibration over its own curves
+		composed, _ = budget.ZeroCurve(cp.Charge.Orders())
+		for _, v := range cp.Views {
+			if v != nil {
+				composed = composed.Add(idealOf(v, v.Units))
+			}
+		}
+	}
+	idealEps, _ := budget.ToEpsilon(composed, cp.RDPDelta)
 	return fmt.Sprintf("e(λ) = k·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1), k=%g changed coordinates, ρ=%g: %.6g per release at λ=%g, charged with every release (included below; without it the same calibration composes to ε=%.6g)",
 		k, mechanism.ReleaseGridRho, mechanism.GridResidualRDP(spec.Order, k), spec.Order, idealEps)
 }
