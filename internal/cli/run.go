@@ -252,7 +252,7 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 		for i, h := range cfg.Histograms {
 			if v := p.Count.For(i); v != p.Count {
 				spec := v.Mechanism.Spec()
-				fields = append(fields, zap.Dict("view_"+h.Name, zap.Float64("budget_share", v.Share),
+				fields = append(fields, zap.Dict("calibration_"+h.Name, zap.Float64("budget_share", v.Share),
 					zap.Float64("calibration_target_rdp_epsilon", spec.RDPEpsilon), zap.Float64("sigma", v.Mechanism.Params().Sigma),
 					zap.Float64("scale", v.Mechanism.Params().Scale), zap.Float64("alpha", v.Mechanism.Params().Alpha)))
 			}
