@@ -228,3 +228,40 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+// TestSharesWithoutTheWindowBound: without max_windows_per_user a view's
+// units are its windows per period (every window charged), and the shares
+// split those: devices with 0.5 of the count budget over its 1,440 minutes,
+// pages the rest over its 1,440 — so both calibrate to the same per-window
+// target here — and with 0.9 devices is less noisy than pages; the count
+// histograms' composition (Composed: 1,440 of each view's own curve)
+// converts within the count part of the budget.
+func TestSharesWithoutTheWindowBound(t *testing.T) {
+	for _, tc := range []struct {
+		devices float64
+		less    bool // devices calibrated to a larger target than pages
+	}{{0.5, false}, {0.9, true}} {
+		cfg := boundConfig(t, 0, "replace", "  mechanism: gaussian", 1)
+		cfg.Contribution.MaxTrackedUsers = 0
+		cfg.Histograms = cfg.Histograms[:2] // the average histogram's 1,440 releases alone exceed ε = 1
+		cfg.Histograms[1].BudgetShare = tc.devices
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		p, err := plan.DerivePlan(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp := p.Count
+		if cp.For(0).Units != 1440 || cp.For(1).Units != 1440 || cp.Reservations != nil {
+			t.Fatalf("units %d, %d (want 1440 each), reservations %v (want none)", cp.For(0).Units, cp.For(1).Units, cp.Reservations)
+		}
+		e0, e1 := cp.For(0).Mechanism.Spec().RDPEpsilon, cp.For(1).Mechanism.Spec().RDPEpsilon
+		if tc.less != (e1 > e0*(1+1e-9)) || (!tc.less && math.Abs(e1-e0) > 1e-9*e0) {
+			t.Errorf("devices share %v: targets pages %v, devices %v", tc.devices, e0, e1)
+		}
+		if eps, _ := budget.ToEpsilon(cp.Composed(), cp.RDPDelta); !(eps <= cp.RDPEpsilon) {
+			t.Errorf("devices share %v: the views compose to ε %v > the count part %v", tc.devices, eps, cp.RDPEpsilon)
+		}
+	}
+}
