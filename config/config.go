@@ -359,6 +359,14 @@ type Histogram struct {
 	// mode's counting fingerprint (CountingFingerprint) of a config
 	// without it is the fingerprint it had before the key existed.
 	MaxWindowsPerUser int `yaml:"max_windows_per_user" json:",omitempty"`
+
+	// BudgetShare, when set, is the share of the count histograms' period
+	// budget this count histogram (view) gets, in (0, 1]; the count
+	// histograms without one split the rest as without shares, in
+	// proportion to their windows per period (shares.go, plan's "Budget
+	// shares"). Default 0: no share of its own. Not part of the counting
+	// fingerprint (omitempty): it changes the noise, not what is counted.
+	BudgetShare float64 `yaml:"budget_share" json:",omitempty"`
 }
 
 // HistWindowBound is the cross-window bound K_h of the histogram of config
@@ -653,6 +661,13 @@ type Generator struct {
 	// windows), new users taking the places of old ones, as web traffic
 	// does. Default 0: the same users all the time.
 	UserLifetime Duration `yaml:"user_lifetime"`
+	// Steady, when true, makes a steady population of returning users:
+	// the events of each window.size of event time are distinct users
+	// drawn uniformly from the population, countries uniform — with
+	// users·p/60 events per second each user is active in a minute with
+	// probability p, the population `stage eval steady` simulates. Default
+	// false: Zipf-skewed users (a few very active, most rarely seen).
+	Steady bool `yaml:"steady"`
 }
 
 // HTTP configures the stage's two HTTP listeners, kept apart: the public

@@ -141,6 +141,7 @@ func (c *Config) Validate() error {
 	k.selection()
 	k.activity()
 	k.intervals()
+	k.budgetShares()
 	k.nonEmpty("state.dir", c.State.Dir)
 	k.stateLedger()
 	k.distributed()

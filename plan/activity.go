@@ -248,15 +248,13 @@ func PredictView(cfg *config.Config, p *Plan, i int) (Activity, bool) {
 	if i < len(p.HistBounds) {
 		k = p.HistBounds[i].K
 	}
-	a := predict(p, h, mechanismName(cfg), h.WindowSize(cfg.Window.Size).D(), windows, k, float64(windows)*pr, n*pr/p0)
+	a := predict(p, i, h, mechanismName(cfg), h.WindowSize(cfg.Window.Size).D(), windows, k, float64(windows)*pr, n*pr/p0)
 	a.Assumed, a.Index, a.Scale, a.BasePerUser, a.BaseWindows = assumed, i, r, m, p.WindowsPerPeriod
-	if units := p.Count.Units; units > 0 {
-		own := windows
-		if k > 0 {
-			own = p.HistBounds[i].CountWindows
-		}
-		a.ReservedShare = float64(own) / float64(units)
+	own := windows
+	if k > 0 {
+		own = p.HistBounds[i].CountWindows
 	}
+	a.ReservedShare = p.Count.ShareOf(i, own)
 	return a, true
 }
 
@@ -300,12 +298,12 @@ func mechanismName(cfg *config.Config) string {
 // predict evaluates p's count mechanism on histogram h through a period of
 // windows windows of size window, with bound k, activity figure perUser
 // and n events per release before the bound.
-func predict(p *Plan, h config.Histogram, mech string, window time.Duration, windows, k int, perUser, n float64) Activity {
+func predict(p *Plan, hi int, h config.Histogram, mech string, window time.Duration, windows, k int, perUser, n float64) Activity {
 	d := len(h.Bins)
 	a := Activity{
 		Mechanism: mech, Window: window, Windows: windows, K: k,
 		PerUser: perUser, P: min(perUser/float64(windows), 1), Events: n,
-		PerReleaseEpsilon: p.Count.Mechanism.Spec().RDPEpsilon,
+		PerReleaseEpsilon: p.Count.For(hi).Mechanism.Spec().RDPEpsilon,
 		Histogram:         h.Name, Bins: d, UniformL2: UniformL2(d),
 	}
 	a.T = sampleWindows(windows)
@@ -314,7 +312,7 @@ func predict(p *Plan, h config.Histogram, mech string, window time.Duration, win
 	sum := 0.0
 	for i, t := range a.T {
 		a.Share[i] = CountedShare(t, a.P, k)
-		a.L2[i] = ExpectedL2(p.Count.Mechanism, d, n*a.Share[i])
+		a.L2[i] = ExpectedL2(p.Count.For(hi).Mechanism, d, n*a.Share[i])
 		sum += a.L2[i]
 	}
 	a.MeanL2 = sum / float64(len(a.T))
@@ -518,6 +516,7 @@ func candidate(cfg *config.Config, hist int, size time.Duration, windows, k int,
 		// K: a histogram's own bound belongs to its own window (a view).
 		c.Histograms[i].Window = 0
 		c.Histograms[i].MaxWindowsPerUser = 0
+		c.Histograms[i].BudgetShare = 0 // one window: one calibration
 	}
 	c.Contribution.MaxWindowsPerUser = k
 	c.Contribution.MaxTrackedUsers = 0
@@ -528,7 +527,7 @@ func candidate(cfg *config.Config, hist int, size time.Duration, windows, k int,
 	if err != nil || p.Count == nil || p.WindowsPerPeriod != windows {
 		return Activity{}, false
 	}
-	return predict(p, c.Histograms[hist], mechanismName(&c), size, windows, k, m, n), true
+	return predict(p, hist, c.Histograms[hist], mechanismName(&c), size, windows, k, m, n), true
 }
 
 // ShortDuration formats d without trailing zero units: 1m, 1h, 24h,
@@ -622,7 +621,7 @@ func (r Recommendation) Advice() string {
 	var s string
 	if r.Finest >= 0 {
 		f := r.Best[r.Finest]
-		s = fmt.Sprintf("For this figure the finest useful setting is %s: predicted mean ℓ2 %.3g over the period (%s)",
+		s = fmt.Sprintf("For this figure the finest useful single window size for every count histogram is %s: predicted mean ℓ2 %.3g over the period (%s)",
 			f.Describe(), f.MeanL2, f.Settings())
 	} else {
 		s = "No window size is useful for this figure at this budget"

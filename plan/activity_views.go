@@ -33,6 +33,12 @@ type MultiView struct {
 	// Useful reports whether every coarser view is useful
 	// (MeanRatio ≤ UsefulRatio): the constraint the search met.
 	Useful bool
+	// Led is the same views with budget shares in which the views at
+	// Led.Lead (the first coarser size: an hour) lead and the views at
+	// window.size are a trend line (leadShares); nil when none qualifies.
+	Led *MultiView
+	// Lead is, in a Led recommendation, the view size that leads.
+	Lead time.Duration
 }
 
 // viewSizes are the coarser view sizes recommendViews adds: an hour, a
@@ -126,14 +132,7 @@ func recommendViews(cfg *config.Config, dirichlet bool) *MultiView {
 		cc.Histograms = slices.Clone(c.Histograms)
 		cc.Contribution.MaxWindowsPerUser = k
 		cc.Privacy.Mechanism, cc.Privacy.Calibration, cc.Privacy.PriorAlpha = mech, calibration, 0
-		if cc.Validate() != nil {
-			return
-		}
-		p, err := DerivePlan(&cc)
-		if err != nil || p.Count == nil {
-			return
-		}
-		views, ok := PredictViews(&cc, p)
+		views, ok := predictCandidate(&cc)
 		if !ok {
 			return
 		}
@@ -161,6 +160,111 @@ func recommendViews(cfg *config.Config, dirichlet bool) *MultiView {
 	if best != nil && dirichlet {
 		try(best.K, config.MechanismDirichlet, config.CalibrationOptimal)
 	}
+	if best != nil && len(sizes) > 0 {
+		best.Led = leadShares(best, sizes[0])
+	}
+	return best
+}
+
+// predictCandidate validates and plans a candidate config and predicts
+// its views; false when any step fails.
+func predictCandidate(cc *config.Config) ([]Activity, bool) {
+	if cc.Validate() != nil {
+		return nil, false
+	}
+	p, err := DerivePlan(cc)
+	if err != nil || p.Count == nil {
+		return nil, false
+	}
+	return PredictViews(cc, p)
+}
+
+// leadShares searches budget shares (histograms[].budget_share) for mv's
+// views in which the views at size lead (the hour view a returning-user
+// dashboard leads with) and the views at window.size are a trend line:
+// over the lead views' summed share on a grid of 0.05 to 0.9 and each
+// other coarser size's on {0.02, 0.05, 0.1, 0.2} (split evenly over the
+// histograms of a size; the views at window.size get the rest, at least
+// 0.05), it keeps the candidate whose lead views' mean predicted error is
+// least while every view at window.size stays at most rough (MeanRatio ≤
+// NearUniformRatio) and every other coarser view useful. Nil when no
+// candidate qualifies or none improves the lead views on mv.
+func leadShares(mv *MultiView, size time.Duration) *MultiView {
+	cfg := mv.Config
+	bySize := map[time.Duration][]int{}
+	var others []time.Duration
+	base := cfg.Window.Size.D()
+	for i, h := range cfg.Histograms {
+		if h.IsAverage() {
+			continue
+		}
+		s := h.WindowSize(cfg.Window.Size).D()
+		if s != base && s != size && len(bySize[s]) == 0 {
+			others = append(others, s)
+		}
+		bySize[s] = append(bySize[s], i)
+	}
+	if len(bySize[size]) == 0 || len(bySize[base]) == 0 {
+		return nil
+	}
+	leadErr := func(views []Activity) float64 {
+		sum := 0.0
+		for _, a := range views {
+			if a.Window == size {
+				sum += a.MeanL2
+			}
+		}
+		return sum
+	}
+	var best *MultiView
+	bestErr := leadErr(mv.Views)
+	otherGrid := []float64{0.02, 0.05, 0.1, 0.2}
+	var walk func(j int, shares map[time.Duration]float64)
+	walk = func(j int, shares map[time.Duration]float64) {
+		if j < len(others) {
+			for _, s := range otherGrid {
+				shares[others[j]] = s
+				walk(j+1, shares)
+			}
+			return
+		}
+		used := 0.0
+		for _, s := range shares {
+			used += s
+		}
+		if 1-used < 0.05 {
+			return
+		}
+		cc := *cfg
+		cc.Histograms = slices.Clone(cfg.Histograms)
+		for sz, idx := range bySize {
+			if sz == base {
+				continue
+			}
+			for _, i := range idx {
+				cc.Histograms[i].BudgetShare = shares[sz] / float64(len(idx))
+			}
+		}
+		views, ok := predictCandidate(&cc)
+		if !ok {
+			return
+		}
+		for _, a := range views {
+			switch {
+			case a.Window == base && a.MeanRatio() > NearUniformRatio:
+				return
+			case a.Window != base && a.Window != size && a.MeanRatio() > UsefulRatio:
+				return
+			}
+		}
+		if e := leadErr(views); e < bestErr {
+			bestErr = e
+			best = &MultiView{Config: &cc, Views: views, K: mv.K, Mechanism: mv.Mechanism, Base: mv.Base, Useful: true, Lead: size}
+		}
+	}
+	for ls := 0.05; ls < 0.9+1e-9; ls += 0.05 {
+		walk(0, map[time.Duration]float64{size: math.Round(ls*100) / 100})
+	}
 	return best
 }
 
@@ -174,6 +278,7 @@ type yamlHist struct {
 	Groups            []string `yaml:"groups,flow,omitempty"`
 	Window            string   `yaml:"window,omitempty"`
 	MaxWindowsPerUser int      `yaml:"max_windows_per_user,omitempty"`
+	BudgetShare       float64  `yaml:"budget_share,omitempty"`
 }
 
 // YAML is the recommendation as config lines to paste: the
@@ -200,7 +305,7 @@ func (mv *MultiView) YAML() string {
 		if h.IsAverage() {
 			continue
 		}
-		y := yamlHist{Name: h.Name, Field: h.Field, Bins: h.Bins, OverflowBin: h.OverflowBin, GroupBy: h.GroupBy, Groups: h.Groups, MaxWindowsPerUser: h.MaxWindowsPerUser}
+		y := yamlHist{Name: h.Name, Field: h.Field, Bins: h.Bins, OverflowBin: h.OverflowBin, GroupBy: h.GroupBy, Groups: h.Groups, MaxWindowsPerUser: h.MaxWindowsPerUser, BudgetShare: h.BudgetShare}
 		if h.Window > 0 {
 			y.Window = ShortDuration(h.Window.D())
 		}

@@ -263,6 +263,15 @@ type CountPlan struct {
 	// compose within: (Epsilon, Delta) minus the average histograms'
 	// reservation and the selections' budget (Plan.Selection).
 	RDPEpsilon, RDPDelta float64
+	// Views is, with histograms[].budget_share, by config index, each
+	// count histogram's own calibration (Mechanism, Charge, Units = its
+	// per-window curves, Share; nil for an average histogram); nil without
+	// shares. Read a histogram's calibration with For. Mechanism and
+	// Charge above are then the first count histogram's.
+	Views []*CountPlan
+	// Share is, in a view of Views, its share of the count histograms'
+	// budget (config.Config.BudgetShares); 0 otherwise.
+	Share float64
 }
 
 // AveragePlan is the calibrated release of one average histogram.
@@ -351,6 +360,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 	bound := windowBound(cfg.Contribution.MaxWindowsPerUser, windows, cfg.Privacy.Neighbour)
 	hbounds := make([]WindowBound, len(cfg.Histograms))
 	counts, units := 0, 0
+	hunits := make([]int, len(cfg.Histograms)) // per-window curves per period, by config index
 	for i, h := range cfg.Histograms {
 		hw, err := HistWindows(cfg, i)
 		if err != nil {
@@ -369,6 +379,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 				hw = hbounds[i].CountWindows // Σ_h min(K_h, W_h): see "Views"
 			}
 			units += hw
+			hunits[i] = hw
 		}
 	}
 	avgs, aEps, aDelta, err := planAverages(cfg, windows, hbounds, len(cfg.Histograms)-counts)
@@ -443,7 +454,20 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 		spec.Kind = mechanism.Laplace // the noise; the posterior is post-processing (see Plan)
 	}
 	var cp *CountPlan
-	switch {
+	switch shares := cfg.BudgetShares(hunits); {
+	case shares != nil && cfg.Privacy.RDPEpsilon == 0: // validation refuses both
+		if cp, err = viewsPlan(spec, shares, hunits, counts, tp, rdpEps, rdpDelta); err != nil {
+			return nil, err
+		}
+		for _, v := range cp.Views {
+			if v == nil {
+				continue
+			}
+			if v.Mechanism, err = stageMechanism(cfg, v.Mechanism); err != nil {
+				return nil, err
+			}
+			v.RDPEpsilon, v.RDPDelta = rdpEps, rdpDelta
+		}
 	case cfg.Privacy.RDPEpsilon > 0:
 		if cp, err = explicitPlan(cfg, spec, counts, units, hbounds, tp, rdpEps, rdpDelta); err != nil {
 			return nil, err
@@ -467,7 +491,9 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 			PlannedEpsilon: p.Epsilon,
 		}
 	}
-	if cp.Mechanism, err = stageMechanism(cfg, cp.Mechanism); err != nil {
+	if cp.Views != nil {
+		cp.Mechanism = cp.For(slices.IndexFunc(cp.Views, func(v *CountPlan) bool { return v != nil })).Mechanism
+	} else if cp.Mechanism, err = stageMechanism(cfg, cp.Mechanism); err != nil {
 		return nil, err
 	}
 	plan.Totals = tp
@@ -478,7 +504,7 @@ func DerivePlan(cfg *config.Config) (*Plan, error) {
 			if h.IsAverage() {
 				continue
 			}
-			cp.Reservations[i] = cp.Charge.Scale(float64(hbounds[i].CountWindows))
+			cp.Reservations[i] = cp.For(i).Charge.Scale(float64(hbounds[i].CountWindows))
 			if err := cp.Reservations[i].Err(); err != nil {
 				return nil, fmt.Errorf("derive privacy plan: histograms[%d]: %w", i, err)
 			}

@@ -79,6 +79,12 @@ type Utility struct {
 	// one and DefaultPlanningEvents is used.
 	N       float64
 	Assumed bool
+	// Basis says how N was derived for a view coarser than window.size
+	// (ViewEvents); "" at window.size.
+	Basis string
+	// Period is set when L2 is the view's mean predicted error over the
+	// period (the activity prediction), not one window's at N.
+	Period bool
 	// L2 is the root-mean-square ℓ2 distance between a release and the true
 	// normalized histogram x/N, averaged over histograms drawn from the flat
 	// prior on the simplex (the model of 000 §4 / mechanism/optimal.go for
@@ -88,6 +94,32 @@ type Utility struct {
 	// UniformL2 is the same figure for the constant answer "uniform":
 	// √((d−1)/(d(d+1))), what a release that ignores the data scores.
 	UniformL2 float64
+}
+
+// At says at what figure the error is predicted: "N events per release"
+// and where N comes from.
+func (u Utility) At() string {
+	src := "privacy.expected_events_per_release"
+	if u.Assumed {
+		src = "assumed: set privacy.expected_events_per_release to your traffic"
+	}
+	if u.Basis != "" {
+		src += "; " + u.Basis
+	}
+	n := fmt.Sprintf("%.0f", u.N) // a count: 10000, not 1e+04
+	if u.N < 10 {
+		n = fmt.Sprintf("%.3g", u.N)
+	}
+	return fmt.Sprintf("%s events per release (%s)", n, src)
+}
+
+// Over is " (mean over the period)" when L2 is the activity prediction's
+// mean, else "".
+func (u Utility) Over() string {
+	if u.Period {
+		return " (mean over the period)"
+	}
+	return ""
 }
 
 // Ratio is L2 / UniformL2: 0 is exact, 1 is no better than "uniform".
@@ -177,26 +209,58 @@ func NoiseOnlyL2(d int, gaussian bool) float64 {
 }
 
 // Utilities returns the expected error of every count histogram's release
-// under p at the config's planning figure (or DefaultPlanningEvents). Nil
-// without count histograms.
+// under p (each with its own calibration: CountPlan.For), at each view's
+// own events per release (ViewEvents; issue 29 item 4: the per-minute
+// planning figure is not an hour view's). With
+// privacy.expected_windows_per_user the figure is the view's activity
+// prediction's mean over the period (PredictView: Period set), so the
+// expected-error line, the activity line and the warnings give one verdict
+// per view. Nil without count histograms.
 func Utilities(cfg *config.Config, p *Plan) []Utility {
 	if p.Count == nil {
 		return nil
 	}
-	n, assumed := cfg.Privacy.ExpectedEventsPerRelease, false
-	if !(n > 0) {
-		n, assumed = DefaultPlanningEvents, true
-	}
 	var out []Utility
-	for _, h := range cfg.Histograms {
+	for i, h := range cfg.Histograms {
 		if h.IsAverage() {
 			continue
 		}
 		d := len(h.Bins)
-		out = append(out, Utility{Histogram: h.Name, Bins: d, N: n, Assumed: assumed,
-			L2: ExpectedL2(p.Count.Mechanism, d, n), UniformL2: UniformL2(d)})
+		n, how, assumed := ViewEvents(cfg, p, i)
+		u := Utility{Histogram: h.Name, Bins: d, N: n, Basis: how, Assumed: assumed,
+			L2: ExpectedL2(p.Count.For(i).Mechanism, d, n), UniformL2: UniformL2(d)}
+		if a, ok := PredictView(cfg, p, i); ok {
+			u.L2, u.Period = a.MeanL2, true
+		}
+		out = append(out, u)
 	}
 	return out
+}
+
+// ViewEvents is count histogram i's events per release before the bound,
+// how it is derived, and whether the planning figure is assumed:
+// privacy.expected_events_per_release (or DefaultPlanningEvents) counts a
+// window of window.size; a view of r base windows counts, with
+// privacy.expected_windows_per_user (p₀ = that figure / the base windows
+// of a period, a user active in a base window with probability p₀), the
+// users active in any of its r base windows: N·p_r/p₀, p_r = 1 − (1 −
+// p₀)^r (as PredictView); without it every base window's events, N·r (an
+// upper figure: it assumes new users in every base window).
+func ViewEvents(cfg *config.Config, p *Plan, i int) (float64, string, bool) {
+	n, assumed := planningEvents(cfg)
+	base := cfg.Window.Size.D()
+	if base <= 0 {
+		return n, "", assumed
+	}
+	r := int(cfg.Histograms[i].WindowSize(cfg.Window.Size).D() / base)
+	if r <= 1 {
+		return n, "", assumed
+	}
+	if m := cfg.Privacy.ExpectedWindowsPerUser; m > 0 && p.WindowsPerPeriod > 0 {
+		p0 := min(m/float64(p.WindowsPerPeriod), 1)
+		return n * coarseP(p0, r) / p0, fmt.Sprintf("the users active in any of its %d windows of window.size", r), assumed
+	}
+	return n * float64(r), fmt.Sprintf("%d windows of window.size, new users in each (set privacy.expected_windows_per_user for returning users)", r), assumed
 }
 
 // Warnings are the plan's warnings: a count histogram whose releases are
@@ -210,10 +274,7 @@ func Warnings(cfg *config.Config, p *Plan) []config.Warning {
 		if !u.NearUniform() {
 			continue
 		}
-		at := fmt.Sprintf("%g events per release (privacy.expected_events_per_release)", u.N)
-		if u.Assumed {
-			at = fmt.Sprintf("%g events per release (assumed: set privacy.expected_events_per_release to your traffic)", u.N)
-		}
+		at := u.At()
 		fix := "raise privacy.budget.epsilon or window.size"
 		if cfg.Contribution.MaxWindowsPerUser == 0 {
 			fix += ", or set contribution.max_windows_per_user (the budget is now split over all " +
@@ -224,9 +285,9 @@ func Warnings(cfg *config.Config, p *Plan) []config.Warning {
 		}
 		path := fmt.Sprintf("histograms[%d]", histIndex(cfg, u.Histogram))
 		out = append(out, config.Warning{Path: path, Line: cfg.LineOf(path), Message: fmt.Sprintf(
-			"releases will be near-uniform: at this budget a release is expected to be ℓ2 ≈ %.3g from the true histogram at %s, "+
+			"releases will be near-uniform: at this budget a release is expected to be ℓ2 ≈ %.3g from the true histogram%s at %s, "+
 				"while answering \"uniform\" without looking at the data is ≈ %.3g off (%.0f%% of it); %s",
-			u.L2, at, u.UniformL2, 100*u.Ratio(), fix)})
+			u.L2, u.Over(), at, u.UniformL2, 100*u.Ratio(), fix)})
 	}
 	out = append(out, SelectionWarnings(cfg, p)...)
 	return append(out, ActivityWarnings(cfg, p)...)

@@ -370,11 +370,11 @@ func (r *Releaser) totalWith(p int64, pending []budget.Charge) (budget.Total, er
 // per-window curve, or with the cross-window bound the histogram's own
 // period reservation (K_h of its windows: plan.CountPlan.Reservations).
 func (r *Releaser) countCharge(h int) budget.Charge {
-	cp := r.plan.Count
+	cp := r.plan.Count.For(h) // the histogram's own calibration with budget shares
 	if r.plan.Bound.K == 0 {
 		return budget.Charge{RDP: cp.Charge}
 	}
-	c := budget.Charge{RDP: cp.ReservationOf(h)}
+	c := budget.Charge{RDP: r.plan.Count.ReservationOf(h)} // K′_h copies of the view's own curve
 	c.Reservation = r.reservationKey(h, c)
 	return c
 }
@@ -446,7 +446,7 @@ func (r *Releaser) recordWindow(ctx context.Context, units []*ledger.Unit, charg
 func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []budget.Charge) (budget.Charge, error) {
 	hist := r.cfg.Histograms[h]
 	w := u.WindowStart
-	cp := r.plan.Count
+	cp := r.plan.Count.For(h)
 	period := u.Period
 	c := r.countCharge(h)
 	total, cover, covered, err := r.charge(u, h, &c, pending)

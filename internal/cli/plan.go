@@ -136,7 +136,13 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		d := len(h.Bins)
-		pts, err := eval.PlanErrors(pl.Count.Mechanism, d, ns, *reps, *seed, runtime.NumCPU())
+		m := pl.Count.For(i).Mechanism // the view's own calibration with budget shares
+		hns, basis := ns, ""
+		if !eventsSet { // each view at its own events (plan.ViewEvents), not the per-window.size figure
+			n, how, _ := plan.ViewEvents(cfg, pl, i)
+			hns, basis = []int{max(1, int(math.Round(min(n, 1e9))))}, how
+		}
+		pts, err := eval.PlanErrors(m, d, hns, *reps, *seed, runtime.NumCPU())
 		if err != nil {
 			fmt.Fprintf(stderr, "stage plan: histogram %s: %v\n", h.Name, err)
 			return 1
@@ -145,11 +151,14 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 		if groups == 0 {
 			groups = 1
 		}
-		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s%s; \"uniform\" scores %.3g on the flat prior\n",
-			h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), viewShare(pl, i), plan.UniformL2(d))
+		if basis != "" {
+			basis = fmt.Sprintf("; N = %d events per release: %s", hns[0], basis)
+		}
+		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s%s; \"uniform\" scores %.3g on the flat prior%s\n",
+			h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), viewShare(pl, i), plan.UniformL2(d), basis)
 		var hrows []planRow
 		for _, p := range pts {
-			hrows = append(hrows, planRow{hist: h.Name, d: d, p: p, verdict: rowVerdict(pl.Count.Mechanism, d, p, alts, cfg)})
+			hrows = append(hrows, planRow{hist: h.Name, d: d, p: p, verdict: rowVerdict(m, d, p, alts, cfg)})
 		}
 		printPlanErrors(stdout, hrows)
 		rows = append(rows, hrows...)
@@ -236,18 +245,24 @@ func printReleasePlan(w io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "neighbour\t%s, max %d event(s) per user per window  (Δ1=%g Δ2²=%g Δ∞=%g)\n", plan.Neighbour,
 		cfg.Contribution.MaxEventsPerUser, cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "mechanism\t%s\n", mech)
-	fmt.Fprintf(tw, "per release\t%s\n", perReleaseLine(plan))
-	switch spec.Kind {
-	case mechanism.Dirichlet:
+	if cp.Views != nil {
+		printViewCalibrations(tw, "", cfg, plan)
+	} else {
+		fmt.Fprintf(tw, "per release\t%s\n", perReleaseLine(plan, cp))
+	}
+	switch {
+	case cp.Views != nil:
+		// each view's parameters are on its line above
+	case spec.Kind == mechanism.Dirichlet:
 		fmt.Fprintf(tw, "parameters\tα=%.6g r=%.6g (release Dir(r·x + α))\n", params.Alpha, params.R)
 		if spec.Calibration == mechanism.Exact {
 			if ok, why := mechanism.ExactCovers(spec); !ok {
 				fmt.Fprintf(tw, "note\t%s\n", why)
 			}
 		}
-	case mechanism.Gaussian:
+	case spec.Kind == mechanism.Gaussian:
 		fmt.Fprintf(tw, "parameters\tσ=%.6g per count\n", params.Sigma)
-	case mechanism.Laplace:
+	case spec.Kind == mechanism.Laplace:
 		fmt.Fprintf(tw, "parameters\tb=%.6g per count\n", params.Scale)
 	}
 	if line := gridResidualLine(plan, cp.Units); line != "" {

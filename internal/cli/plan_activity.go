@@ -44,7 +44,7 @@ func printRecommendation(w io.Writer, rec plan.Recommendation) {
 		row("this config: "+viewName(v), v)
 	}
 	for _, b := range rec.Best {
-		row(b.Describe(), b)
+		row(candidateName(b), b)
 	}
 	if mv := rec.Multi; mv != nil {
 		for _, v := range mv.Views {
@@ -71,7 +71,29 @@ func printRecommendation(w io.Writer, rec plan.Recommendation) {
 		for _, l := range strings.Split(strings.TrimRight(mv.YAML(), "\n"), "\n") {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
+		if led := mv.Led; led != nil {
+			lead := plan.ShortDuration(led.Lead)
+			fmt.Fprintf(w, "\nthe same views with budget shares: the %s view leads, the %s view is a trend line (searched: the %s views' histograms[].budget_share from 0.05 to 0.9, each other coarser size's from 0.02 to 0.2, the %s views the rest; kept: the least mean ℓ2 of the %s views while the %s views stay rough or better and the others useful):\n",
+				lead, plan.ShortDuration(mv.Config.Window.Size.D()), lead, plan.ShortDuration(mv.Config.Window.Size.D()), lead, plan.ShortDuration(mv.Config.Window.Size.D()))
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintf(tw, "view\tbudget share\tper-release ε\tmean ℓ2\tequal shares\t\tverdict\n")
+			for i, v := range led.Views {
+				fmt.Fprintf(tw, "%s\t%.3g%%\t%.3g\t%.3g\t%.3g\t\t%s (%.0f%%)\n", viewName(v), 100*v.ReservedShare, v.PerReleaseEpsilon, v.MeanL2, mv.Views[i].MeanL2, plan.Verdict(v.MeanRatio()), 100*v.MeanRatio())
+			}
+			tw.Flush()
+			fmt.Fprintf(w, "Config lines to paste:\n")
+			for _, l := range strings.Split(strings.TrimRight(led.YAML(), "\n"), "\n") {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
 	}
+}
+
+// candidateName names a per-size candidate of plan.Recommend: every count
+// histogram at one window size (no views of their own; issue 29 item 4 —
+// "1m windows, K=462" read as the config's minute view it is not).
+func candidateName(b plan.Activity) string {
+	return "all at one size: " + b.Describe()
 }
 
 // sharePct formats a counted share: "67.4%", "<0.01%".
@@ -99,7 +121,7 @@ func activityViews(rec plan.Recommendation) (names []string, this []bool, as []p
 		names, this, as = append(names, "this config: "+viewName(v)), append(this, true), append(as, v)
 	}
 	for _, b := range rec.Best {
-		names, this, as = append(names, b.Describe()), append(this, false), append(as, b)
+		names, this, as = append(names, candidateName(b)), append(this, false), append(as, b)
 	}
 	if mv := rec.Multi; mv != nil {
 		for _, v := range mv.Views {

@@ -179,7 +179,7 @@ privacy:
 		"this config: pages (1h windows, K=2, gaussian)",
 		"1h windows, K=", "3h windows, K=", "24h windows, K=1,",
 		"views: pages (1h windows, K=", "views: pages_24h (24h windows, K=1,",
-		"recommended: For this figure the finest useful setting is",
+		"recommended: For this figure the finest useful single window size for every count histogram is",
 		"views in one budget for returning users", "contribution:\n      max_windows_per_user: ",
 		"  - name: pages_24h\n", "        window: 24h\n        max_windows_per_user: 1\n",
 		"activity.csv", "activity.png",

@@ -313,6 +313,16 @@ func logPlan(log *zap.Logger, cfg *config.Config, p *plan.Plan) {
 			fields = append(fields, zap.Float64("charged_rdp_epsilon_per_release", charged))
 		}
 	}
+	if p.Count != nil && p.Count.Views != nil { // budget shares: each view's own calibration
+		for i, h := range cfg.Histograms {
+			if v := p.Count.For(i); v != p.Count {
+				spec := v.Mechanism.Spec()
+				fields = append(fields, zap.Dict("calibration_"+h.Name, zap.Float64("budget_share", v.Share),
+					zap.Float64("calibration_target_rdp_epsilon", spec.RDPEpsilon), zap.Float64("sigma", v.Mechanism.Params().Sigma),
+					zap.Float64("scale", v.Mechanism.Params().Scale), zap.Float64("alpha", v.Mechanism.Params().Alpha)))
+			}
+		}
+	}
 	for _, a := range p.Averages {
 		fields = append(fields, zap.Dict("average_"+a.Name,
 			zap.Float64("epsilon_per_release", a.Epsilon), zap.Float64("delta_per_release", a.Delta)))
@@ -353,7 +363,12 @@ func newGenerator(ctx context.Context, cfg *config.Config, extra generator.Confi
 	if err != nil {
 		return nil, fmt.Errorf("generator: %w", err)
 	}
+	var steady time.Duration
+	if cfg.Generator.Steady {
+		steady = cfg.Window.Size.D() // distinct users in every base window
+	}
 	return generator.New(generator.Config{
+		Steady:          steady,
 		Format:          format,
 		SchemaID:        schemaID,
 		Users:           cfg.Generator.Users,

@@ -154,7 +154,7 @@ func viewShare(p *plan.Plan, i int) string {
 	cp := p.Count
 	alone, _ := budget.ToEpsilon(cp.ReservationOf(i), cp.RDPDelta)
 	return fmt.Sprintf("; a user counts in at most %d of its %d windows a period: reservation of %d per-window curves = %.3g%% of the count histograms' period budget (alone ε=%.6g at δ=%.3g)",
-		b.K, b.Windows, b.CountWindows, 100*float64(b.CountWindows)/float64(cp.Units), alone, cp.RDPDelta)
+		b.K, b.Windows, b.CountWindows, 100*cp.ShareOf(i, b.CountWindows), alone, cp.RDPDelta)
 }
 
 // printAveragePlan prints the average histograms' (ε, δ) releases and their
@@ -192,14 +192,11 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 	fmt.Fprintf(tw, "  sensitivity\tΔ1=%g  Δ2²=%g  Δ∞=%g\n", cp.Sensitivity.L1, cp.Sensitivity.L2Sq, cp.Sensitivity.LInf)
 	fmt.Fprintf(tw, "  composition\t%s\n", compositionLine(cfg, plan, "count histograms"))
 	fmt.Fprintf(tw, "  mechanism\t%s %s\n", cfg.Privacy.Mechanism, spec.Calibration) // laplace-posterior runs on a laplace spec
-	fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan))
-	switch {
-	case params.Alpha > 0:
-		fmt.Fprintf(tw, "  parameters\tα=%.6g  r=%.6g\n", params.Alpha, params.R)
-	case params.Sigma > 0:
-		fmt.Fprintf(tw, "  parameters\tσ=%.6g\n", params.Sigma)
-	case params.Scale > 0:
-		fmt.Fprintf(tw, "  parameters\tb=%.6g\n", params.Scale)
+	if cp.Views != nil {
+		printViewCalibrations(tw, "  ", cfg, plan)
+	} else {
+		fmt.Fprintf(tw, "  per release\t%s\n", perReleaseLine(plan, cp))
+		fmt.Fprintf(tw, "  parameters\t%s\n", paramsText(params))
 	}
 	printUtilities(tw, "  ", cfg, plan)
 	printActivity(tw, "  ", cfg, plan)
@@ -214,7 +211,11 @@ func printCountPlan(tw io.Writer, cfg *config.Config, plan *plan.Plan) {
 				cp.FitUnits, cp.Units, 100*float64(cp.FitUnits)/float64(cp.Units))
 		}
 	}
-	eps, order := budget.ToEpsilon(cp.Charge.Scale(float64(units)), cp.RDPDelta)
+	composed := cp.Charge.Scale(float64(units))
+	if units == cp.Units {
+		composed = cp.Composed() // every view's own curves with budget shares
+	}
+	eps, order := budget.ToEpsilon(composed, cp.RDPDelta)
 	if line := gridResidualLine(plan, units); line != "" {
 		fmt.Fprintf(tw, "  grid residual\t%s\n", line)
 	}
@@ -235,11 +236,23 @@ func gridResidualLine(plan *plan.Plan, units int) string {
 		return ""
 	}
 	k := mechanism.GridCoordinates(spec.Sensitivity)
-	ideal := budget.CurveOf(cp.Mechanism, cp.Charge.Orders())
-	if t := plan.Totals; t != nil && t.Count != nil {
-		ideal = ideal.Add(t.CountCharge) // the units' totals: exact samplers, no residual
+	idealOf := func(v *countPlan, n int) budget.Curve {
+		ideal := budget.CurveOf(v.Mechanism, v.Charge.Orders())
+		if t := plan.Totals; t != nil && t.Count != nil {
+			ideal = ideal.Add(t.CountCharge) // the units' totals: exact samplers, no residual
+		}
+		return ideal.Scale(float64(n))
 	}
-	idealEps, _ := budget.ToEpsilon(ideal.Scale(float64(units)), cp.RDPDelta)
+	composed := idealOf(cp, units)
+	if cp.Views != nil { // budget shares: every view's own calibration over its own curves
+		composed, _ = budget.ZeroCurve(cp.Charge.Orders())
+		for _, v := range cp.Views {
+			if v != nil {
+				composed = composed.Add(idealOf(v, v.Units))
+			}
+		}
+	}
+	idealEps, _ := budget.ToEpsilon(composed, cp.RDPDelta)
 	return fmt.Sprintf("e(λ) = k·[λ·log(1+ρ) − (λ−1)·log(1−ρ)]/(λ−1), k=%g changed coordinates, ρ=%g: %.6g per release at λ=%g, charged with every release (included below; without it the same calibration composes to ε=%.6g)",
 		k, mechanism.ReleaseGridRho, mechanism.GridResidualRDP(spec.Order, k), spec.Order, idealEps)
 }
@@ -292,8 +305,7 @@ func viewComposition(cfg *config.Config, p *plan.Plan) string {
 // release grid's residual for the floating-point mechanisms), printed
 // rounded up, and what it is made of — not the calibration's ideal target
 // (issue 28 item 5).
-func perReleaseLine(p *plan.Plan) string {
-	cp := p.Count
+func perReleaseLine(p *plan.Plan, cp *plan.CountPlan) string {
 	spec := cp.Mechanism.Spec()
 	charged, ok := cp.Charge.At(spec.Order)
 	if !ok { // the plans put the calibration order on the grid
@@ -396,12 +408,8 @@ func deltaUsers(cfg *config.Config) string {
 // verdict column uses).
 func printUtilities(tw io.Writer, indent string, cfg *config.Config, p *plan.Plan) {
 	for _, u := range plan.Utilities(cfg, p) {
-		at := fmt.Sprintf("%g events per release", u.N)
-		if u.Assumed {
-			at += " (assumed; set privacy.expected_events_per_release)"
-		}
-		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
-			indent, u.Histogram, u.L2, at, u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
+		fmt.Fprintf(tw, "%sexpected error\t%s: ℓ2 ≈ %.3g%s at %s; \"uniform\" scores %.3g (%.0f%%: %s)\n",
+			indent, u.Histogram, u.L2, u.Over(), u.At(), u.UniformL2, 100*u.Ratio(), plan.Verdict(u.Ratio()))
 	}
 }
 

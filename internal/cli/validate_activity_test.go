@@ -73,7 +73,7 @@ func TestValidateActivity(t *testing.T) {
 			"warnings",
 			"contribution.max_windows_per_user: line 12: view pages (1m windows): K = 5 is below the windows a user at privacy.expected_windows_per_user = 720",
 			"windows go blind after about 16m of each 24h period",
-			"the finest useful setting is",
+			"the finest useful single window size for every count histogram is",
 		}, []string{"no window size reaches"}},
 		{"K below the figure, not blind", activityConfig("110", "120", "1", "5000"), 0, []string{
 			"contribution.max_windows_per_user: line 12: view pages (1m windows): K = 110 is below the windows a user at privacy.expected_windows_per_user = 120",

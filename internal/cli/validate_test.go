@@ -57,7 +57,7 @@ privacy:
 			"privacy.budget.delta: δ·expected_users = 0.05",
 		}, nil},
 		{"near-uniform releases", good, 0, []string{
-			"expected error   pages: ℓ2 ≈ 0.405 at 1000 events per release (assumed; set privacy.expected_events_per_release); \"uniform\" scores 0.408 (99%: near-uniform)",
+			"expected error   pages: ℓ2 ≈ 0.405 at 1000 events per release (assumed: set privacy.expected_events_per_release to your traffic); \"uniform\" scores 0.408 (99%: near-uniform)",
 			"warnings",
 			"histograms[0]: line 4: releases will be near-uniform",
 			"set contribution.max_windows_per_user (the budget is now split over all 1440 windows of the period)",

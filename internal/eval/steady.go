@@ -316,7 +316,7 @@ func newSteadyRun(c SteadyConfig, o SteadyOptions) (*steadyRun, error) {
 			if err != nil {
 				return nil, fmt.Errorf("eval: steady: %s: %w", c.Name, err)
 			}
-			r.views = append(r.views, steadyViewDef{hist: pos, set: s, idxInSet: def.idx[j], mech: p.Count.Mechanism,
+			r.views = append(r.views, steadyViewDef{hist: pos, set: s, idxInSet: def.idx[j], mech: p.Count.For(i).Mechanism,
 				k: def.k, bins: len(h.Bins), groups: len(h.GroupNames()), windows: w, histName: h.Name,
 				windowDur: h.WindowSize(cfg.Window.Size).D()})
 		}

@@ -94,6 +94,20 @@ type Config struct {
 	// is the population contribution.max_windows_per_user is made for.
 	// Default 0: every user lives for the whole stream ("u<slot>").
 	UserLifetime time.Duration
+	// Steady, when positive, makes a steady population of returning users
+	// instead of Zipf-skewed activity (Skew is then unused): the events of
+	// each Steady-long block of event time (aligned to the Unix epoch, as
+	// the stage's windows are) are distinct users, drawn without
+	// replacement (a fresh pseudo-random permutation of the population per
+	// block; a block with more events than users wraps round), and the
+	// users' countries are uniform (user k's is Countries[k mod 3]). With
+	// n events per block a user is in a block with probability n/Users,
+	// independently enough across blocks for a demo: over a day of 1-minute
+	// blocks the active blocks per user are about Binomial(1440, n/Users),
+	// and each (country, block) holds n/3 users — the population
+	// `stage eval steady` simulates and examples/returning-users.yaml
+	// plans for. Default 0: Zipf-skewed activity.
+	Steady time.Duration
 	// IDPrefix is prepended to every user id ("<prefix>u<slot>…"), so that
 	// streams with different prefixes have no user in common: the demo
 	// gives each run a random one, and a second run's users are not the
@@ -254,6 +268,9 @@ func New(cfg Config) (*Generator, error) {
 	for k := range g.userIDs {
 		g.userIDs[k] = cfg.IDPrefix + "u" + strconv.Itoa(k)
 		g.userCtry[k] = uint8(pick(g.ctryCDF, unit(mix(cfg.Seed^0x636f756e747279, uint64(k)))))
+		if cfg.Steady > 0 {
+			g.userCtry[k] = uint8(k % len(Countries))
+		}
 	}
 	return g, nil
 }
@@ -276,6 +293,9 @@ func (g *Generator) Event(i int64) Event {
 	var p rand.PCG
 	p.Seed(g.cfg.Seed, mix(0x6576656e74, uint64(i)))
 	user := pick(g.userCDF, unit(p.Uint64()))
+	if g.cfg.Steady > 0 {
+		user = g.steadyUser(i)
+	}
 	page := pick(g.pageCDF, unit(p.Uint64()))
 	dev := pick(g.devCDF, unit(p.Uint64()))
 	t := g.start.Add(time.Duration(i) * g.step)
@@ -305,6 +325,46 @@ func (g *Generator) Event(i int64) Event {
 		Session: mix(g.cfg.Seed^uint64(user), half),
 	}
 }
+
+// steadyUser is the user of event i in Steady mode: the block of its
+// (undisordered) event time, its rank k among the block's events, and the
+// block's permutation of the population, k ↦ (a·k + b) mod Users with a
+// coprime to Users (a bijection), a and b drawn from the seed and block.
+func (g *Generator) steadyUser(i int64) int {
+	block := g.cfg.Steady.Nanoseconds()
+	at := func(j int64) int64 { return g.start.UnixNano() + j*g.step.Nanoseconds() }
+	b := floorDiv(at(i), block)
+	// The first event of block b: the least j with at(j) ≥ b·block.
+	first := ceilDiv(b*block-g.start.UnixNano(), g.step.Nanoseconds())
+	k := uint64(i - first)
+	n := uint64(g.cfg.Users)
+	var p rand.PCG
+	p.Seed(g.cfg.Seed^0x737465616479, uint64(b))
+	a := uint64(1)
+	for n > 1 {
+		if a = 1 + p.Uint64()%(n-1); gcd(a, n) == 1 {
+			break
+		}
+	}
+	return int((a*(k%n) + p.Uint64()%n) % n)
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
 // AppendJSON appends the JSON encoding of e (one flat object, no newline).
 func (g *Generator) AppendJSON(dst []byte, e Event) []byte {

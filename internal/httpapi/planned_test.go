@@ -44,7 +44,9 @@ func viewsConfig(t *testing.T, m float64) *config.Config {
 // drops and budget are the data's.
 func layoutOf(t *testing.T, cfg *config.Config, data bool) []byte {
 	t.Helper()
-	srv, err := httpapi.New(httpapi.Options{Config: cfg})
+	// One start time for every server compared (started_at is the
+	// process's, not the data's).
+	srv, err := httpapi.New(httpapi.Options{Config: cfg, StartedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,9 @@ var (
 	layoutSchema = map[string]bool{"histograms": true, "histograms[].name": true, "histograms[].bins": true,
 		"histograms[].groups": true, "histograms[].window_seconds": true, "window_seconds": true, "mechanism": true, "calibration": true, "interval_level": true,
 		"budget_charging": true,
+		// When this stage started (issue 29 item 4): the page marks the window
+		// in progress then. Public: a fact of the deployment.
+		"started_at": true,
 		// Each view's bound and the plan's prediction for it (issue 23):
 		// public config only (TestLayoutPlannedViews).
 		"histograms[].max_windows_per_user": true, "histograms[].windows_per_period": true, "histograms[].planned": true,

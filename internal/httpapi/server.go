@@ -99,6 +99,10 @@ type Options struct {
 	// of /api/layout (PlannedView); derived from Config when nil and
 	// privacy.expected_windows_per_user is set.
 	Plan *plan.Plan
+	// StartedAt is when this stage process started (public: /api/layout's
+	// started_at, which the page uses to mark the window in progress at
+	// the start). Default: the time New is called.
+	StartedAt time.Time
 }
 
 // Server serves the endpoints. Create it with New, feed it with OnRelease,
@@ -159,7 +163,12 @@ func New(opts Options) (*Server, error) {
 		// lacks the planned views.
 		opts.Log.Warn("dashboard: no planned views", zap.Error(err))
 	}
-	s.layout, err = json.Marshal(newLayout(opts.Config, planned))
+	if opts.StartedAt.IsZero() {
+		opts.StartedAt = time.Now()
+	}
+	lay := newLayout(opts.Config, planned)
+	lay.StartedAt = opts.StartedAt.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
+	s.layout, err = json.Marshal(lay)
 	if err != nil {
 		return nil, err
 	}
@@ -583,6 +592,14 @@ type Layout struct {
 	// BudgetCharging is BudgetView.Charging (public config), for the
 	// page's explanations.
 	BudgetCharging string `json:"budget_charging"`
+	// StartedAt is when this stage process started (RFC 3339, UTC). The
+	// page marks the windows in progress then (window_start < started_at
+	// < window_end): they may hold only part of their events — with the
+	// demo's generator, which starts with the stage, they do. The start
+	// time is public, not private: it is a fact about the deployment, not
+	// about any user's events, and when windows begin to be released
+	// shows it anyway.
+	StartedAt string `json:"started_at"`
 }
 
 // LayoutHistogram is one declared histogram.
