@@ -107,15 +107,23 @@ func checkValues(p *Partial) error {
 		return Refuse(ReasonGrid, "partial of window %d partition %d: off the grid of %d ms windows (first %d, previous %s)",
 			p.WindowStart, p.Partition, p.WindowMs, p.First, fmtPrev(p.Prev))
 	}
-	for _, c := range p.Counts {
-		if c.H < 0 || c.G < 0 {
-			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, c.H, c.G)
+	cs := p.cells()
+	// Held as columns, all the counts are checked in one loop first (the
+	// cells' loop then has none to refuse).
+	vals, flat := cs.values()
+	flat = flat && wholeCounts(vals)
+	for k := range cs.len() {
+		h, g, counts := cs.at(k)
+		if h < 0 || g < 0 {
+			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, h, g)
 		}
-		for i, v := range c.Counts {
-			if !(v >= 0 && v <= maxExact) || float64(int64(v)) != v { // in range first: the conversion is then exact or truncates
-
+		if flat {
+			continue
+		}
+		for i, v := range counts {
+			if !wholeCount(v) {
 				return Refuse(ReasonCount, "partial of window %d partition %d: cell (%d, %d) bin %d count %v (a count is a whole number in [0, 2^53])",
-					p.WindowStart, p.Partition, c.H, c.G, i, v)
+					p.WindowStart, p.Partition, h, g, i, v)
 			}
 		}
 	}
@@ -125,6 +133,20 @@ func checkValues(p *Partial) error {
 		}
 	}
 	return checkAverages(p)
+}
+
+// wholeCount reports whether v is a count: a whole number in [0, 2^53].
+func wholeCount(v float64) bool {
+	return v >= 0 && v <= maxExact && float64(int64(v)) == v // in range first: the conversion is then exact or truncates
+}
+
+// wholeCounts reports whether every v of vals is a count (wholeCount).
+func wholeCounts(vals []float64) bool {
+	ok := true
+	for _, v := range vals {
+		ok = ok && wholeCount(v)
+	}
+	return ok
 }
 
 // checkVector checks that v is a probability vector.
@@ -148,14 +170,16 @@ func (m *Merger) checkFit(p *Partial) error {
 	if l.MaxTotal != nil {
 		totals = make([]float64, len(l.Bins))
 	}
-	for _, c := range p.Counts {
-		if c.H < 0 || c.H >= len(l.Bins) || c.G < 0 || c.G >= l.Groups[c.H] || len(c.Counts) != l.Bins[c.H] {
+	cs := p.cells()
+	for k := range cs.len() {
+		h, g, counts := cs.at(k)
+		if h < 0 || h >= len(l.Bins) || g < 0 || g >= l.Groups[h] || len(counts) != l.Bins[h] {
 			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
-				p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+				p.WindowStart, p.Partition, h, g, len(counts))
 		}
 		if totals != nil {
-			for _, v := range c.Counts {
-				totals[c.H] += v
+			for _, v := range counts {
+				totals[h] += v
 			}
 		}
 	}
