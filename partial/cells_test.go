@@ -130,3 +130,21 @@ func TestDecodeForMergeSameMerge(t *testing.T) {
 		t.Errorf("a cell of 3 bins for a histogram of 2, from columns: %v, want ReasonShape", err)
 	}
 }
+
+// TestWholeCounts: wholeCounts, the branch-free check of a column of
+// counts, agrees with wholeCount on every special value, alone and
+// among counts.
+func TestWholeCounts(t *testing.T) {
+	vals := []float64{0, math.Copysign(0, -1), 1, 2, 3, 1e15, 1<<53 - 1, 1 << 53, 1<<53 + 2, 1 << 54, 1e300,
+		0.5, 1.5, 5e-324, -5e-324, 2.2250738585072014e-308, -1, -2, -(1 << 53), -(1 << 63), 1 << 63, 1 << 64,
+		math.Inf(1), math.Inf(-1), math.NaN(), -math.NaN(), math.Float64frombits(0x7ff0000000000001), math.Float64frombits(0xfff8000000000001),
+		math.Nextafter(1<<53, 0), math.Nextafter(1, 2), math.Nextafter(1<<52, 0), math.MaxFloat64, math.SmallestNonzeroFloat64}
+	for _, v := range vals {
+		want := wholeCount(v)
+		for _, col := range [][]float64{{v}, {1, 2, v, 3}, {v, 0, 0}} {
+			if got := wholeCounts(col); got != want {
+				t.Errorf("wholeCounts(%v) = %v, wholeCount(%v) = %v", col, got, v, want)
+			}
+		}
+	}
+}

@@ -108,17 +108,20 @@ func checkValues(p *Partial) error {
 			p.WindowStart, p.Partition, p.WindowMs, p.First, fmtPrev(p.Prev))
 	}
 	cs := p.cells()
-	// Held as columns, all the counts are checked in one loop first (the
-	// cells' loop then has none to refuse).
-	vals, flat := cs.values()
-	flat = flat && wholeCounts(vals)
+	// Held as columns, all the counts are checked in one loop first; when
+	// one is not a count, the cells' loop below finds and names it.
+	if vals, ok := cs.values(); ok && wholeCounts(vals) {
+		for k, h := range cs.cols.h {
+			if g := cs.cols.g[k]; h < 0 || g < 0 {
+				return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, h, g)
+			}
+		}
+		return checkDrops(p)
+	}
 	for k := range cs.len() {
 		h, g, counts := cs.at(k)
 		if h < 0 || g < 0 {
 			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, h, g)
-		}
-		if flat {
-			continue
 		}
 		for i, v := range counts {
 			if !wholeCount(v) {
@@ -127,6 +130,11 @@ func checkValues(p *Partial) error {
 			}
 		}
 	}
+	return checkDrops(p)
+}
+
+// checkDrops checks p's drop cells and average cells (checkValues).
+func checkDrops(p *Partial) error {
 	for _, d := range p.Dropped {
 		if d.H < 0 || d.N < 0 {
 			return Refuse(ReasonCount, "partial of window %d partition %d: drop cell (%d, %d)", p.WindowStart, p.Partition, d.H, d.N)
@@ -141,12 +149,15 @@ func wholeCount(v float64) bool {
 }
 
 // wholeCounts reports whether every v of vals is a count (wholeCount).
+// (Branch-free forms on the value's bits measured slower on amd64: 3.8–4.5
+// ns a value, against 2.4 for this one, whose branches are predicted.)
 func wholeCounts(vals []float64) bool {
-	ok := true
 	for _, v := range vals {
-		ok = ok && wholeCount(v)
+		if !wholeCount(v) {
+			return false
+		}
 	}
-	return ok
+	return true
 }
 
 // checkVector checks that v is a probability vector.
