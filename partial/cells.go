@@ -5,7 +5,9 @@ package partial
 // from the record's columns, without a Cell per cell. Issue 28 item 4:
 // at 100 partitions × 10,000 cells a window's Partials made a million
 // Cells (40 MB of pointer-holding memory per window for the collector),
-// about a third of decode + merge (BenchmarkDecodeMerge100x10000).
+// about a third of decode + merge (BenchmarkDecodeMerge100x10000, on a
+// 2-core machine: 66–69 CPU-ms a window with the Cells, 42–47 without;
+// 0.6 MB allocated a window instead of 40.8).
 
 // countColumns are the count cells of an Arrow-decoded Partial: cell i is
 // (h[i], g[i], vals[offs[i]:offs[i+1]]), pointing into the record value.
