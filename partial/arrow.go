@@ -8,8 +8,8 @@ package partial
 // a schema message, one record batch, the end-of-stream marker) — the
 // design card's batch format, decoded without parsing one number at a
 // time: JSON partials cost 0.5–1.1 s of decoding per window at 100
-// partitions × 10,000 cells, Arrow ones a few ms, merge included some
-// 40–50 ms of CPU (BenchmarkDecodeMerge100x10000).
+// partitions × 10,000 cells, Arrow ones (checks included) some 20 ms of
+// CPU, 40–50 ms merge included (BenchmarkDecodeMerge100x10000).
 // A value that starts with '{' is the older JSON encoding (EncodeJSON),
 // which DecodePartial still reads: partials an older replica wrote during
 // a rolling upgrade (docs/distributed.md, "Upgrades", gives the order).
