@@ -69,8 +69,9 @@ func TestDecodeArrowRefuses(t *testing.T) {
 
 // TestDecodeArrowCorrupt: a valid Arrow partial with bytes flipped at
 // random is refused or decoded, never a panic (a record that panicked
-// the releaser would stop every releaser that reads it). Deterministic
-// seed; each trial flips 1 to 4 bytes.
+// the releaser would stop every releaser that reads it) — by
+// DecodePartial, and by DecodeForMerge, whose columns a Merger then reads
+// (Add, Total, Cells). Deterministic seed; each trial flips 1 to 4 bytes.
 func TestDecodeArrowCorrupt(t *testing.T) {
 	good := (&Partial{WindowStart: 60, WindowMs: 60, Partition: 1, Partitions: 2, Next: 120, Config: "c",
 		Counts:   []Cell{{H: 0, G: 1, Counts: []float64{1, 2, 3}}, {H: 1, G: 0, Counts: []float64{4, 5}}},
@@ -90,6 +91,16 @@ func TestDecodeArrowCorrupt(t *testing.T) {
 			if p, err := DecodePartial(b); err == nil && p.Partitions <= p.Partition {
 				t.Fatalf("trial %d: decoded an inconsistent partial %+v", trial, p)
 			}
+			p, err := DecodeForMerge(b)
+			if err != nil || p.Partitions > 100 { // a digit flipped in the header: no merger that large
+				return
+			}
+			m, err := NewMerger(p.Partitions, p.WindowMs, 0, Layout{Bins: []int{3, 2}, Groups: []int{2, 1}}, p.Config)
+			if err != nil {
+				t.Fatalf("trial %d: %v", trial, err)
+			}
+			_, _ = m.Add(p, 0)
+			_, _ = p.Total(), p.Cells()
 		}()
 	}
 }

@@ -107,24 +107,57 @@ func checkValues(p *Partial) error {
 		return Refuse(ReasonGrid, "partial of window %d partition %d: off the grid of %d ms windows (first %d, previous %s)",
 			p.WindowStart, p.Partition, p.WindowMs, p.First, fmtPrev(p.Prev))
 	}
-	for _, c := range p.Counts {
-		if c.H < 0 || c.G < 0 {
-			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, c.H, c.G)
+	cs := p.cells()
+	// Held as columns, all the counts are checked in one loop first; when
+	// one is not a count, the cells' loop below finds and names it.
+	if vals, ok := cs.values(); ok && wholeCounts(vals) {
+		for k, h := range cs.cols.h {
+			if g := cs.cols.g[k]; h < 0 || g < 0 {
+				return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, h, g)
+			}
 		}
-		for i, v := range c.Counts {
-			if !(v >= 0 && v <= maxExact) || float64(int64(v)) != v { // in range first: the conversion is then exact or truncates
-
+		return checkDrops(p)
+	}
+	for k := range cs.len() {
+		h, g, counts := cs.at(k)
+		if h < 0 || g < 0 {
+			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d)", p.WindowStart, p.Partition, h, g)
+		}
+		for i, v := range counts {
+			if !wholeCount(v) {
 				return Refuse(ReasonCount, "partial of window %d partition %d: cell (%d, %d) bin %d count %v (a count is a whole number in [0, 2^53])",
-					p.WindowStart, p.Partition, c.H, c.G, i, v)
+					p.WindowStart, p.Partition, h, g, i, v)
 			}
 		}
 	}
+	return checkDrops(p)
+}
+
+// checkDrops checks p's drop cells and average cells (checkValues).
+func checkDrops(p *Partial) error {
 	for _, d := range p.Dropped {
 		if d.H < 0 || d.N < 0 {
 			return Refuse(ReasonCount, "partial of window %d partition %d: drop cell (%d, %d)", p.WindowStart, p.Partition, d.H, d.N)
 		}
 	}
 	return checkAverages(p)
+}
+
+// wholeCount reports whether v is a count: a whole number in [0, 2^53].
+func wholeCount(v float64) bool {
+	return v >= 0 && v <= maxExact && float64(int64(v)) == v // in range first: the conversion is then exact or truncates
+}
+
+// wholeCounts reports whether every v of vals is a count (wholeCount).
+// (Branch-free forms on the value's bits measured slower on amd64: 3.8–4.5
+// ns a value, against 2.4 for this one, whose branches are predicted.)
+func wholeCounts(vals []float64) bool {
+	for _, v := range vals {
+		if !wholeCount(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkVector checks that v is a probability vector.
@@ -148,14 +181,16 @@ func (m *Merger) checkFit(p *Partial) error {
 	if l.MaxTotal != nil {
 		totals = make([]float64, len(l.Bins))
 	}
-	for _, c := range p.Counts {
-		if c.H < 0 || c.H >= len(l.Bins) || c.G < 0 || c.G >= l.Groups[c.H] || len(c.Counts) != l.Bins[c.H] {
+	cs := p.cells()
+	for k := range cs.len() {
+		h, g, counts := cs.at(k)
+		if h < 0 || h >= len(l.Bins) || g < 0 || g >= l.Groups[h] || len(counts) != l.Bins[h] {
 			return Refuse(ReasonShape, "partial of window %d partition %d: cell (%d, %d) with %d bins does not fit the config's histograms",
-				p.WindowStart, p.Partition, c.H, c.G, len(c.Counts))
+				p.WindowStart, p.Partition, h, g, len(counts))
 		}
 		if totals != nil {
-			for _, v := range c.Counts {
-				totals[c.H] += v
+			for _, v := range counts {
+				totals[h] += v
 			}
 		}
 	}

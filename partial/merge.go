@@ -377,11 +377,7 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	case st == partForeign:
 		return Conflict, nil
 	case st == partMerged || st == partSpilled:
-		var digest uint64
-		for _, c := range p.Counts {
-			digest += cellDigest(c)
-		}
-		if w.digest[p.Partition] == digest {
+		if w.digest[p.Partition] == partialDigest(p) {
 			return Duplicate, nil
 		}
 		return Conflict, nil
@@ -389,11 +385,7 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if !m.holdsSums(p.WindowStart) {
 		// Beyond the sums limit: only its presence and digest are kept;
 		// its counts are read again (Reread) once its window is within it.
-		var digest uint64
-		for _, c := range p.Counts {
-			digest += cellDigest(c)
-		}
-		w.state[p.Partition], w.digest[p.Partition] = partSpilled, digest
+		w.state[p.Partition], w.digest[p.Partition] = partSpilled, partialDigest(p)
 		w.merged++
 		if w.spilled == 0 || offset < w.spillFrom {
 			w.spillFrom = offset

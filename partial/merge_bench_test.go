@@ -82,21 +82,24 @@ func BenchmarkMerge100x10000(b *testing.B) {
 
 // BenchmarkDecodeMerge100x10000 is BenchmarkMerge100x10000 from the
 // records' bytes: per op, one window's 100 record values are decoded
-// (DecodePartial) and merged. Sub-benchmarks: the Arrow encoding (Encode)
-// and the JSON one of older versions (EncodeJSON), side by side. Issue 28
-// item 4: ≤ 50 ms per window for Arrow.
+// (DecodeForMerge, the releaser's reader's) and merged. Sub-benchmarks:
+// the Arrow encoding (Encode) and the JSON one of older versions
+// (EncodeJSON), side by side, and arrow-cells: Arrow decoded by
+// DecodePartial (a Cell per cell, as the releaser read it before). Issue
+// 28 item 4: ≤ 50 ms per window for Arrow.
 func BenchmarkDecodeMerge100x10000(b *testing.B) {
 	for _, enc := range []struct {
 		name   string
 		encode func(*Partial) []byte
-	}{{"arrow", (*Partial).Encode}, {"json", (*Partial).EncodeJSON}} {
+		decode func([]byte) (*Partial, error)
+	}{{"arrow", (*Partial).Encode, DecodeForMerge}, {"json", (*Partial).EncodeJSON, DecodeForMerge}, {"arrow-cells", (*Partial).Encode, DecodePartial}} {
 		b.Run(enc.name, func(b *testing.B) {
 			vals := make([][]byte, benchParts)
 			for p, pt := range benchPartials() {
 				vals[p] = enc.encode(pt)
 			}
 			benchMerge(b, func(_, p int) *Partial {
-				pt, err := DecodePartial(vals[p])
+				pt, err := enc.decode(vals[p])
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -17,14 +17,16 @@ func (m *Merger) holdsSums(start int64) bool {
 // one pass over the counts (the digest of the first Partial of a
 // (window, partition) is needed only when a second one comes).
 func (m *Merger) sum(w *Window, p *Partial) {
-	if len(p.Counts) > 0 && w.sums == nil {
+	cs := p.cells()
+	if cs.len() > 0 && w.sums == nil {
 		w.sums = make([]float64, m.cells)
 	}
 	var digest uint64
-	for _, c := range p.Counts {
-		dst := w.sums[m.offs[c.H]+c.G*len(c.Counts):][:len(c.Counts)]
-		h := cellSeed(c)
-		for i, v := range c.Counts {
+	for k := range cs.len() {
+		hist, g, counts := cs.at(k)
+		dst := w.sums[m.offs[hist]+g*len(counts):][:len(counts)]
+		h := cellSeed(hist, g)
+		for i, v := range counts {
 			dst[i] += v
 			h = cellStep(h, v)
 		}
@@ -64,11 +66,7 @@ func (m *Merger) addAgain(p *Partial, foreign bool) AddResult {
 	if foreign || w == nil || w.state[p.Partition] != partSpilled || !m.holdsSums(p.WindowStart) {
 		return Skipped
 	}
-	var digest uint64
-	for _, c := range p.Counts {
-		digest += cellDigest(c)
-	}
-	if digest != w.digest[p.Partition] {
+	if partialDigest(p) != w.digest[p.Partition] {
 		return Conflict // not the Partial read the first time (the window stays held)
 	}
 	m.sum(w, p)
@@ -108,17 +106,27 @@ func (m *Merger) Reread() (int64, bool) {
 // Partials of one (window, partition) with different counts but the same
 // digest — not a thing the bounders' transactions let happen at all —
 // would be reported as a duplicate.
-func cellDigest(c Cell) uint64 {
-	h := cellSeed(c)
-	for _, v := range c.Counts {
+func cellDigest(hist, g int, counts []float64) uint64 {
+	h := cellSeed(hist, g)
+	for _, v := range counts {
 		h = cellStep(h, v)
 	}
 	return mix64(h)
 }
 
+// partialDigest is the sum of p's cells' cellDigest.
+func partialDigest(p *Partial) uint64 {
+	var digest uint64
+	cs := p.cells()
+	for k := range cs.len() {
+		digest += cellDigest(cs.at(k))
+	}
+	return digest
+}
+
 // cellSeed and cellStep are cellDigest's start and step (Add inlines the
 // loop to sum and digest in one pass).
-func cellSeed(c Cell) uint64 { return uint64(c.H)<<32 ^ uint64(uint32(c.G)) ^ 0xcbf29ce484222325 }
+func cellSeed(hist, g int) uint64 { return uint64(hist)<<32 ^ uint64(uint32(g)) ^ 0xcbf29ce484222325 }
 
 func cellStep(h uint64, v float64) uint64 { return (h ^ math.Float64bits(v)) * 0x100000001b3 }
 

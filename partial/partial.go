@@ -148,7 +148,9 @@ type Partial struct {
 	// partition's first start.
 	First int64  `json:"first,omitempty"`
 	Prev  *int64 `json:"prev,omitempty"`
-	// Counts lists the (histogram, group) cells with a non-zero count.
+	// Counts lists the (histogram, group) cells with a non-zero count
+	// (nil in a Partial DecodeForMerge read from the Arrow encoding: Cells
+	// returns its cells).
 	Counts []Cell `json:"counts,omitempty"`
 	// Averages lists, per average histogram whose window ends with this
 	// one, the partition's kept users (averages.go). Absent from the
@@ -163,6 +165,9 @@ type Partial struct {
 	// Partials of older bounders (the share then counts their
 	// partitions' drops as 0).
 	Dropped []DropCell `json:"dropped,omitempty"`
+	// cols holds the count cells instead of Counts in a Partial
+	// DecodeForMerge read from the Arrow encoding (cells.go).
+	cols *countColumns
 }
 
 // DropCell is one histogram's contributions dropped by the cross-window
@@ -176,8 +181,10 @@ type DropCell struct {
 // Total is the sum of the Partial's counts (bounded contributions).
 func (p *Partial) Total() float64 {
 	var n float64
-	for _, c := range p.Counts {
-		for _, v := range c.Counts {
+	cs := p.cells()
+	for i := range cs.len() {
+		_, _, counts := cs.at(i)
+		for _, v := range counts {
 			n += v
 		}
 	}
@@ -192,13 +199,17 @@ func (p *Partial) Key() []byte {
 // DecodePartial decodes a partials topic record value — the Arrow
 // encoding (arrow.go), or the JSON one of older versions (a value that
 // starts with '{') — and checks it.
-func DecodePartial(b []byte) (*Partial, error) {
+func DecodePartial(b []byte) (*Partial, error) { return decodePartial(b, false) }
+
+// decodePartial is DecodePartial; with columns, an Arrow-encoded
+// Partial's count cells stay in the record's columns (DecodeForMerge).
+func decodePartial(b []byte, columns bool) (*Partial, error) {
 	var p Partial
 	if len(b) > 0 && b[0] == '{' {
 		if err := json.Unmarshal(b, &p); err != nil {
 			return nil, Refuse(ReasonDecode, "partial: %v", err)
 		}
-	} else if err := decodeArrow(b, &p); err != nil {
+	} else if err := decodeArrow(b, &p, columns); err != nil {
 		return nil, err
 	}
 	switch {

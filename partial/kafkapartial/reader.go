@@ -107,7 +107,9 @@ func has0(ps []int32) bool {
 
 // Record is one decoded partials-topic record with its offset: a Partial,
 // or (Partial nil) an Idle record, or (both nil) a record that does not
-// decode, with Err (partial.ErrFormat).
+// decode, with Err (partial.ErrFormat). The Partial is
+// partial.DecodeForMerge's: read-only, its count cells through Cells (its
+// Counts is nil when it came Arrow-encoded).
 type Record struct {
 	Offset  int64
 	Partial *partial.Partial
@@ -166,7 +168,7 @@ func (r *Reader) Poll(ctx context.Context) ([]Record, error) {
 			out = append(out, Record{Offset: rec.Offset, Idle: d})
 			return
 		}
-		p, err := partial.DecodePartial(rec.Value)
+		p, err := partial.DecodeForMerge(rec.Value)
 		if err != nil {
 			out = append(out, Record{Offset: rec.Offset, Err: fmt.Errorf("kafkapartial: %s offset %d (key %q): %w", r.topic, rec.Offset, rec.Key, err)})
 			return
