@@ -365,7 +365,8 @@ type Histogram struct {
 	// histograms without one split the rest as without shares, in
 	// proportion to their windows per period (shares.go, plan's "Budget
 	// shares"). Default 0: no share of its own. Not part of the counting
-	// fingerprint (omitempty): it changes the noise, not what is counted.
+	// fingerprint (fingerprint zeroes it): it changes the noise, not what
+	// is counted.
 	BudgetShare float64 `yaml:"budget_share" json:",omitempty"`
 }
 

@@ -85,6 +85,16 @@ func (c *Config) LegacyCountingFingerprint() string {
 // JSON when 0 (omitempty), so that the fingerprints of older versions,
 // which had no period, come out as they computed them.
 func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogram, con Contribution, periodMs int64) string {
+	// budget_share changes the noise, not what is counted: a rolling
+	// change of a share must not make the other replicas' partials
+	// foreign. Zeroed in a copy (0 is left out of the JSON, so
+	// fingerprints without shares are unchanged).
+	if hasShare(hs) {
+		hs = append([]Histogram(nil), hs...)
+		for i := range hs {
+			hs[i].BudgetShare = 0
+		}
+	}
 	v := struct {
 		Input        string
 		Partitioner  string
@@ -100,4 +110,14 @@ func fingerprint(input, partitioner string, ev Events, win Window, hs []Histogra
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// hasShare reports whether some histogram sets budget_share.
+func hasShare(hs []Histogram) bool {
+	for _, h := range hs {
+		if h.BudgetShare != 0 {
+			return true
+		}
+	}
+	return false
 }

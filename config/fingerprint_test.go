@@ -34,6 +34,9 @@ func TestCountingFingerprint(t *testing.T) {
 		{"events.max_message_bytes", func(c *Config) { c.Events.MaxMessageBytes = 1 << 20 }, true},
 		{"privacy (not counting)", func(c *Config) { c.Privacy.Order = 4 }, true},
 		{"contribution.blind_warning_share (operator warning only)", func(c *Config) { c.Contribution.BlindWarningShare = 0.9 }, true},
+		// A review of issue 29 item 3: a share changes the noise, not what
+		// is counted (a rolling change of it left partitions out).
+		{"histograms[].budget_share (noise only)", func(c *Config) { c.Histograms[0].BudgetShare = 0.7 }, true},
 		{"window.size", func(c *Config) { c.Window.Size = Duration(2 * time.Minute) }, false},
 		{"window.allowed_lateness", func(c *Config) { c.Window.AllowedLateness = Duration(time.Second) }, false},
 		{"window.watermark", func(c *Config) { c.Window.Watermark = WatermarkEvent }, false},

@@ -108,6 +108,11 @@ func TestSharesReservationsFitTheBudget(t *testing.T) {
 						{RDP: cp.ReservationOf(1), Reservation: "devices"},
 						avg,
 					} {
+						// Check first: Commit does not check the budget again
+						// (a review found this step could not fail without it).
+						if _, err := book.Check(0, c); err != nil {
+							t.Fatalf("reservation %s refused: %v", c.Reservation, err)
+						}
 						if _, err := book.Commit(0, c); err != nil {
 							t.Fatalf("reservation %s refused: %v", c.Reservation, err)
 						}
