@@ -6,6 +6,7 @@ import (
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/mechanism"
 )
 
 // TestViewSharesRelease (issue 29 item 3): with histograms[].budget_share
@@ -62,6 +63,56 @@ func TestViewSharesRelease(t *testing.T) {
 	want = want.Add(cp.ReservationOf(0)).Add(cp.ReservationOf(1))
 	if got := spentCurve(t, f.led, w0); fmt.Sprint(got.Epsilons()) != fmt.Sprint(want.Epsilons()) {
 		t.Fatalf("spend %v, want the two views' reservations %v", got.Epsilons(), want.Epsilons())
+	}
+	if st, err := f.rel.Book().Status(w0); err != nil || !(st.Epsilon <= cfg.Privacy.Budget.Epsilon) {
+		t.Fatalf("period total %+v (%v), want within ε = %v", st, err, cfg.Privacy.Budget.Epsilon)
+	}
+}
+
+// TestViewSharesReleaseWithoutTheBound: without max_windows_per_user every
+// window charges its own curve (no reservation), and each view's charge is
+// its own view's curve — at least its own mechanism's RDP rounded up at
+// every order — not another view's (a review found that charging every
+// view the first view's curve here passed the whole package).
+func TestViewSharesReleaseWithoutTheBound(t *testing.T) {
+	cfg := viewsConfig(t, 1, t.TempDir())
+	cfg.Contribution.MaxWindowsPerUser = 0
+	cfg.Histograms[1].MaxWindowsPerUser = 0
+	cfg.Histograms[1].BudgetShare = 0.8
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := mustPlan(t, cfg)
+	cp := p.Count
+	f := newFixture(t, cfg)
+	w0 := 4_833_333 * 6 * minute
+	counts := fixedCounts{0: {3, 1}, 1: {1, 2}}
+	seen := map[string]bool{}
+	for b := range int64(3) {
+		units, err := f.rel.Record(w0+b*minute, counts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range units {
+			if u.Status != ledger.StatusReleased || u.Reservation != "" {
+				t.Fatalf("boundary %d %s: %s, reservation %q", b, u.Histogram, u.Status, u.Reservation)
+			}
+			seen[u.Histogram] = true
+			h := map[string]int{"pages": 0, "devices": 1}[u.Histogram]
+			own := cp.For(h)
+			if got, want := fmt.Sprint(u.Charge.Epsilons), fmt.Sprint(own.Charge.Epsilons()); got != want {
+				t.Errorf("%s charged %v, want its own view's curve %v", u.Histogram, got, want)
+			}
+			for i, o := range p.Orders {
+				if i < len(u.Charge.Epsilons) && u.Charge.Epsilons[i] < mechanism.UpperRDPOf(own.Mechanism, o) {
+					t.Errorf("%s charged %v at λ=%v, below its own mechanism's %v", u.Histogram, u.Charge.Epsilons[i], o, mechanism.UpperRDPOf(own.Mechanism, o))
+					break
+				}
+			}
+		}
+	}
+	if !seen["pages"] || !seen["devices"] {
+		t.Fatalf("released %v, want both views", seen)
 	}
 	if st, err := f.rel.Book().Status(w0); err != nil || !(st.Epsilon <= cfg.Privacy.Budget.Epsilon) {
 		t.Fatalf("period total %+v (%v), want within ε = %v", st, err, cfg.Privacy.Budget.Epsilon)
