@@ -69,11 +69,12 @@ type GroupConfig struct {
 	noPartsWarned time.Time
 }
 
-// noPartitionsPause is the least time Standby sits out a generation while
-// the input topic has no partitions (deleted while running): the broker
-// ends such generations at once, and without a pause the group loop spun
-// (about 7,000 generations and warnings in 10 s). noPartitionsWarnEvery
-// spaces the warning.
+// noPartitionsPause is the least time Standby sits out a generation
+// (except a rejoin to drop a crashed member): with the input topic
+// deleted while running the broker ends such generations at once, and
+// without a pause the group loop spun (thousands of generations and log
+// lines in seconds). noPartitionsWarnEvery spaces the no-partitions
+// warning.
 const (
 	noPartitionsPause     = 2 * time.Second
 	noPartitionsWarnEvery = time.Minute
@@ -374,17 +375,23 @@ const (
 // is nothing to own: it waits for the generation to end (kafka-go's
 // partition watcher ends it when partitions appear).
 func (s *GroupConfig) Standby(ctx context.Context, gen *kafka.Generation, wait time.Duration) GenerationEnd {
+	started := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	n, err := s.inputPartitions(pctx)
 	cancel()
 	switch {
-	case err == nil && n == 0:
+	case err != nil || n == 0:
+		// No partitions, or the broker cannot say (a deleted topic's
+		// metadata answers with an error): nothing to own, and the broker
+		// ends such generations at once.
 		if now := time.Now(); s.noPartsWarned.IsZero() || now.Sub(s.noPartsWarned) >= noPartitionsWarnEvery {
 			s.noPartsWarned = now
-			s.Log.Warn("the input topic has no partitions (deleted, or not created yet): waiting for them; check kafka.input_topic",
-				zap.String("topic", s.Topic), zap.Int32("generation", gen.ID), zap.Duration("repeated_every", noPartitionsWarnEvery))
+			f := []zap.Field{zap.String("topic", s.Topic), zap.Int32("generation", gen.ID), zap.Duration("repeated_every", noPartitionsWarnEvery)}
+			if err != nil {
+				f = append(f, zap.Error(err))
+			}
+			s.Log.Warn("the input topic has no partitions (deleted, or not created yet) or its partitions cannot be read: waiting for them; check kafka.input_topic", f...)
 		}
-		defer pauseAtLeast(ctx, time.Now(), noPartitionsPause)
 		wait = -1
 	case wait < 0:
 		// state.ledger kafka: a hot standby on another machine is a live
@@ -403,6 +410,13 @@ func (s *GroupConfig) Standby(ctx context.Context, gen *kafka.Generation, wait t
 	if wait == 0 {
 		return GenerationRejoin
 	}
+	// A standby generation that the broker ends at once (the input topic
+	// deleted while running: the group's view and the metadata disagree
+	// for a while, then there are no partitions) must not spin the group
+	// loop: sit out at least noPartitionsPause from its start. A standby
+	// whose generation lasted longer (the usual case: until the owner
+	// leaves) rejoins at once.
+	defer pauseAtLeast(ctx, started, noPartitionsPause)
 	var after <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
