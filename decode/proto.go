@@ -301,7 +301,9 @@ func walkProto(m *protoMsg, b []byte, i, end int, slots []span, ext [][]byte, de
 				}
 				if f.slot >= 0 {
 					if f.timestamp {
-						sp, ok := protoTimestamp(b[start:stop])
+						// Given twice, the occurrences merge (a field absent
+						// from the later one keeps the earlier value).
+						sp, ok := protoTimestamp(b[start:stop], slots[f.slot])
 						if !ok {
 							return ReasonUndecodable
 						}
@@ -361,9 +363,16 @@ func protoVarint(f *protoField, v uint64) (span, []byte) {
 }
 
 // protoTimestamp reads a google.protobuf.Timestamp (seconds = 1, nanos =
-// 2) as Unix milliseconds, floored.
-func protoTimestamp(b []byte) (span, bool) {
+// 2) as Unix milliseconds, floored. prev is the slot's span before it: a
+// kindTimeMs there is an earlier occurrence of the field in this record
+// (or its default, the empty message), which the later one merges into
+// as protobuf parsers do — a field the later one lacks keeps the earlier
+// value. From an earlier valid time its seconds and milliseconds are
+// recovered exactly (only the floor of nanos/10⁶ matters); an earlier
+// bad time stays bad unless the later one sets both fields.
+func protoTimestamp(b []byte, prev span) (span, bool) {
 	var sec, nanos int64
+	var hasSec, hasNanos bool
 	for i := 0; i < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[i:])
 		if n < 0 {
@@ -377,9 +386,9 @@ func protoTimestamp(b []byte) (span, bool) {
 			}
 			i += n
 			if num == 1 {
-				sec = int64(v)
+				sec, hasSec = int64(v), true
 			} else {
-				nanos = int64(int32(v))
+				nanos, hasNanos = int64(int32(v)), true
 			}
 			continue
 		}
@@ -388,6 +397,18 @@ func protoTimestamp(b []byte) (span, bool) {
 			return span{}, false
 		}
 		i += n
+	}
+	if prev.kind == kindTimeMs && !(hasSec && hasNanos) {
+		ms := prev.num()
+		if ms < 0 {
+			return numSpan(kindTimeMs, -1), true // an earlier bad time, not wholly replaced
+		}
+		if !hasSec {
+			sec = ms / 1000
+		}
+		if !hasNanos {
+			nanos = (ms % 1000) * 1e6
+		}
 	}
 	if sec < 0 || sec > MaxTimeMs/1000 || nanos < 0 || nanos >= 1e9 {
 		return numSpan(kindTimeMs, -1), true // bad_time
