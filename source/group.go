@@ -380,17 +380,14 @@ func (s *GroupConfig) Standby(ctx context.Context, gen *kafka.Generation, wait t
 	n, err := s.inputPartitions(pctx)
 	cancel()
 	switch {
-	case err != nil || n == 0:
-		// No partitions, or the broker cannot say (a deleted topic's
-		// metadata answers with an error): nothing to own, and the broker
-		// ends such generations at once.
+	case err == nil && n == 0:
+		// No partitions (deleted, or not created yet): nothing to own.
+		// (A metadata error falls through to the cases below, so that a
+		// standby holding state.dir still rejoins to drop a crashed owner.)
 		if now := time.Now(); s.noPartsWarned.IsZero() || now.Sub(s.noPartsWarned) >= noPartitionsWarnEvery {
 			s.noPartsWarned = now
-			f := []zap.Field{zap.String("topic", s.Topic), zap.Int32("generation", gen.ID), zap.Duration("repeated_every", noPartitionsWarnEvery)}
-			if err != nil {
-				f = append(f, zap.Error(err))
-			}
-			s.Log.Warn("the input topic has no partitions (deleted, or not created yet) or its partitions cannot be read: waiting for them; check kafka.input_topic", f...)
+			s.Log.Warn("the input topic has no partitions (deleted, or not created yet): waiting for them; check kafka.input_topic",
+				zap.String("topic", s.Topic), zap.Int32("generation", gen.ID), zap.Duration("repeated_every", noPartitionsWarnEvery))
 		}
 		wait = -1
 	case wait < 0:
