@@ -31,31 +31,22 @@ func TestViewSharesRelease(t *testing.T) {
 	w0 := 4_833_333 * 6 * minute // a period start
 	counts := fixedCounts{0: {3, 1}, 1: {1, 2}}
 	seen := map[string]bool{}
-	for b := range int64(3) {
-		units, err := f.rel.Record(w0+b*minute, counts, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range units {
-			if u.Status != ledger.StatusReleased {
-				t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
-			}
-			h := map[string]int{"pages": 0, "devices": 1}[u.Histogram]
-			if u.Reservation != "" {
-				if got, want := fmt.Sprint(u.Charge.Epsilons), fmt.Sprint(cp.ReservationOf(h).Epsilons()); got != want {
-					t.Errorf("%s reserved %v, want its own view's %v", u.Histogram, got, want)
-				}
-			}
-			order := cp.For(h).Mechanism.Spec().Order
-			rdp, _ := cp.For(h).Charge.At(order)
-			for g, r := range releases(t, u) {
-				seen[u.Histogram] = true
-				if r.Params.Sigma != sigmas[u.Histogram] || r.Privacy.RDPEpsilon != rdp {
-					t.Errorf("%s/%s: σ %v, RDP %v; want its view's σ %v, RDP %v", u.Histogram, g, r.Params.Sigma, r.Privacy.RDPEpsilon, sigmas[u.Histogram], rdp)
-				}
+	releaseThree(t, f, w0, counts, func(u *ledger.Unit) {
+		h := map[string]int{"pages": 0, "devices": 1}[u.Histogram]
+		if u.Reservation != "" {
+			if got, want := fmt.Sprint(u.Charge.Epsilons), fmt.Sprint(cp.ReservationOf(h).Epsilons()); got != want {
+				t.Errorf("%s reserved %v, want its own view's %v", u.Histogram, got, want)
 			}
 		}
-	}
+		order := cp.For(h).Mechanism.Spec().Order
+		rdp, _ := cp.For(h).Charge.At(order)
+		for g, r := range releases(t, u) {
+			seen[u.Histogram] = true
+			if r.Params.Sigma != sigmas[u.Histogram] || r.Privacy.RDPEpsilon != rdp {
+				t.Errorf("%s/%s: σ %v, RDP %v; want its view's σ %v, RDP %v", u.Histogram, g, r.Params.Sigma, r.Privacy.RDPEpsilon, sigmas[u.Histogram], rdp)
+			}
+		}
+	})
 	if !seen["pages"] || !seen["devices"] {
 		t.Fatalf("released %v, want both views", seen)
 	}
@@ -88,29 +79,23 @@ func TestViewSharesReleaseWithoutTheBound(t *testing.T) {
 	w0 := 4_833_333 * 6 * minute
 	counts := fixedCounts{0: {3, 1}, 1: {1, 2}}
 	seen := map[string]bool{}
-	for b := range int64(3) {
-		units, err := f.rel.Record(w0+b*minute, counts, nil)
-		if err != nil {
-			t.Fatal(err)
+	releaseThree(t, f, w0, counts, func(u *ledger.Unit) {
+		if u.Reservation != "" {
+			t.Fatalf("%s: reservation %q, want none without the bound", u.Histogram, u.Reservation)
 		}
-		for _, u := range units {
-			if u.Status != ledger.StatusReleased || u.Reservation != "" {
-				t.Fatalf("boundary %d %s: %s, reservation %q", b, u.Histogram, u.Status, u.Reservation)
-			}
-			seen[u.Histogram] = true
-			h := map[string]int{"pages": 0, "devices": 1}[u.Histogram]
-			own := cp.For(h)
-			if got, want := fmt.Sprint(u.Charge.Epsilons), fmt.Sprint(own.Charge.Epsilons()); got != want {
-				t.Errorf("%s charged %v, want its own view's curve %v", u.Histogram, got, want)
-			}
-			for i, o := range p.Orders {
-				if i < len(u.Charge.Epsilons) && u.Charge.Epsilons[i] < mechanism.UpperRDPOf(own.Mechanism, o) {
-					t.Errorf("%s charged %v at λ=%v, below its own mechanism's %v", u.Histogram, u.Charge.Epsilons[i], o, mechanism.UpperRDPOf(own.Mechanism, o))
-					break
-				}
+		seen[u.Histogram] = true
+		h := map[string]int{"pages": 0, "devices": 1}[u.Histogram]
+		own := cp.For(h)
+		if got, want := fmt.Sprint(u.Charge.Epsilons), fmt.Sprint(own.Charge.Epsilons()); got != want {
+			t.Errorf("%s charged %v, want its own view's curve %v", u.Histogram, got, want)
+		}
+		for i, o := range p.Orders {
+			if i < len(u.Charge.Epsilons) && u.Charge.Epsilons[i] < mechanism.UpperRDPOf(own.Mechanism, o) {
+				t.Errorf("%s charged %v at λ=%v, below its own mechanism's %v", u.Histogram, u.Charge.Epsilons[i], o, mechanism.UpperRDPOf(own.Mechanism, o))
+				break
 			}
 		}
-	}
+	})
 	if !seen["pages"] || !seen["devices"] {
 		t.Fatalf("released %v, want both views", seen)
 	}

@@ -191,6 +191,18 @@ func recordAt(t *testing.T, g *fixture, w int64, counts fixedCounts) []*ledger.U
 func reserveThree(t *testing.T, f *fixture, w0 int64, counts fixedCounts) map[string]string {
 	t.Helper()
 	keys := map[string]string{}
+	releaseThree(t, f, w0, counts, func(u *ledger.Unit) {
+		if u.Reservation != "" {
+			keys[u.Histogram] = u.Reservation
+		}
+	})
+	return keys
+}
+
+// releaseThree records the boundaries w0, w0 + 1m and w0 + 2m, requires
+// every unit released and hands each to check.
+func releaseThree(t *testing.T, f *fixture, w0 int64, counts fixedCounts, check func(*ledger.Unit)) {
+	t.Helper()
 	for b := range int64(3) {
 		units, err := f.rel.Record(w0+b*minute, counts, nil)
 		if err != nil {
@@ -200,12 +212,9 @@ func reserveThree(t *testing.T, f *fixture, w0 int64, counts fixedCounts) map[st
 			if u.Status != ledger.StatusReleased {
 				t.Fatalf("boundary %d %s: %s", b, u.Histogram, u.Status)
 			}
-			if u.Reservation != "" {
-				keys[u.Histogram] = u.Reservation
-			}
+			check(u)
 		}
 	}
-	return keys
 }
 
 func ulp(x float64) float64 { return math.Nextafter(math.Abs(x), math.Inf(1)) - math.Abs(x) }
