@@ -55,6 +55,10 @@ type Release struct {
 	// are in every release made since issue 29 (omitted in older ones).
 	Intervals *Intervals `json:"intervals,omitempty"`
 	Total     *Total     `json:"total,omitempty"`
+	// Selection is set on a release of a histogram that selects its
+	// groups (group_by without groups): the group passed the window's
+	// private selection, and this says how (keyed.go). Omitted otherwise.
+	Selection *Selection `json:"selection,omitempty"`
 }
 
 // Intervals are a release's per-bin confidence intervals: [Low[i],
@@ -253,12 +257,18 @@ type Privacy struct {
 // Status is the message published instead of a release when the release was
 // not made.
 type Status struct {
-	Status      string `json:"status"` // "budget_exhausted"
+	Status      string `json:"status"` // "budget_exhausted", StatusGroupsSelected, StatusSelectionWithheld
 	ReleaseID   string `json:"release_id"`
 	Histogram   string `json:"histogram"`
 	WindowStart string `json:"window_start"`
 	WindowEnd   string `json:"window_end"`
 	Message     string `json:"message"`
+	// Groups are the selected groups of a StatusGroupsSelected message, in
+	// ascending order (empty: none passed); each has its release.
+	Groups []string `json:"groups,omitempty"`
+	// Selection says how they were selected (StatusGroupsSelected and
+	// StatusSelectionWithheld only).
+	Selection *Selection `json:"selection,omitempty"`
 	Privacy     struct {
 		SpentEpsilon  float64 `json:"spent_epsilon"`
 		BudgetEpsilon float64 `json:"budget_epsilon"`
