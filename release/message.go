@@ -269,7 +269,7 @@ type Status struct {
 	// Selection says how they were selected (StatusGroupsSelected and
 	// StatusSelectionWithheld only).
 	Selection *Selection `json:"selection,omitempty"`
-	Privacy     struct {
+	Privacy   struct {
 		SpentEpsilon  float64 `json:"spent_epsilon"`
 		BudgetEpsilon float64 `json:"budget_epsilon"`
 		Delta         float64 `json:"delta"`
