@@ -3,6 +3,8 @@ package decode
 import (
 	"fmt"
 	"testing"
+
+	"github.com/dpstage/stage/internal/lib/keyhash"
 	"time"
 
 	"github.com/hamba/avro/v2"
@@ -40,15 +42,32 @@ func checkShape(t *testing.T, d *Decoder, r Reason, ev *Event) {
 			continue
 		}
 		b, g := ev.Bins[h], ev.Groups[h]
-		if (b == -1) != (g == -1) || b < -1 || int(b) >= len(hs.bins) || g < -1 || (hs.groupSlot >= 0 && int(g) >= len(hs.groups)) {
+		if (b == -1) != (g == -1) || b < -1 || int(b) >= len(hs.bins) || g < -1 || (hs.groupSlot >= 0 && !hs.selects && int(g) >= len(hs.groups)) {
 			t.Fatalf("histogram %d: bin %d group %d out of range", h, b, g)
 		}
+		checkKey(t, d, h, ev)
 		if (b == -1) != (r != ReasonNone || ev.Drops[h] != ReasonNone) {
 			t.Fatalf("histogram %d: bin %d with drop %v (event %v)", h, b, ev.Drops[h], r)
 		}
 	}
 	if r == ReasonNone && (ev.TimeMs < MinTimeMs || ev.TimeMs > MaxTimeMs) {
 		t.Fatalf("time %d out of range", ev.TimeMs)
+	}
+}
+
+// checkKey checks histogram h's key: present (not nil, at most MaxKeyBytes,
+// sampled) iff the histogram selects and its part is kept, with group 0.
+func checkKey(t *testing.T, d *Decoder, h int, ev *Event) {
+	t.Helper()
+	k, kept := ev.Keys[h], ev.Bins[h] >= 0
+	if !d.hists[h].selects || !kept {
+		if k != nil {
+			t.Fatalf("histogram %d: key %q on a part that has none", h, k)
+		}
+		return
+	}
+	if k == nil || len(k) > MaxKeyBytes || ev.Groups[h] != 0 || !keyhash.Sampled(keyhash.Sum(k), d.keyRate) {
+		t.Fatalf("histogram %d: key %q (%d bytes), group %d", h, k, len(k), ev.Groups[h])
 	}
 }
 
