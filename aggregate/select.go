@@ -107,8 +107,10 @@ func used(s []uint64) int {
 // displaced group with max_groups_per_user ≥ 2 can do): the sum of Counted
 // minus Displaced over a user's parts is always the number selected.
 //
-// x is the part's entry (see entry).
-func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g int, o *Outcome) {
+// x is the part's entry (see entry). kd is nil for a listed histogram; for
+// one that selects its groups (keys.go) g is a key id of kd, groups are
+// ranked by their keys and the slots' holders counted in kd.
+func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g int, o *Outcome, kd *keyDict) {
 	m := a.m
 	if l.slots == 1 {
 		// One slot: the user's m smallest parts (in its one group, when the
@@ -116,13 +118,17 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		s := r[:m]
 		if l.grouped && s[0] != 0 {
 			if sg := entryGroup(s[0], l.binBits); sg != g {
-				if groupBefore(GroupHash(user, h, sg), sg, GroupHash(user, h, g), g) {
+				if rankedBefore(kd, user, h, sg, g) {
 					o.DroppedUserGroups++
 					return
 				}
 				o.Displaced += used(s) // the slot's group is displaced
 				clear(s)
+				kd.unref(sg)
 			}
+		}
+		if s[0] == 0 {
+			kd.ref(g)
 		}
 		if last := s[m-1]; last != 0 {
 			if x >= last {
@@ -170,6 +176,25 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		insertSorted(s, x)
 	case free:
 		r[gi*m] = x
+		kd.ref(g)
+	case kd != nil:
+		// As below, by the keys' ranks.
+		wg := -1
+		for j := 0; j < l.slots; j++ {
+			if sg := entryGroup(r[j*m], l.binBits); wg < 0 || kd.before(user, h, wg, sg) {
+				gi, wg = j, sg
+			}
+		}
+		if kd.before(user, h, wg, g) {
+			o.DroppedUserGroups++
+			return
+		}
+		s := r[gi*m : (gi+1)*m]
+		after -= used(s)
+		clear(s)
+		s[0] = x
+		kd.unref(wg)
+		kd.ref(g)
 	default:
 		// Every slot holds another group: g replaces the last-ranked of
 		// them if it ranks before it. A group out of the slots can never
@@ -198,7 +223,7 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 	below := 0
 	for j := 0; j < l.slots && r[j*m] != 0 && below < m; j++ {
 		for _, e := range r[j*m : (j+1)*m] {
-			if e == 0 || e >= x {
+			if e == 0 || (kd == nil && e >= x) || (kd != nil && !kd.less(e, x, l.binBits)) {
 				break
 			}
 			below++
@@ -212,6 +237,15 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		o.DroppedUserEvents++
 	}
 	o.Displaced += min(m, before) + c - min(m, after)
+}
+
+// rankedBefore reports whether group g1 ranks before g2 for user in
+// histogram h: by GroupHash for a listed histogram (kd nil), by key.
+func rankedBefore(kd *keyDict, user uint64, h, g1, g2 int) bool {
+	if kd == nil {
+		return groupBefore(GroupHash(user, h, g1), g1, GroupHash(user, h, g2), g2)
+	}
+	return kd.before(user, h, g1, g2)
 }
 
 // countSelected adds to counts (a window's count vector) the parts the rule
