@@ -71,20 +71,23 @@ func (a *Aggregator) build(start, end int64, counts []int64, displaced int64, ke
 		rows += len(k.keys) * a.hists[h].nBins
 	}
 	b.Reserve(rows)
+	row := func(hist, group, bin string, c int64) {
+		hb.Append(hist)
+		gb.Append(group)
+		sb.Append(arrow.Timestamp(start))
+		eb.Append(arrow.Timestamp(end))
+		bb.Append(bin)
+		cb.Append(c)
+	}
 	for h, hs := range a.spec.Histograms {
 		l := a.hists[h]
 		for g, group := range hs.Groups {
 			for bin, name := range hs.Bins {
-				hb.Append(hs.Name)
-				gb.Append(group)
-				sb.Append(arrow.Timestamp(start))
-				eb.Append(arrow.Timestamp(end))
-				bb.Append(name)
 				c := int64(0)
 				if counts != nil {
 					c = counts[l.cellOff+g*l.nBins+bin]
 				}
-				cb.Append(c)
+				row(hs.Name, group, name, c)
 			}
 		}
 	}
@@ -98,12 +101,7 @@ func (a *Aggregator) build(start, end int64, counts []int64, displaced int64, ke
 			off += len(k.counts)
 			for i, key := range k.keys {
 				for bin, name := range hs.Bins {
-					hb.Append(hs.Name)
-					gb.Append(key)
-					sb.Append(arrow.Timestamp(start))
-					eb.Append(arrow.Timestamp(end))
-					bb.Append(name)
-					cb.Append(k.counts[i*len(hs.Bins)+bin])
+					row(hs.Name, key, name, k.counts[i*len(hs.Bins)+bin])
 				}
 			}
 		}

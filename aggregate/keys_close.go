@@ -113,20 +113,10 @@ func (a *Aggregator) countKeyed(l *histLayout, r []uint64, cur []int, ka *keyAcc
 	cur = cur[:l.slots]
 	clear(cur)
 	for range m {
-		best := -1
-		var bx uint64
-		for j := range cur {
-			if cur[j] >= m {
-				continue
-			}
-			if e := r[j*m+cur[j]]; e != 0 && (best < 0 || d.less(e, bx, l.binBits)) {
-				best, bx = j, e
-			}
-		}
-		if best < 0 {
+		bx, ok := nextSelected(r, cur, m, d, l.binBits)
+		if !ok {
 			break
 		}
-		cur[best]++
 		id, b := entryCell(bx, l.binBits)
 		ka.counts[id*l.nBins+b]++
 	}

@@ -63,35 +63,13 @@ type keyedVal struct {
 // first parts in them by (EventHash with keyFold, key, bin); each key's
 // users with a selected part and its counts. admit nil: every user.
 func keyedReference(s Spec, evs []kev, admit func(uint64) bool) keyedOut {
-	byUser := map[uint64][]kev{}
-	for _, e := range evs {
-		if e.bin >= 0 || e.device >= 0 {
-			byUser[max(e.user, 1)] = append(byUser[max(e.user, 1)], e)
-		}
-	}
-	var users []uint64
-	for u := range byUser {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	if s.MaxTrackedUsers > 0 && len(users) > s.MaxTrackedUsers {
-		users = users[:s.MaxTrackedUsers]
-	}
+	users, byUser := trackedUsers(s, evs)
 	out := keyedOut{}
 	for _, u := range users {
 		if admit != nil && !admit(u) {
 			continue
 		}
-		var ks []string
-		for _, e := range byUser[u] {
-			if e.bin >= 0 && !slices.Contains(ks, e.key) {
-				ks = append(ks, e.key)
-			}
-		}
-		slices.SortFunc(ks, func(x, y string) int {
-			return cmp.Or(cmp.Compare(keyRank(u, 0, keyhash.String(x)), keyRank(u, 0, keyhash.String(y))), strings.Compare(x, y))
-		})
-		ks = ks[:min(len(ks), s.MaxGroupsPerUser)]
+		ks := firstKeys(s, u, byUser[u])
 		type ranked struct {
 			e   uint32
 			key string
@@ -118,6 +96,40 @@ func keyedReference(s Spec, evs []kev, admit func(uint64) bool) keyedOut {
 		}
 	}
 	return out
+}
+
+// trackedUsers returns the tracked users (the K smallest of those with a
+// part), sorted, and every user's events.
+func trackedUsers(s Spec, evs []kev) ([]uint64, map[uint64][]kev) {
+	byUser := map[uint64][]kev{}
+	for _, e := range evs {
+		if e.bin >= 0 || e.device >= 0 {
+			byUser[max(e.user, 1)] = append(byUser[max(e.user, 1)], e)
+		}
+	}
+	var users []uint64
+	for u := range byUser {
+		users = append(users, u)
+	}
+	slices.Sort(users)
+	if s.MaxTrackedUsers > 0 && len(users) > s.MaxTrackedUsers {
+		users = users[:s.MaxTrackedUsers]
+	}
+	return users, byUser
+}
+
+// firstKeys is user u's G first keys of histogram 0 by (keyRank, key).
+func firstKeys(s Spec, u uint64, evs []kev) []string {
+	var ks []string
+	for _, e := range evs {
+		if e.bin >= 0 && !slices.Contains(ks, e.key) {
+			ks = append(ks, e.key)
+		}
+	}
+	slices.SortFunc(ks, func(x, y string) int {
+		return cmp.Or(cmp.Compare(keyRank(u, 0, keyhash.String(x)), keyRank(u, 0, keyhash.String(y))), strings.Compare(x, y))
+	})
+	return ks[:min(len(ks), s.MaxGroupsPerUser)]
 }
 
 // keyedOf reads histogram 0's keys from wc, checking their order and
@@ -249,33 +261,11 @@ func TestKeyedMatchesDefinition(t *testing.T) {
 // heldReference is the number of distinct keys among the tracked users'
 // G first keys, per shard (each shard has its own dictionary), summed.
 func heldReference(s Spec, evs []kev) int {
-	byUser := map[uint64][]string{}
-	for _, e := range evs {
-		if e.bin >= 0 || e.device >= 0 {
-			byUser[max(e.user, 1)] = append(byUser[max(e.user, 1)], "")
-		}
-	}
-	var users []uint64
-	for u := range byUser {
-		users = append(users, u)
-	}
-	slices.Sort(users)
-	if s.MaxTrackedUsers > 0 && len(users) > s.MaxTrackedUsers {
-		users = users[:s.MaxTrackedUsers]
-	}
+	users, byUser := trackedUsers(s, evs)
 	all := map[string]bool{}
 	for _, u := range users {
 		shard := fmt.Sprint(u&(numShards-1), "/")
-		var ks []string
-		for _, e := range evs {
-			if max(e.user, 1) == u && e.bin >= 0 && !slices.Contains(ks, e.key) {
-				ks = append(ks, e.key)
-			}
-		}
-		slices.SortFunc(ks, func(x, y string) int {
-			return cmp.Or(cmp.Compare(keyRank(u, 0, keyhash.String(x)), keyRank(u, 0, keyhash.String(y))), strings.Compare(x, y))
-		})
-		for _, k := range ks[:min(len(ks), s.MaxGroupsPerUser)] {
+		for _, k := range firstKeys(s, u, byUser[u]) {
 			all[shard+k] = true
 		}
 	}
@@ -322,7 +312,7 @@ func TestKeyedTieBreak(t *testing.T) {
 			ia, ib = ib, ia
 		}
 		ea := uint64(7)<<32 | uint64(ia<<l.binBits|2) + 1
-		eb := uint64(7)<<32 | uint64(ib<<l.binBits|0) + 1
+		eb := uint64(7)<<32 | uint64(ib<<l.binBits) + 1 // bin 0
 		if !d.less(ea, eb, l.binBits) || d.less(eb, ea, l.binBits) {
 			t.Errorf("first seen %q: equal EventHash not ordered by key", first)
 		}

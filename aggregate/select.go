@@ -177,17 +177,35 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 	case free:
 		r[gi*m] = x
 		kd.ref(g)
-	case kd != nil:
-		// As below, by the keys' ranks.
+	default:
+		// Every slot holds another group: g replaces the last-ranked of
+		// them if it ranks before it. A group out of the slots can never
+		// come back: every group ranked before it is still there.
 		wg := -1
-		for j := 0; j < l.slots; j++ {
-			if sg := entryGroup(r[j*m], l.binBits); wg < 0 || kd.before(user, h, wg, sg) {
-				gi, wg = j, sg
+		if kd != nil {
+			// By the keys' ranks (keys.go).
+			for j := 0; j < l.slots; j++ {
+				if sg := entryGroup(r[j*m], l.binBits); wg < 0 || kd.before(user, h, wg, sg) {
+					gi, wg = j, sg
+				}
 			}
-		}
-		if kd.before(user, h, wg, g) {
-			o.DroppedUserGroups++
-			return
+			if kd.before(user, h, wg, g) {
+				o.DroppedUserGroups++
+				return
+			}
+		} else {
+			gh := GroupHash(user, h, g)
+			var wh uint64
+			for j := 0; j < l.slots; j++ {
+				sg := entryGroup(r[j*m], l.binBits)
+				if sh := GroupHash(user, h, sg); wg < 0 || groupBefore(wh, wg, sh, sg) {
+					gi, wh, wg = j, sh, sg
+				}
+			}
+			if groupBefore(wh, wg, gh, g) {
+				o.DroppedUserGroups++
+				return
+			}
 		}
 		s := r[gi*m : (gi+1)*m]
 		after -= used(s)
@@ -195,27 +213,6 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		s[0] = x
 		kd.unref(wg)
 		kd.ref(g)
-	default:
-		// Every slot holds another group: g replaces the last-ranked of
-		// them if it ranks before it. A group out of the slots can never
-		// come back: every group ranked before it is still there.
-		gh := GroupHash(user, h, g)
-		var wh uint64
-		wg := -1
-		for j := 0; j < l.slots; j++ {
-			sg := entryGroup(r[j*m], l.binBits)
-			if sh := GroupHash(user, h, sg); wg < 0 || groupBefore(wh, wg, sh, sg) {
-				gi, wh, wg = j, sh, sg
-			}
-		}
-		if groupBefore(wh, wg, gh, g) {
-			o.DroppedUserGroups++
-			return
-		}
-		s := r[gi*m : (gi+1)*m]
-		after -= used(s)
-		clear(s)
-		s[0] = x
 	}
 	// Counted iff fewer than m kept parts rank strictly before x. (A kept
 	// entry equal to x is the same part of an identical event, necessarily
@@ -266,23 +263,34 @@ func (a *Aggregator) countSelected(l *histLayout, r []uint64, cur []int, counts 
 	cur = cur[:l.slots]
 	clear(cur)
 	for range m {
-		best := -1
-		var bx uint64
-		for j := range cur {
-			if cur[j] >= m {
-				continue
-			}
-			if e := r[j*m+cur[j]]; e != 0 && (best < 0 || e < bx) {
-				best, bx = j, e
-			}
-		}
-		if best < 0 {
+		bx, ok := nextSelected(r, cur, m, nil, l.binBits)
+		if !ok {
 			return
 		}
-		cur[best]++
 		g, b := entryCell(bx, l.binBits)
 		counts[l.cellOff+g*l.nBins+b]++
 	}
+}
+
+// nextSelected takes the next entry of the selection from the slots of
+// record r (m entries each; cur[j]: slot j's entries taken so far): the
+// smallest untaken one — by the keys' order when kd is not nil — and
+// advances its slot; ok is false when none is left.
+func nextSelected(r []uint64, cur []int, m int, kd *keyDict, binBits uint) (bx uint64, ok bool) {
+	best := -1
+	for j := range cur {
+		if cur[j] >= m {
+			continue
+		}
+		if e := r[j*m+cur[j]]; e != 0 && (best < 0 || (kd == nil && e < bx) || (kd != nil && kd.less(e, bx, binBits))) {
+			best, bx = j, e
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	cur[best]++
+	return bx, true
 }
 
 // trackedHeap is a max-heap of the keys of a window's tracked users.
