@@ -223,8 +223,8 @@ func keyedParts(evs []kev, h int) int {
 // order over 1 to 4 goroutines, the keys, their users and counts are the
 // definition's; every part is accounted for once, Counted − Displaced −
 // Close's displaced is the total (Total includes the keys); and the
-// dictionaries hold exactly the kept keys of the tracked users (single
-// goroutine) — at most max_groups_per_user of each.
+// dictionaries hold exactly the kept keys of the tracked users — at most
+// max_groups_per_user of each — once queued evictions are done.
 func TestKeyedMatchesDefinition(t *testing.T) {
 	r := rand.New(rand.NewPCG(30, 31))
 	for it := range 1500 {
@@ -235,10 +235,8 @@ func TestKeyedMatchesDefinition(t *testing.T) {
 		a := mustNew(t, s)
 		o := feedKeyed(a, evs, parts, r)
 		held := a.keysHeld(0, 0)
-		if parts == 1 {
-			if w := heldReference(s, evs); held != w {
-				t.Fatalf("instance %d (m=%d G=%d K=%d, %d events): dictionaries hold %d keys, the tracked users keep %d", it, s.MaxEventsPerUser, s.MaxGroupsPerUser, s.MaxTrackedUsers, len(evs), held, w)
-			}
+		if w := heldReference(s, evs); held != w {
+			t.Fatalf("instance %d (m=%d G=%d K=%d, %d events): dictionaries hold %d keys, the tracked users keep %d", it, s.MaxEventsPerUser, s.MaxGroupsPerUser, s.MaxTrackedUsers, len(evs), held, w)
 		}
 		wc, err := a.Close(0)
 		if err != nil {
@@ -514,6 +512,34 @@ func TestKeyedEmptyAndRecord(t *testing.T) {
 	}
 	if k, u, c := wc.Key(0, 1, nil); k != "b" || u != 2 || fmt.Sprint(c) != "[0 1 1]" || wc.Total(0) != 3 {
 		t.Errorf("key 1: %q %d %v, total %d", k, u, c, wc.Total(0))
+	}
+}
+
+// TestKeyDictIDs: ids are reused once freed, and a dictionary whose ids
+// are all held refuses a new key (the part is then dropped_capacity).
+func TestKeyDictIDs(t *testing.T) {
+	d := newKeyDict()
+	a, _ := d.intern([]byte("a"), 2)
+	b, _ := d.intern([]byte("b"), 2)
+	d.ref(int(a))
+	d.ref(int(b))
+	if _, ok := d.intern([]byte("c"), 2); ok {
+		t.Fatal("a third key interned under maxID 2")
+	}
+	if id, ok := d.intern([]byte("a"), 2); !ok || id != a {
+		t.Fatalf("a held key: id %d ok %v, want %d", id, ok, a)
+	}
+	d.unref(int(b))
+	c, ok := d.intern([]byte("c"), 2)
+	if !ok || c != b || d.len() != 2 || d.keys[c] != "c" {
+		t.Fatalf("c: id %d ok %v (b's was %d), %d keys", c, ok, b, d.len())
+	}
+	if _, held := d.ids["b"]; held {
+		t.Fatal("a freed key is still mapped")
+	}
+	d.drop(c) // no holder: freed
+	if d.len() != 1 {
+		t.Fatalf("%d keys after dropping an unheld one", d.len())
 	}
 }
 
