@@ -43,7 +43,7 @@ func (k keyedCounts) Key(h, i int, dst []float64) (string, int64, []float64) {
 
 // selectConfig: campaigns selects its groups (group_by, no groups) at ε=1
 // a period of 5 one-minute windows; devices is listed.
-func selectConfig(t *testing.T, dir, selection string) *config.Config {
+func selectConfig(t testing.TB, dir, selection string) *config.Config {
 	t.Helper()
 	y := fmt.Sprintf(`
 kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
@@ -73,7 +73,7 @@ type selFixture struct {
 	rel  *release.Releaser
 }
 
-func newSelFixture(t *testing.T, cfg *config.Config, led *ledger.Ledger, seed byte) *selFixture {
+func newSelFixture(t testing.TB, cfg *config.Config, led *ledger.Ledger, seed byte) *selFixture {
 	t.Helper()
 	p := mustPlan(t, cfg)
 	book, err := release.NewBook(p, led)
