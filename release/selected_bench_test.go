@@ -2,8 +2,8 @@ package release_test
 
 import (
 	"fmt"
-	"testing"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/dpstage/stage/ledger"
