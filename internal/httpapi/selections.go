@@ -137,19 +137,19 @@ type SelectionsView struct {
 }
 
 // selections is /api/selections: the selecting histograms' recent windows
-// (?histogram= one of them; ?limit= windows each, default and at most the
-// store's history).
+// (?histogram= one of them; ?limit= windows each, 1 to maxLimit, default
+// and at most the store's history).
 func (s *Server) selections(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	hist := q.Get("histogram")
 	limit := s.history
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > s.history {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit must be a whole number from 1 to %d", s.history)})
+		if err != nil || n < 1 || n > maxLimit {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("limit must be a whole number from 1 to %d", maxLimit)})
 			return
 		}
-		limit = n
+		limit = min(n, s.history)
 	}
 	v := SelectionsView{Histograms: []HistogramSelections{}}
 	for _, h := range s.cfg.Histograms {
@@ -239,7 +239,7 @@ var (
 	groupsSelectedDesc = prometheus.NewDesc(MetricGroupsSelected, "Groups released in the histogram's newest window whose selection status was published "+
 		"(0 for a window withheld or refused by the budget). Public: the groups_selected status message names them.", []string{"histogram"}, nil)
 	selectionWithheldDesc = prometheus.NewDesc(MetricSelectionWithheld, "Windows of the histogram whose selection was withheld (a selection_withheld status message was published: "+
-		"the window's distinct group keys reached selection.max_keys_per_window by the noisy test); units republished after a restart are not counted.", []string{"histogram"}, nil)
+		"the window's distinct group keys reached selection.max_keys_per_window by the noisy test); the recent units replayed after a restart are not counted again.", []string{"histogram"}, nil)
 	selectionKeysDesc = prometheus.NewDesc(MetricSelectionKeys, "Group keys the histogram tracked in its last closed window (sampled keys with a counted user): "+
 		"private, for capacity — compare with "+MetricSelectionKeysLimit+".", []string{"histogram"}, nil)
 	selectionKeysLimitDesc = prometheus.NewDesc(MetricSelectionKeysLimit, "selection.max_keys_per_window, per selecting histogram (public config).", []string{"histogram"}, nil)
@@ -253,15 +253,16 @@ type selectionMetrics struct {
 	src   func() Source
 
 	mu sync.Mutex // guards the maps
-	// newest is the newest window start whose status set selected.
-	newest   map[string]time.Time
-	selected map[string]int
-	withheld map[string]int64
+	// newest is the newest window start whose status set selected;
+	// counted the newest withheld window counted.
+	newest, counted map[string]time.Time
+	selected        map[string]int
+	withheld        map[string]int64
 }
 
 func newSelectionMetrics(cfg *config.Config, src func() Source) *selectionMetrics {
 	m := &selectionMetrics{limit: cfg.Selection.MaxKeysPerWindow, src: src,
-		newest: map[string]time.Time{}, selected: map[string]int{}, withheld: map[string]int64{}}
+		newest: map[string]time.Time{}, counted: map[string]time.Time{}, selected: map[string]int{}, withheld: map[string]int64{}}
 	for _, h := range cfg.Histograms {
 		if h.Selects() {
 			m.hists = append(m.hists, h.Name)
@@ -272,9 +273,11 @@ func newSelectionMetrics(cfg *config.Config, src func() Source) *selectionMetric
 
 var statusKey = []byte(`"status":"`)
 
-// observe reads the status messages of a published unit; republished
-// (closeToPublish 0) units set the gauge but are not counted again.
-func (m *selectionMetrics) observe(u *ledger.Unit, closeToPublish time.Duration) {
+// observe reads the status messages of a published unit. A unit that was
+// published before (u.Published: the recent units the node hands over again
+// after a restart, node.replayRecent) sets the gauge but is not counted
+// again, nor is a withheld window already counted (a copy republished).
+func (m *selectionMetrics) observe(u *ledger.Unit) {
 	if len(m.hists) == 0 {
 		return
 	}
@@ -295,8 +298,9 @@ func (m *selectionMetrics) observe(u *ledger.Unit, closeToPublish time.Duration)
 			m.newest[st.Histogram] = ws
 			m.selected[st.Histogram] = len(st.Groups) // 0 unless groups_selected
 		}
-		if st.Status == release.StatusSelectionWithheld && closeToPublish > 0 {
+		if old, ok := m.counted[st.Histogram]; st.Status == release.StatusSelectionWithheld && !u.Published && (!ok || ws.After(old)) {
 			m.withheld[st.Histogram]++
+			m.counted[st.Histogram] = ws
 		}
 		m.mu.Unlock()
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dpstage/stage/internal/httpapi"
+	"github.com/dpstage/stage/pipeline"
 )
 
 var (
@@ -82,5 +83,35 @@ func TestBrowserSelectedGroups(t *testing.T) {
 	}
 	if strings.Contains(dom, `<div class="exhausted">`) {
 		t.Errorf("a selection status drawn as a release not made")
+	}
+}
+
+// readySource is a stage connected and assigned, with zero counts.
+type readySource struct{ selSource }
+
+func (readySource) Readiness() pipeline.Readiness {
+	return pipeline.Readiness{StateLoaded: true, Connected: true, Assigned: true, Releasing: true}
+}
+
+// TestBrowserNoGroupSelected: windows in which no group passed are drawn
+// as such, in words, with no card — and they count as published windows
+// for the page's liveness (not "waiting for the first window").
+func TestBrowserNoGroupSelected(t *testing.T) {
+	bin := chromium(t)
+	srv := selectingServer(t, httpapi.Options{}, selWindow{groups: []string{}}, selWindow{groups: []string{}})
+	srv.Attach(readySource{})
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	dom := string(runChromium(t, bin, ts.URL+"/", "--dump-dom"))
+	note := selNoteRE.FindString(dom)
+	if !strings.Contains(note, `data-selection-status="groups_selected"`) || !strings.Contains(note, httpapi.NoneSelectedText) || strings.Contains(note, "withheld") {
+		t.Errorf("the newest window's note: %q, want %q", note, httpapi.NoneSelectedText)
+	}
+	if strings.Contains(dom, `data-histogram="paths"`) {
+		t.Errorf("a card for paths, whose windows selected no group")
+	}
+	status := regexp.MustCompile(`<span id="status" class="status">([^<]*)</span>`).FindStringSubmatch(dom)
+	if status == nil || strings.Contains(status[1], "Reading events") || !strings.Contains(status[1], "window ended") {
+		t.Errorf("header status %q: the selections are published windows", status)
 	}
 }

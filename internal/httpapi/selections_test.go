@@ -259,18 +259,23 @@ func TestSelectionMetrics(t *testing.T) {
 	srv.Attach(selSource{map[string]int{"paths": keys}})
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	steps := []struct {
-		w        selWindow
-		lat      time.Duration
-		selected float64
-		withheld float64
+		minute    int
+		w         selWindow
+		published bool // handed over again after a restart
+		selected  float64
+		withheld  float64
 	}{
-		{selWindow{groups: []string{"/a", "/b"}, totals: []float64{1, 2}}, time.Second, 2, 0},
-		{selWindow{withheld: true}, time.Second, 0, 1},
-		{selWindow{groups: []string{"/c"}, totals: []float64{3}}, time.Second, 1, 1},
-		{selWindow{withheld: true}, 0, 0, 1}, // republished: the gauge follows, the counter does not
+		{0, selWindow{groups: []string{"/a", "/b"}, totals: []float64{1, 2}}, false, 2, 0},
+		{1, selWindow{withheld: true}, false, 0, 1},
+		{1, selWindow{withheld: true}, false, 0, 1}, // a copy of the same window
+		{2, selWindow{groups: []string{"/c"}, totals: []float64{3}}, false, 1, 1},
+		{3, selWindow{withheld: true}, true, 0, 1}, // replayed: the gauge follows, the counter does not
+		{4, selWindow{withheld: true}, false, 0, 2},
 	}
 	for i, s := range steps {
-		srv.OnRelease(selectionUnit(t, base.Add(time.Duration(i)*time.Minute), s.w), s.lat)
+		u := selectionUnit(t, base.Add(time.Duration(s.minute)*time.Minute), s.w)
+		u.Published = s.published
+		srv.OnRelease(u, 0)
 		sel, _ := metricValue(t, srv, httpapi.MetricGroupsSelected)
 		wh, _ := metricValue(t, srv, httpapi.MetricSelectionWithheld)
 		if sel != s.selected || wh != s.withheld {

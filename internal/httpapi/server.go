@@ -172,11 +172,10 @@ func New(opts Options) (*Server, error) {
 		s.store.limitReleases(name, opts.SelectedReleases)
 	}
 	if opts.Config.Selecting() {
-		p := opts.Plan
-		if p == nil {
-			p, _ = plan.DerivePlan(opts.Config) // the stage refuses a config without a plan
+		if opts.Plan == nil {
+			opts.Plan, _ = plan.DerivePlan(opts.Config) // the stage refuses a config without a plan
 		}
-		s.plannedSelection = planSelection(opts.Config, p)
+		s.plannedSelection = planSelection(opts.Config, opts.Plan)
 	}
 	page, csp, err := loadPage()
 	if err != nil {
@@ -219,7 +218,7 @@ func (s *Server) source() Source {
 // republished after a restart, which report 0).
 func (s *Server) OnRelease(u *ledger.Unit, closeToPublish time.Duration) {
 	s.store.Observe(u)
-	s.selMetrics.observe(u, closeToPublish)
+	s.selMetrics.observe(u)
 	if closeToPublish > 0 {
 		s.latency.Observe(closeToPublish.Seconds())
 	}
