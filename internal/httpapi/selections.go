@@ -41,29 +41,19 @@ import (
 // private and read from the stage (SelectionKeysSource).
 
 // SelectionView is the public description of how a histogram's groups are
-// selected: the parameters every status message and selected release
-// carries (release.Selection), and Text, what they mean for a reader of
-// the dashboard.
+// selected: the Selection block every status message and selected release
+// carries (from the plan's calibration, in /api/layout, before any window:
+// without the charge id, which names a period), and Text, what it means for
+// a reader of the dashboard.
 type SelectionView struct {
-	Threshold        int64   `json:"threshold"`
-	Sigma            float64 `json:"sigma"`
-	UsersAtHalf      int64   `json:"users_at_half"`
-	UsersAt95        int64   `json:"users_at_95"`
-	WindowDelta      float64 `json:"window_delta"`
-	MaxKeysPerWindow int     `json:"max_keys_per_window"`
-	KeySampleRate    float64 `json:"key_sample_rate"`
-	// Epsilon and Delta are the period's selection reservation: what
-	// every selection of the period costs together.
-	Epsilon float64 `json:"epsilon"`
-	Delta   float64 `json:"delta"`
-	Text    string  `json:"text"`
+	release.Selection
+	Text string `json:"text"`
 }
 
 // newSelectionView describes s in words.
 func newSelectionView(s release.Selection) *SelectionView {
-	return &SelectionView{Threshold: s.Threshold, Sigma: s.Sigma, UsersAtHalf: s.UsersAtHalf, UsersAt95: s.UsersAt95,
-		WindowDelta: s.WindowDelta, MaxKeysPerWindow: s.MaxKeysPerWindow, KeySampleRate: s.KeySampleRate,
-		Epsilon: s.Epsilon, Delta: s.Delta, Text: SelectionText(s)}
+	s.Withheld = false // a window's, not the selection's
+	return &SelectionView{Selection: s, Text: SelectionText(s)}
 }
 
 // SelectionText says what a selection's parameters mean for a reader of
