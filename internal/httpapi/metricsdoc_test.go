@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 )
@@ -196,6 +197,12 @@ func referenceServed(t *testing.T, doc map[string]docMetric, cfg *config.Config,
 			t.Fatal(err)
 		}
 		web.Attach(fullSource{fakeSource{&pipeline.Stats{}}, p})
+		for _, h := range web.selMetrics.hists {
+			// A window whose selection was published: the gauge of the
+			// groups selected is served from then on.
+			web.OnRelease(&ledger.Unit{Messages: []ledger.Message{{Value: []byte(`{"status":"groups_selected","release_id":"x","histogram":"` +
+				h + `","window_start":"2026-01-01T00:00:00Z","window_end":"2026-01-01T00:00:05Z","groups":["home"]}`)}}}, time.Second)
+		}
 		got := scrape(t, web.OperatorHandler())
 		for name, s := range got {
 			seen[name] = true
