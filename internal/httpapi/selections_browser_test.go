@@ -115,3 +115,34 @@ func TestBrowserNoGroupSelected(t *testing.T) {
 		t.Errorf("header status %q: the selections are published windows", status)
 	}
 }
+
+// TestBrowserSelectionsFromTheReleaser: the page over a real releaser's
+// units (releasedServer) draws the selected groups' cards, the strip with
+// the withheld window, and no key the selection did not keep.
+func TestBrowserSelectionsFromTheReleaser(t *testing.T) {
+	bin := chromium(t)
+	srv, _ := releasedServer(t)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	dom := string(runChromium(t, bin, ts.URL+"/", "--dump-dom"))
+	var cards, strip []string
+	for _, tag := range cardRE.FindAllString(dom, -1) {
+		if a := attrs(tag); a["data-histogram"] == "campaigns" {
+			cards = append(cards, a["data-group"])
+		}
+	}
+	for _, tag := range selStripRE.FindAllString(dom, -1) {
+		strip = append(strip, attrs(tag)["data-status"])
+	}
+	if strings.Join(cards, ",") != "big-1,big-2" {
+		t.Errorf("campaigns cards %v, want big-1, big-2", cards)
+	}
+	if strings.Join(strip, ",") != "groups_selected,selection_withheld,groups_selected" {
+		t.Errorf("strip %v", strip)
+	}
+	for _, key := range []string{"solo", "k0001"} {
+		if strings.Contains(dom, key) {
+			t.Errorf("the page names a key not selected (%q)", key)
+		}
+	}
+}

@@ -227,10 +227,16 @@ func (s selSource) SelectionKeys() map[string]int { return s.keys }
 // listener's /metrics, and whether it is served.
 func metricValue(t *testing.T, srv *httpapi.Server, name string) (float64, bool) {
 	t.Helper()
+	return metricValueOf(t, srv, name, "paths")
+}
+
+// metricValueOf is the sample of name{histogram=hist}.
+func metricValueOf(t *testing.T, srv *httpapi.Server, name, hist string) (float64, bool) {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	srv.OperatorHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, name+`{histogram="paths"} `); ok {
+		if v, ok := strings.CutPrefix(line, name+`{histogram="`+hist+`"} `); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatalf("%s: %v", line, err)
