@@ -62,6 +62,11 @@ func TestSelectionEndToEnd(t *testing.T) {
 		}
 		statuses[s.WindowStart] = s.Groups
 	}
+	// The operator's private capacity figure (dpstage_selection_keys): the
+	// last window tracked US and DE.
+	if k := run.Stage.SelectionKeys(); k["campaigns"] != 2 {
+		t.Errorf("tracked keys %v, want campaigns: 2", k)
+	}
 	for w := range 3 {
 		ws := release.RFC3339(e2e.Base.Add(time.Duration(w) * time.Minute).UnixMilli())
 		g := got[ws]

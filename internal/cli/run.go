@@ -533,3 +533,7 @@ func inputWriter(brokers []string, cfg *config.Config, transport *kafka.Transpor
 	}
 	return w
 }
+
+// The stage serves the operator's tracked-keys metric of selecting
+// histograms.
+var _ httpapi.SelectionKeysSource = (*pipeline.Stage)(nil)
