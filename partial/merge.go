@@ -33,6 +33,18 @@ type Layout struct {
 	// releaser keeps them for the windows within the sums limit only
 	// (Merger.Summed), so they count in it.
 	AverageCells int
+	// Selects is, per histogram, whether it selects its groups (group_by
+	// without groups): its Partials carry keyed cells (keyed.go), never
+	// count cells (its Groups is 0).
+	Selects []bool
+	// MaxKeyBytes bounds a group key's length (events.max_message_bytes: a
+	// key is a field of one event); MaxEventsPerUser is
+	// max_events_per_user, MaxKeyUsers max_groups_per_user ×
+	// max_tracked_users: the most users a partition's keys of one
+	// histogram count in a window. 0: unchecked.
+	MaxKeyBytes      int
+	MaxEventsPerUser int
+	MaxKeyUsers      float64
 }
 
 // Merger merges the Partials of the partials topic into complete windows,
@@ -338,6 +350,9 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		if err := m.checkFit(p); err != nil {
 			return 0, err
 		}
+		if err := m.checkKeyedFit(p); err != nil {
+			return 0, err
+		}
 	}
 	if m.reread(offset) {
 		return m.addAgain(p, foreign), nil
@@ -587,6 +602,9 @@ type Window struct {
 	sums []float64
 	// dropped sums the merged Partials' Dropped per histogram (nil: none).
 	dropped []int64
+	// keys holds, per selecting histogram, the merged Partials' keyed
+	// cells (merge_keys.go; nil: none).
+	keys []*keyMerge
 	// state is, per source partition, whether its Partial of the window
 	// was read (partAbsent, partMerged, partForeign); digest the merged one's
 	// cellDigest sum. Both nil in an empty Window (no Partial read).

@@ -1,6 +1,7 @@
 package partial
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -116,4 +117,78 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchKeyedPartials are one window's Partials of a selecting histogram
+// of benchBins bins: each of the 100 partitions has 10,000 keys of 16
+// bytes, one user and one event each; shift is how far partition p's keys
+// are from p−1's (10,000: disjoint, a window of 10⁶ keys; 100: ~20,000
+// keys, most in every partition).
+func benchKeyedPartials(shift int) []*Partial {
+	ps := make([]*Partial, benchParts)
+	c := make([]float64, benchBins)
+	for p := range ps {
+		k := KeyedCell{H: 0, Bins: benchBins}
+		for g := range benchGroups {
+			clear(c)
+			c[g%benchBins] = 1
+			k.Append(fmt.Sprintf("group-key-%06d", p*shift+g), 1, c)
+		}
+		ps[p] = &Partial{V: Version, WindowMs: 1000, Partition: p, Partitions: benchParts, Next: 1000, Keyed: []KeyedCell{k}}
+	}
+	return ps
+}
+
+// BenchmarkDecodeMergeKeys100x10000 (issue 30): per op, one window's 100
+// Arrow record values of 10,000 keys each are decoded (DecodeForMerge),
+// merged, every merged key read back (Window.Key, the releaser's) and the
+// window released.
+func BenchmarkDecodeMergeKeys100x10000(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		shift int
+	}{{"shared", 100}, {"disjoint", benchGroups}} {
+		b.Run(tc.name, func(b *testing.B) {
+			vals := make([][]byte, benchParts)
+			for p, pt := range benchKeyedPartials(tc.shift) {
+				vals[p] = pt.Encode()
+			}
+			m, err := NewMerger(benchParts, 1000, 0, Layout{Bins: []int{benchBins}, Groups: []int{0}, Selects: []bool{true}}, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var dst []float64
+			keys, off := 0, int64(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				start := int64(i) * 1000
+				for p := range benchParts {
+					pt, err := DecodeForMerge(vals[p])
+					if err != nil {
+						b.Fatal(err)
+					}
+					pt.WindowStart, pt.Next = start, start+1000
+					if r, err := m.Add(pt, off); err != nil || r != Added {
+						b.Fatalf("window %d partition %d: %v, %v", start, p, r, err)
+					}
+					off++
+				}
+				w, ok := m.Next()
+				if !ok {
+					b.Fatalf("window %d not complete", start)
+				}
+				keys = w.Keys(0)
+				for k := range keys {
+					_, _, dst = w.Key(0, k, dst)
+				}
+				m.Released(w)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(keys), "keys")
+			b.ReportMetric(float64(len(vals[0])), "record-bytes")
+		})
+	}
 }

@@ -165,6 +165,11 @@ type Partial struct {
 	// Partials of older bounders (the share then counts their
 	// partitions' drops as 0).
 	Dropped []DropCell `json:"dropped,omitempty"`
+	// Keyed lists, per selecting histogram (group_by without groups) whose
+	// window ends with this one, the group keys the partition tracked
+	// with their distinct users and counts (keyed.go). Only the Arrow
+	// encoding carries them; absent from the Partials of older bounders.
+	Keyed []KeyedCell `json:"-"`
 	// cols holds the count cells instead of Counts in a Partial
 	// DecodeForMerge read from the Arrow encoding (cells.go).
 	cols *countColumns
@@ -178,13 +183,19 @@ type DropCell struct {
 	N int64 `json:"n"`
 }
 
-// Total is the sum of the Partial's counts (bounded contributions).
+// Total is the sum of the Partial's counts (bounded contributions), its
+// keyed cells' included.
 func (p *Partial) Total() float64 {
 	var n float64
 	cs := p.cells()
 	for i := range cs.len() {
 		_, _, counts := cs.at(i)
 		for _, v := range counts {
+			n += v
+		}
+	}
+	for j := range p.Keyed {
+		for _, v := range p.Keyed[j].counts {
 			n += v
 		}
 	}
@@ -221,6 +232,9 @@ func decodePartial(b []byte, columns bool) (*Partial, error) {
 		return nil, Refuse(ReasonDecode, "partial of window %d partition %d: previous window %s, first window %d", p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
 	}
 	if err := checkValues(&p); err != nil {
+		return nil, err
+	}
+	if err := checkKeyed(&p); err != nil {
 		return nil, err
 	}
 	return &p, nil
