@@ -134,6 +134,15 @@ func TestKeyedRoundTripMerge(t *testing.T) {
 				if got := w.Keys(h); got != len(keys) {
 					t.Fatalf("trial %d %s: histogram %d has %d keys, want %d", trial, name, h, got, len(keys))
 				}
+				var total float64
+				for _, r := range want[h] {
+					for _, v := range r.counts {
+						total += v
+					}
+				}
+				if got := w.KeyedTotal(h); got != total {
+					t.Errorf("trial %d %s: histogram %d's keys total %v, want %v", trial, name, h, got, total)
+				}
 				var dst []float64
 				for i, k := range keys {
 					key, users, counts := w.Key(h, i, dst)
@@ -369,5 +378,44 @@ func TestMergeRunsOrder(t *testing.T) {
 	}
 	if first == "" {
 		t.Fatal("nothing merged")
+	}
+}
+
+// fakeKeyed is a closed window's keys (release.Keyed) by histogram.
+type fakeKeyed map[int][]struct {
+	key    string
+	users  int64
+	counts []float64
+}
+
+func (f fakeKeyed) Keys(h int) int { return len(f[h]) }
+
+func (f fakeKeyed) Key(h, i int, dst []float64) (string, int64, []float64) {
+	k := f[h][i]
+	return k.key, k.users, append(dst[:0], k.counts...)
+}
+
+// TestKeyedFrom: a bounder's KeyedCell of a closed window's keys
+// (KeyedFrom) holds them in order, nil without any, and survives the
+// record.
+func TestKeyedFrom(t *testing.T) {
+	src := fakeKeyed{1: {{"a", 1, []float64{1, 0}}, {"b/c", 2, []float64{2, 3}}, {"é", 1, []float64{0, 4}}}}
+	if c := KeyedFrom(src, 2, 2); c != nil {
+		t.Fatalf("histogram without keys: %+v", c)
+	}
+	c := KeyedFrom(src, 1, 2)
+	pt := &Partial{V: Version, WindowMs: testSize, Partition: 0, Partitions: 1, Next: testSize, Keyed: []KeyedCell{*c}}
+	got, err := DecodePartial(pt.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Keyed) != 1 || got.Keyed[0].Len() != 3 {
+		t.Fatalf("decoded %+v", got.Keyed)
+	}
+	for i, want := range src[1] {
+		k, u, counts := got.Keyed[0].Key(i)
+		if k != want.key || u != want.users || !slices.Equal(counts, want.counts) {
+			t.Errorf("key %d: %q %d %v, want %+v", i, k, u, counts, want)
+		}
 	}
 }

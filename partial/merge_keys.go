@@ -249,3 +249,15 @@ func (w *Window) Key(h, i int, dst []float64) (key string, users int64, counts [
 	r := km.merged()
 	return string(r.key(i)), r.users[i], append(dst[:0], r.row(i, km.bins)...)
 }
+
+// KeyedTotal is the sum of histogram h's keys' counts in the window
+// (private: for the operator's drop share only).
+func (w *Window) KeyedTotal(h int) float64 {
+	var n float64
+	if w.Keys(h) > 0 {
+		for _, v := range w.keys[h].merged().counts {
+			n += v
+		}
+	}
+	return n
+}
