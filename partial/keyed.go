@@ -169,13 +169,17 @@ func (p *Partial) refuseKey(c *KeyedCell, i int, why string) error {
 // max_groups_per_user × max_tracked_users (when set).
 func (m *Merger) checkKeyedFit(p *Partial) error {
 	l := &m.layout
+	if len(p.Keyed) == 0 {
+		return nil
+	}
+	// A Partial in parts (parts.go) has a cell of a histogram per part.
+	users, totals := make([]float64, len(l.Bins)), make([]float64, len(l.Bins))
 	for j := range p.Keyed {
 		c := &p.Keyed[j]
 		if c.H >= len(l.Bins) || c.H >= len(l.Selects) || !l.Selects[c.H] || c.Bins != l.Bins[c.H] {
 			return Refuse(ReasonShape, "partial of window %d partition %d: keyed cell of histogram %d with %d bins does not fit the config's selecting histograms",
 				p.WindowStart, p.Partition, c.H, c.Bins)
 		}
-		var users, total float64
 		for i := range c.Len() {
 			if n := c.offs[i+1] - c.offs[i]; l.MaxKeyBytes > 0 && int(n) > l.MaxKeyBytes {
 				return p.refuseKey(c, i, fmt.Sprintf("%d bytes, longer than an event (events.max_message_bytes %d)", n, l.MaxKeyBytes))
@@ -188,15 +192,17 @@ func (m *Merger) checkKeyedFit(p *Partial) error {
 			if l.MaxEventsPerUser > 0 && sum > u*float64(l.MaxEventsPerUser) {
 				return p.refuseKey(c, i, fmt.Sprintf("%v events for %v users, more than max_events_per_user (%d) each", sum, u, l.MaxEventsPerUser))
 			}
-			users, total = users+u, total+sum
+			users[c.H], totals[c.H] = users[c.H]+u, totals[c.H]+sum
 		}
-		if b := l.MaxKeyUsers; b > 0 && users > b {
-			return Refuse(ReasonKeys, "partial of window %d partition %d: keyed cell of histogram %d counts %v users in its keys, more than max_groups_per_user × max_tracked_users (%v)",
-				p.WindowStart, p.Partition, c.H, users, b)
+	}
+	for h := range users {
+		if b := l.MaxKeyUsers; b > 0 && users[h] > b {
+			return Refuse(ReasonKeys, "partial of window %d partition %d: the keys of histogram %d count %v users, more than max_groups_per_user × max_tracked_users (%v)",
+				p.WindowStart, p.Partition, h, users[h], b)
 		}
-		if c.H < len(l.MaxTotal) && l.MaxTotal[c.H] > 0 && total > l.MaxTotal[c.H] {
-			return Refuse(ReasonKeys, "partial of window %d partition %d: keyed cell of histogram %d counts %v contributions, more than its users allow (%v)",
-				p.WindowStart, p.Partition, c.H, total, l.MaxTotal[c.H])
+		if h < len(l.MaxTotal) && l.MaxTotal[h] > 0 && totals[h] > l.MaxTotal[h] {
+			return Refuse(ReasonKeys, "partial of window %d partition %d: the keys of histogram %d count %v contributions, more than its users allow (%v)",
+				p.WindowStart, p.Partition, h, totals[h], l.MaxTotal[h])
 		}
 	}
 	return nil

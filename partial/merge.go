@@ -233,6 +233,9 @@ type Merger struct {
 	// fed the record before end again.
 	limit     int
 	rereading bool
+	// held are the earlier parts of Partials written in several records,
+	// until their last part (parts.go).
+	held map[partKey]*heldParts
 }
 
 // DefaultSumsBytes bounds the running sums the pending windows hold
@@ -346,6 +349,19 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if p.WindowStart%m.sizeMs != 0 {
 		return 0, Refuse(ReasonGrid, "partial of window %d partition %d: off the grid of %d ms windows", p.WindowStart, p.Partition, m.sizeMs)
 	}
+	first := offset // the offset of its first record
+	if p.Parts > 1 {
+		q, from, err := m.gather(p, offset)
+		switch {
+		case err != nil:
+			return 0, err
+		case q == nil && m.rereading && offset < m.end:
+			return Skipped, nil // held again: read before
+		case q == nil:
+			return Added, nil // held until its last part
+		}
+		p, first = q, from
+	}
 	if !foreign { // another config's layout: not merged, not checked against ours
 		if err := m.checkFit(p); err != nil {
 			return 0, err
@@ -376,7 +392,7 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	}
 	w := m.pending[p.WindowStart]
 	if w == nil {
-		w = &Window{Start: p.WindowStart, m: m, state: make([]uint8, m.n), digest: make([]uint64, m.n), firstOffset: offset}
+		w = &Window{Start: p.WindowStart, m: m, state: make([]uint8, m.n), digest: make([]uint64, m.n), firstOffset: first}
 		m.pending[p.WindowStart] = w
 	}
 	switch st := w.state[p.Partition]; {
@@ -402,8 +418,8 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		// its counts are read again (Reread) once its window is within it.
 		w.state[p.Partition], w.digest[p.Partition] = partSpilled, partialDigest(p)
 		w.merged++
-		if w.spilled == 0 || offset < w.spillFrom {
-			w.spillFrom = offset
+		if w.spilled == 0 || first < w.spillFrom {
+			w.spillFrom = first
 		}
 		w.spilled++
 		return Added, nil
@@ -552,7 +568,7 @@ func (m *Merger) Lagging() []int {
 // partition idle now, or the offset after the last record fed when there
 // is none; -1 before any record.
 func (m *Merger) CommitPoint() int64 {
-	c := m.end
+	c := m.heldFrom(m.end)
 	for _, w := range m.pending {
 		if w.firstOffset < c {
 			c = w.firstOffset

@@ -170,6 +170,11 @@ type Partial struct {
 	// with their distinct users and counts (keyed.go). Only the Arrow
 	// encoding carries them; absent from the Partials of older bounders.
 	Keyed []KeyedCell `json:"-"`
+	// Part and Parts: the Partial is written as Parts records, this one
+	// its Part-th (parts.go); 0 and 0 (or 1) for a Partial of one record,
+	// as every older bounder wrote.
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
 	// cols holds the count cells instead of Counts in a Partial
 	// DecodeForMerge read from the Arrow encoding (cells.go).
 	cols *countColumns
@@ -204,7 +209,7 @@ func (p *Partial) Total() float64 {
 
 // Key is the partials topic record key: "w/<window start>/p/<partition>".
 func (p *Partial) Key() []byte {
-	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition))
+	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition) + partSuffix(p.Part, p.Parts))
 }
 
 // DecodePartial decodes a partials topic record value — the Arrow
@@ -232,6 +237,9 @@ func decodePartial(b []byte, columns bool) (*Partial, error) {
 		return nil, Refuse(ReasonDecode, "partial of window %d partition %d: previous window %s, first window %d", p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
 	}
 	if err := checkValues(&p); err != nil {
+		return nil, err
+	}
+	if err := checkParts(&p); err != nil {
 		return nil, err
 	}
 	if err := checkKeyed(&p); err != nil {
