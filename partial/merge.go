@@ -539,6 +539,11 @@ func (m *Merger) Released(w *Window) {
 	}
 	delete(m.pending, w.Start)
 	m.released = w.Start + m.sizeMs
+	for k := range m.held {
+		if k.window < m.released {
+			delete(m.held, k) // parts whose last part never came (refused): their window is released
+		}
+	}
 	// Observations short of the next window's end are not needed again.
 	i := 0
 	for i < len(m.passes)-1 && m.passes[i].end < m.released+m.sizeMs {

@@ -215,6 +215,25 @@ func TestPartsRefused(t *testing.T) {
 	if c := m.CommitPoint(); c != 102 {
 		t.Errorf("commit point %d after the window's release, want 102", c)
 	}
+	// Parts whose last part never comes (refused when read) are dropped
+	// when their window is released, and no longer hold the commit point.
+	m, _ = NewMerger(1, testSize, 0, partsLayout, "c")
+	for i, q := range ps[:len(ps)-1] {
+		if _, err := m.Add(q, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one := &Partial{V: Version, WindowStart: 0, WindowMs: testSize, Partition: 0, Partitions: 1, Next: testSize, Config: "c"}
+	if _, err := m.Add(one, 50); err != nil {
+		t.Fatal(err)
+	}
+	if c := m.CommitPoint(); c != 0 {
+		t.Fatalf("commit point %d with parts held from 0", c)
+	}
+	m.Released(mustNext(t, m, true))
+	if c := m.CommitPoint(); c != 51 {
+		t.Errorf("commit point %d after the window's release, want 51", c)
+	}
 }
 
 func mustNext(t *testing.T, m *Merger, complete bool) *Window {
