@@ -34,12 +34,27 @@ func benchPartials() []*Partial {
 // every partition p, added, the window's merged cells read back (the
 // releaser's Counts calls) and the window released.
 func benchMerge(b *testing.B, next func(i, p int) *Partial) {
-	m, err := NewMerger(benchParts, 1000, 0, Layout{Bins: []int{benchBins}, Groups: []int{benchGroups}}, "")
+	var dst []float64
+	var sum float64
+	benchWindows(b, Layout{Bins: []int{benchBins}, Groups: []int{benchGroups}}, next, func(w *Window) {
+		for g := range benchGroups {
+			dst = w.Counts(0, g, dst)
+			sum += dst[0]
+		}
+	})
+	if sum == 0 {
+		b.Fatal("no counts merged")
+	}
+}
+
+// benchWindows runs b.N windows of layout: window i's Partials are
+// next(i, p) for every partition p, added, the window read (read) and
+// released.
+func benchWindows(b *testing.B, layout Layout, next func(i, p int) *Partial, read func(w *Window)) {
+	m, err := NewMerger(benchParts, 1000, 0, layout, "")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var dst []float64
-	var sum float64
 	off := int64(0)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -58,10 +73,7 @@ func benchMerge(b *testing.B, next func(i, p int) *Partial) {
 		if !ok {
 			b.Fatalf("window %d not complete", start)
 		}
-		for g := range benchGroups {
-			dst = w.Counts(0, g, dst)
-			sum += dst[0]
-		}
+		read(w)
 		m.Released(w)
 	}
 	b.StopTimer()
@@ -69,9 +81,6 @@ func benchMerge(b *testing.B, next func(i, p int) *Partial) {
 	// loaded machine the wall clock (ns/op) counts the time other
 	// processes held the cores; this does not.
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-	if sum == 0 {
-		b.Fatal("no counts merged")
-	}
 }
 
 // BenchmarkMerge100x10000 merges one window per op, from decoded
@@ -153,40 +162,20 @@ func BenchmarkDecodeMergeKeys100x10000(b *testing.B) {
 			for p, pt := range benchKeyedPartials(tc.shift) {
 				vals[p] = pt.Encode()
 			}
-			m, err := NewMerger(benchParts, 1000, 0, Layout{Bins: []int{benchBins}, Groups: []int{0}, Selects: []bool{true}}, "")
-			if err != nil {
-				b.Fatal(err)
-			}
 			var dst []float64
-			keys, off := 0, int64(0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime()
-			for i := 0; i < b.N; i++ {
-				start := int64(i) * 1000
-				for p := range benchParts {
-					pt, err := DecodeForMerge(vals[p])
-					if err != nil {
-						b.Fatal(err)
-					}
-					pt.WindowStart, pt.Next = start, start+1000
-					if r, err := m.Add(pt, off); err != nil || r != Added {
-						b.Fatalf("window %d partition %d: %v, %v", start, p, r, err)
-					}
-					off++
+			keys := 0
+			benchWindows(b, Layout{Bins: []int{benchBins}, Groups: []int{0}, Selects: []bool{true}}, func(_, p int) *Partial {
+				pt, err := DecodeForMerge(vals[p])
+				if err != nil {
+					b.Fatal(err)
 				}
-				w, ok := m.Next()
-				if !ok {
-					b.Fatalf("window %d not complete", start)
-				}
+				return pt
+			}, func(w *Window) {
 				keys = w.Keys(0)
 				for k := range keys {
 					_, _, dst = w.Key(0, k, dst)
 				}
-				m.Released(w)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			})
 			b.ReportMetric(float64(keys), "keys")
 			b.ReportMetric(float64(len(vals[0])), "record-bytes")
 		})
