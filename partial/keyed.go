@@ -103,8 +103,7 @@ func KeyedFrom(src KeySource, h, bins int) *KeyedCell {
 const MaxKeyedBytes = 1<<31 - 1
 
 // checkKeyed checks what a Partial's KeyedCells make checkable whatever
-// the config: one cell per histogram, keys non-empty and strictly
-// ascending, users ≥ 1, counts whole numbers whose sum is at least the
+// the config: one cell per histogram, keys strictly ascending, users ≥ 1, counts whole numbers whose sum is at least the
 // key's users (each user counted toward a key has an event in it).
 func checkKeyed(p *Partial) error {
 	for j := range p.Keyed {
@@ -134,9 +133,7 @@ func checkKeys(p *Partial, c *KeyedCell) error {
 			return Refuse(ReasonShape, "partial of window %d partition %d: keyed cell of histogram %d: key %d's bytes out of range", p.WindowStart, p.Partition, c.H, i)
 		}
 		k := c.data[lo:hi]
-		switch {
-		case len(k) == 0:
-			return p.refuseKey(c, i, "an empty key")
+		switch { // the empty string is a key (a group_by field's value ""), the first when there
 		case i > 0 && bytes.Compare(prev, k) >= 0:
 			return p.refuseKey(c, i, "keys not in strictly ascending byte order")
 		case c.users[i] < 1 || c.users[i] > maxExact:

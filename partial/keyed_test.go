@@ -235,7 +235,8 @@ func TestKeyedRefused(t *testing.T) {
 	}{
 		{"keys not ascending", []KeyedCell{raw(1, 2, []string{"b", "a"}, []int64{1, 1}, 1, 0, 1, 0)}, true, ReasonKeys},
 		{"a key twice", []KeyedCell{raw(1, 2, []string{"a", "a"}, []int64{1, 1}, 1, 0, 1, 0)}, true, ReasonKeys},
-		{"empty key", []KeyedCell{raw(1, 2, []string{"", "a"}, []int64{1, 1}, 1, 0, 1, 0)}, true, ReasonKeys},
+		{"empty key after another", []KeyedCell{raw(1, 2, []string{"a", ""}, []int64{1, 1}, 1, 0, 1, 0)}, true, ReasonKeys},
+		{"empty key twice", []KeyedCell{raw(1, 2, []string{"", ""}, []int64{1, 1}, 1, 0, 1, 0)}, true, ReasonKeys},
 		{"no users", []KeyedCell{raw(1, 2, []string{"a"}, []int64{0}, 1, 0)}, true, ReasonKeys},
 		{"negative users", []KeyedCell{raw(1, 2, []string{"a"}, []int64{-1}, 1, 0)}, true, ReasonKeys},
 		{"negative count", []KeyedCell{raw(1, 2, []string{"a"}, []int64{1}, 3, -1)}, true, ReasonKeys},
@@ -273,15 +274,21 @@ func TestKeyedRefused(t *testing.T) {
 			}
 		})
 	}
-	// The good cell passes both.
-	pt := &Partial{V: Version, WindowMs: testSize, Partition: 0, Partitions: 1, Next: testSize, Keyed: []KeyedCell{ok()}}
-	got, err := DecodePartial(pt.Encode())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := NewMerger(1, testSize, 0, keyedLayout, "")
-	if _, err := m.Add(got, 0); err != nil {
-		t.Fatal(err)
+	// The good cells pass both: the empty string is a key (decode keeps a
+	// group_by field's value "").
+	for _, c := range []KeyedCell{ok(), raw(1, 2, []string{"", "a"}, []int64{1, 1}, 1, 0, 1, 0)} {
+		pt := &Partial{V: Version, WindowMs: testSize, Partition: 0, Partitions: 1, Next: testSize, Keyed: []KeyedCell{c}}
+		got, err := DecodePartial(pt.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := NewMerger(1, testSize, 0, keyedLayout, "")
+		if _, err := m.Add(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if w, ok := m.Next(); !ok || w.Keys(1) != 2 {
+			t.Fatalf("window complete %v", ok)
+		}
 	}
 }
 
