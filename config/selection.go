@@ -70,4 +70,14 @@ func (k *checker) selection() {
 	if !finite(s.KeySampleRate) || s.KeySampleRate <= 0 || s.KeySampleRate > 1 {
 		k.add("selection.key_sample_rate", "must be a finite number greater than 0 and at most 1 (1: every key)")
 	}
+	if d := k.c.Kafka.Distributed; d.Enabled && d.PartialsFormat == PartialsJSON {
+		for i, h := range k.c.Histograms {
+			if h.Selects() {
+				// The JSON partials (an upgrade's first roll, for releasers
+				// of versions before the Arrow encoding) carry no group keys.
+				k.add("kafka.distributed.partials_format", "json cannot carry the group keys of histograms[%d] (%s: group_by without groups, selected privately); set partials_format: arrow (the releasers reading only JSON predate the selection too), or list the groups in histograms[%d].groups", i, h.Name, i)
+				return
+			}
+		}
+	}
 }

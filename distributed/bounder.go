@@ -647,6 +647,12 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 			}
 			continue
 		}
+		if hc.Selects() {
+			if c := keyedCell(counts, h, len(hc.Bins)); c != nil {
+				pt.Keyed = append(pt.Keyed, *c)
+			}
+			continue
+		}
 		for g := range max(1, len(hc.Groups)) {
 			dst = counts.Counts(h, g, dst[:0])
 			for _, c := range dst {

@@ -222,9 +222,12 @@ func (s *stage) windowBounds(w *partial.Window, means windowMeans) []node.Window
 			continue
 		}
 		wb := node.WindowBound{H: h, Start: end - hc.WindowSize(s.Cfg.Window.Size).D().Milliseconds(), End: end, Dropped: w.Dropped(h)}
-		if hc.IsAverage() {
+		switch {
+		case hc.IsAverage():
 			wb.Counted = means.kept(h)
-		} else {
+		case hc.Selects():
+			wb.Counted = int64(w.KeyedTotal(h))
+		default:
 			for g := range max(1, len(hc.Groups)) {
 				dst = w.Counts(h, g, dst[:0])
 				for _, c := range dst {

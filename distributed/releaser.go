@@ -620,7 +620,14 @@ func (s *stage) layout() partial.Layout {
 		if h.IsAverage() {
 			l.AverageCells += h.Average.Users * (len(h.Bins) + 1)
 		}
+		l.Selects = append(l.Selects, h.Selects())
 	}
+	// A selecting histogram's keyed cells (partial/keyed.go): a key is a
+	// field of one event; a partition's keys count each tracked user in at
+	// most max_groups_per_user keys.
+	c := &s.Cfg.Contribution
+	l.MaxKeyBytes, l.MaxEventsPerUser = s.Cfg.Events.MaxMessageBytes, c.MaxEventsPerUser
+	l.MaxKeyUsers = float64(c.MaxGroupsPerUser) * float64(c.MaxTrackedUsers)
 	return l
 }
 

@@ -244,7 +244,18 @@ func (l *Ledger) RecordWindowAdmitted(_ context.Context, units []*Unit, spentAft
 				}
 			}
 			if u.Reservation != "" {
-				if err := putReservation(tx.Bucket(bucketReservations), u); err != nil {
+				if err := putReservation(tx.Bucket(bucketReservations), u, u.Reservation); err != nil {
+					return err
+				}
+			}
+			if sc := u.Selection; sc != nil && sc.Reservation != "" {
+				if sc.Approx == nil {
+					return fmt.Errorf("%s: selection reservation %q without its charge", u.Histogram, sc.Reservation)
+				}
+				if err := addApprox(tx.Bucket(bucketApprox), u.Period, *sc.Approx); err != nil {
+					return err
+				}
+				if err := putReservation(tx.Bucket(bucketReservations), u, sc.Reservation); err != nil {
 					return err
 				}
 			}

@@ -49,10 +49,10 @@ func addApprox(b *bolt.Bucket, p int64, c Approx) error {
 
 // putReservation records the period reservation u made (in tx); a key the
 // period already holds is an error (a reservation is charged once).
-func putReservation(b *bolt.Bucket, u *Unit) error {
-	k := append(periodKey(u.Period), u.Reservation...)
+func putReservation(b *bolt.Bucket, u *Unit, key string) error {
+	k := append(periodKey(u.Period), key...)
 	if b.Get(k) != nil {
-		return fmt.Errorf("%s: period reservation %q is already recorded", u.Histogram, u.Reservation)
+		return fmt.Errorf("%s: period reservation %q is already recorded", u.Histogram, key)
 	}
 	return b.Put(k, u.Key())
 }

@@ -102,6 +102,11 @@ type Unit struct {
 	// budget raised in the middle of a period — also back after a cut —
 	// takes effect from the next period only.
 	Limit *Limit `json:"limit,omitempty"`
+	// Selection is set on a released unit of a histogram that selects its
+	// groups (group_by without groups, issue 30): the period's selection
+	// reservation that pays for the window's private selection — made by
+	// this unit, or held by the period already. nil otherwise.
+	Selection *SelectionCharge `json:"selection,omitempty"`
 	// Messages are the exact output messages, in publish order.
 	Messages []Message `json:"messages"`
 	// Published is set once every message was acknowledged by the output
@@ -121,6 +126,17 @@ type TopUp struct {
 	// CoverApprox the larger ε and δ (nil for a count histogram).
 	Cover       Curve   `json:"cover"`
 	CoverApprox *Approx `json:"cover_approx,omitempty"`
+}
+
+// SelectionCharge is the selection reservation of a unit (Unit.Selection):
+// either Reservation and Approx (this unit made the period's reservation
+// of key Reservation, charged Approx to the period's (ε, δ) part and
+// recorded in its reservations in the same transaction), or CoveredBy
+// (the period held the reservation of that key already; nothing charged).
+type SelectionCharge struct {
+	Reservation string  `json:"reservation,omitempty"`
+	Approx      *Approx `json:"approx,omitempty"`
+	CoveredBy   string  `json:"covered_by,omitempty"`
 }
 
 // Approx is an (ε, δ)-DP charge, or a period's basic composition of such

@@ -68,9 +68,10 @@ func (s *Node) PublishUnits(ctx context.Context, units []*ledger.Unit, passedAt 
 // published updates stats and views after u was acknowledged.
 func (s *Node) published(u *ledger.Unit, passedAt time.Time) {
 	if u.Status == ledger.StatusReleased {
-		s.Stats.Releases.Add(int64(len(u.Messages)))
+		rels := release.ReleaseMessages(u)
+		s.Stats.Releases.Add(int64(len(rels)))
 		if s.Printer != nil {
-			for _, m := range u.Messages {
+			for _, m := range rels {
 				var r release.Release
 				if json.Unmarshal(m.Value, &r) == nil {
 					s.Printer.Print(&r)

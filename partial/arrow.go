@@ -33,6 +33,14 @@ package partial
 //	user   uint64         the kept user's hash (average rows; 0 for count cells)
 //	values list<float64>  the cell's counts, per bin / the user's vector
 //
+// then, in a Partial with keyed cells (a selecting histogram's group keys:
+// keyed.go), one row per key, histograms in increasing order, keys in
+// ascending byte order within one (kind 2: h, user = the key's distinct
+// users, values = its counts, g 0), and one more column, absent from a
+// Partial without keys (older ones too: they decode as having none):
+//
+//	key    binary         the group key (kind 2 rows; empty for the others)
+//
 // Extending it: a new column is added with a new name (a per-row figure,
 // such as a count cell's distinct users, as a column beside these; a new
 // kind of row, as a new kind value; a column of a type other than those
@@ -66,6 +74,7 @@ const (
 	arrowHeaderKey  = "dpstage.partial.header"
 	kindCount       = 0
 	kindAverage     = 1
+	kindKey         = 2
 )
 
 // arrowFields are the columns of the Arrow encoding.
@@ -76,6 +85,9 @@ var arrowFields = []arrow.Field{
 	{Name: "user", Type: arrow.PrimitiveTypes.Uint64},
 	{Name: "values", Type: arrow.ListOf(arrow.PrimitiveTypes.Float64)},
 }
+
+// arrowKeyedFields are the columns of a Partial with keyed cells.
+var arrowKeyedFields = append(arrowFields[:len(arrowFields):len(arrowFields)], arrow.Field{Name: "key", Type: arrow.BinaryTypes.Binary})
 
 // arrowMem allocates the encoder's buffers (Encode) on the Go heap.
 var arrowMem = memory.NewGoAllocator()
@@ -89,7 +101,11 @@ func (p *Partial) Encode() []byte {
 		panic(fmt.Sprintf("partial: encode partial header: %v", err)) // plain data: cannot fail
 	}
 	md := arrow.NewMetadata([]string{arrowVersionKey, arrowHeaderKey}, []string{strconv.Itoa(ArrowVersion), string(hb)})
-	schema := arrow.NewSchema(arrowFields, &md)
+	fields := arrowFields
+	if len(p.Keyed) > 0 {
+		fields = arrowKeyedFields
+	}
+	schema := arrow.NewSchema(fields, &md)
 	b := array.NewRecordBuilder(arrowMem, schema)
 	defer b.Release()
 	kind := b.Field(0).(*array.Uint8Builder)
@@ -98,6 +114,11 @@ func (p *Partial) Encode() []byte {
 	users := b.Field(3).(*array.Uint64Builder)
 	lists := b.Field(4).(*array.ListBuilder)
 	vals := lists.ValueBuilder().(*array.Float64Builder)
+	var keys *array.BinaryBuilder
+	if len(p.Keyed) > 0 {
+		keys = b.Field(5).(*array.BinaryBuilder)
+		keys.Reserve(p.rows())
+	}
 	for _, c := range p.Cells() {
 		kind.Append(kindCount)
 		hs.Append(int32(c.H))
@@ -105,6 +126,9 @@ func (p *Partial) Encode() []byte {
 		users.Append(0)
 		lists.Append(true)
 		vals.AppendValues(c.Counts, nil)
+		if keys != nil {
+			keys.Append(nil)
+		}
 	}
 	for _, a := range p.Averages {
 		for i, u := range a.Users {
@@ -118,6 +142,22 @@ func (p *Partial) Encode() []byte {
 				v = a.Vectors[i]
 			}
 			vals.AppendValues(v, nil)
+			if keys != nil {
+				keys.Append(nil)
+			}
+		}
+	}
+	for j := range p.Keyed {
+		c := &p.Keyed[j]
+		for i := range c.Len() {
+			_, u, v := c.Key(i)
+			kind.Append(kindKey)
+			hs.Append(int32(c.H))
+			gs.Append(0)
+			users.Append(uint64(u))
+			lists.Append(true)
+			vals.AppendValues(v, nil)
+			keys.Append(c.key(i))
 		}
 	}
 	rec := b.NewRecord()
@@ -131,6 +171,18 @@ func (p *Partial) Encode() []byte {
 		panic(fmt.Sprintf("partial: encode partial: %v", err))
 	}
 	return buf.Bytes()
+}
+
+// rows is the number of rows of p's record batch.
+func (p *Partial) rows() int {
+	n := p.cells().len()
+	for _, a := range p.Averages {
+		n += len(a.Users)
+	}
+	for j := range p.Keyed {
+		n += p.Keyed[j].Len()
+	}
+	return n
 }
 
 // EncodeJSON returns the JSON encoding (Version 1) of the record value,
@@ -208,8 +260,17 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 		signed bool
 	}{"kind": {fbTypeInt, 8, false}, "h": {fbTypeInt, 32, true}, "g": {fbTypeInt, 32, true}, "user": {fbTypeInt, 64, false}, "values": {fbTypeList, 0, false}}
 	at := map[string]arrowColumn{}
+	var keyCol *arrowColumn // optional: only a Partial with keyed cells has it
 	for _, c := range cols {
 		w, known := want[c.name]
+		if c.name == "key" {
+			w, known = struct {
+				typ    byte
+				bits   int32
+				signed bool
+			}{fbTypeBinary, 0, false}, true
+			keyCol = &c
+		}
 		if !known {
 			continue
 		}
@@ -227,7 +288,9 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 		if rb.nodes[c.node][0] != rb.rows {
 			return Refuse(ReasonDecode, "partial: arrow column %q of %d rows in a batch of %d", c.name, rb.nodes[c.node][0], rb.rows)
 		}
-		at[c.name] = c
+		if c.name != "key" {
+			at[c.name] = c
+		}
 	}
 	if len(at) != len(want) {
 		return Refuse(ReasonDecode, "partial: arrow record batch without the columns kind, h, g, user and values")
@@ -242,6 +305,14 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 	vals, ok6 := fixed[float64](rb.buffer(body, vc.buf+3), child)
 	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || child < 0 {
 		return Refuse(ReasonDecode, "partial: arrow buffers shorter than their rows, or misaligned")
+	}
+	var kc keyColumn
+	if keyCol != nil {
+		kc.offs, ok1 = fixed[int32](rb.buffer(body, keyCol.buf+1), n+1)
+		kc.data = rb.buffer(body, keyCol.buf+2)
+		if !ok1 {
+			return Refuse(ReasonDecode, "partial: arrow buffers shorter than their rows, or misaligned")
+		}
 	}
 	counts := 0
 	for _, k := range ks {
@@ -280,8 +351,54 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 			// A copy: the releaser keeps average vectors until their window
 			// is released, and v would pin the whole fetched batch.
 			p.Averages[a].Vectors = append(p.Averages[a].Vectors, slices.Clone(v))
+		case kindKey:
+			if err := kc.add(p, i, hv[i], uv, offs, vals); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
+}
+
+// keyColumn is the key column of a record batch: row i's key is
+// data[offs[i]:offs[i+1]] (nil offs: no such column).
+type keyColumn struct {
+	offs []int32
+	data []byte
+	next int // the row after the last key row added (a row there extends its cell)
+}
+
+// add appends key row i of histogram h to p's keyed cells (a row right
+// after a key row of the same histogram extends its cell; any other
+// starts one), pointing into the columns:
+// users uv, list offsets offs (checked up to i+1) over vals.
+func (kc *keyColumn) add(p *Partial, i int, h int32, uv []uint64, offs []int32, vals []float64) error {
+	if kc.offs == nil {
+		return Refuse(ReasonDecode, "partial: arrow key rows without the key column")
+	}
+	lo, hi := kc.offs[i], kc.offs[i+1]
+	if lo < 0 || hi < lo || int(hi) > len(kc.data) {
+		return Refuse(ReasonDecode, "partial: arrow key offsets out of range")
+	}
+	bins := int(offs[i+1] - offs[i])
+	j := len(p.Keyed) - 1
+	if j < 0 || p.Keyed[j].H != int(h) || i != kc.next {
+		if bins < 1 {
+			return Refuse(ReasonShape, "partial: arrow key row of histogram %d without counts", h)
+		}
+		// A cell's columns start at its first row: offs[i:], users uv[i:],
+		// counts vals[offs[i]:] (its rows' counts are consecutive).
+		p.Keyed = append(p.Keyed, KeyedCell{H: int(h), Bins: bins, data: kc.data, offs: kc.offs[i:i], users: uv[i:i], counts: vals[offs[i]:offs[i]]})
+		j++
+	}
+	c := &p.Keyed[j]
+	if bins != c.Bins {
+		return Refuse(ReasonShape, "partial: arrow key rows of histogram %d with %d and %d counts", h, c.Bins, bins)
+	}
+	c.offs = kc.offs[i-c.Len() : i+2]
+	c.users = uv[i-c.Len() : i+1]
+	c.counts = c.counts[:len(c.counts)+bins]
+	kc.next = i + 1
 	return nil
 }
 

@@ -75,7 +75,10 @@ func TestDecodeArrowRefuses(t *testing.T) {
 func TestDecodeArrowCorrupt(t *testing.T) {
 	good := (&Partial{WindowStart: 60, WindowMs: 60, Partition: 1, Partitions: 2, Next: 120, Config: "c",
 		Counts:   []Cell{{H: 0, G: 1, Counts: []float64{1, 2, 3}}, {H: 1, G: 0, Counts: []float64{4, 5}}},
-		Averages: []AverageCell{{H: 2, Users: []uint64{7, 9}, Vectors: [][]float64{{0.5, 0.5}, {1, 0}}}}}).Encode()
+		Averages: []AverageCell{{H: 2, Users: []uint64{7, 9}, Vectors: [][]float64{{0.5, 0.5}, {1, 0}}}},
+		Keyed: []KeyedCell{keyedOf(3, 2, map[string]keyRow{"ab": {1, []float64{1, 0}}, "b": {2, []float64{1, 2}}, "bc": {1, []float64{0, 1}}}),
+			keyedOf(4, 1, map[string]keyRow{"x": {3, []float64{3}}})}}).Encode()
+	layout := Layout{Bins: []int{3, 2, 2, 2, 1}, Groups: []int{2, 1, 0, 0, 0}, Selects: []bool{false, false, false, true, true}, MaxKeyBytes: 8, MaxEventsPerUser: 3}
 	rng := rand.New(rand.NewPCG(28, 4))
 	for trial := range 20000 {
 		b := slices.Clone(good)
@@ -95,11 +98,18 @@ func TestDecodeArrowCorrupt(t *testing.T) {
 			if err != nil || p.Partitions > 100 { // a digit flipped in the header: no merger that large
 				return
 			}
-			m, err := NewMerger(p.Partitions, p.WindowMs, 0, Layout{Bins: []int{3, 2}, Groups: []int{2, 1}}, p.Config)
+			m, err := NewMerger(p.Partitions, p.WindowMs, 0, layout, p.Config)
 			if err != nil {
 				t.Fatalf("trial %d: %v", trial, err)
 			}
-			_, _ = m.Add(p, 0)
+			if r, err := m.Add(p, 0); err == nil && r == Added {
+				w := m.pending[p.WindowStart]
+				for h := range layout.Bins {
+					for i := range w.Keys(h) {
+						_, _, _ = w.Key(h, i, nil)
+					}
+				}
+			}
 			_, _ = p.Total(), p.Cells()
 		}()
 	}

@@ -44,6 +44,12 @@ const (
 	// (a component not finite or outside [0, 1], a sum not within
 	// 1 ± VectorTolerance), or it keeps more users than allowed.
 	ReasonAverage
+	// ReasonKeys: a selecting histogram's keyed cell breaks what a bounder's
+	// keys satisfy (keyed.go): keys empty, too long or not strictly
+	// ascending, a key's users below 1, its counts not whole or their sum
+	// outside [users, users × max_events_per_user], or more users in all
+	// than the window's users allow.
+	ReasonKeys
 	// NumReasons is the number of Reason values (metrics).
 	NumReasons int = iota
 )
@@ -60,6 +66,8 @@ func (r Reason) String() string {
 		return "count"
 	case ReasonAverage:
 		return "average"
+	case ReasonKeys:
+		return "keys"
 	}
 	return fmt.Sprintf("Reason(%d)", int(r))
 }

@@ -33,6 +33,18 @@ type Layout struct {
 	// releaser keeps them for the windows within the sums limit only
 	// (Merger.Summed), so they count in it.
 	AverageCells int
+	// Selects is, per histogram, whether it selects its groups (group_by
+	// without groups): its Partials carry keyed cells (keyed.go), never
+	// count cells (its Groups is 0).
+	Selects []bool
+	// MaxKeyBytes bounds a group key's length (events.max_message_bytes: a
+	// key is a field of one event); MaxEventsPerUser is
+	// max_events_per_user, MaxKeyUsers max_groups_per_user ×
+	// max_tracked_users: the most users a partition's keys of one
+	// histogram count in a window. 0: unchecked.
+	MaxKeyBytes      int
+	MaxEventsPerUser int
+	MaxKeyUsers      float64
 }
 
 // Merger merges the Partials of the partials topic into complete windows,
@@ -221,6 +233,9 @@ type Merger struct {
 	// fed the record before end again.
 	limit     int
 	rereading bool
+	// held are the earlier parts of Partials written in several records,
+	// until their last part (parts.go).
+	held map[partKey]*heldParts
 }
 
 // DefaultSumsBytes bounds the running sums the pending windows hold
@@ -334,8 +349,24 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	if p.WindowStart%m.sizeMs != 0 {
 		return 0, Refuse(ReasonGrid, "partial of window %d partition %d: off the grid of %d ms windows", p.WindowStart, p.Partition, m.sizeMs)
 	}
+	first := offset // the offset of its first record
+	if p.Parts > 1 {
+		q, from, err := m.gather(p, offset)
+		switch {
+		case err != nil:
+			return 0, err
+		case q == nil && m.rereading && offset < m.end:
+			return Skipped, nil // held again: read before
+		case q == nil:
+			return Added, nil // held until its last part
+		}
+		p, first = q, from
+	}
 	if !foreign { // another config's layout: not merged, not checked against ours
 		if err := m.checkFit(p); err != nil {
+			return 0, err
+		}
+		if err := m.checkKeyedFit(p); err != nil {
 			return 0, err
 		}
 	}
@@ -361,7 +392,7 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 	}
 	w := m.pending[p.WindowStart]
 	if w == nil {
-		w = &Window{Start: p.WindowStart, m: m, state: make([]uint8, m.n), digest: make([]uint64, m.n), firstOffset: offset}
+		w = &Window{Start: p.WindowStart, m: m, state: make([]uint8, m.n), digest: make([]uint64, m.n), firstOffset: first}
 		m.pending[p.WindowStart] = w
 	}
 	switch st := w.state[p.Partition]; {
@@ -387,8 +418,8 @@ func (m *Merger) Add(p *Partial, offset int64) (AddResult, error) {
 		// its counts are read again (Reread) once its window is within it.
 		w.state[p.Partition], w.digest[p.Partition] = partSpilled, partialDigest(p)
 		w.merged++
-		if w.spilled == 0 || offset < w.spillFrom {
-			w.spillFrom = offset
+		if w.spilled == 0 || first < w.spillFrom {
+			w.spillFrom = first
 		}
 		w.spilled++
 		return Added, nil
@@ -508,6 +539,11 @@ func (m *Merger) Released(w *Window) {
 	}
 	delete(m.pending, w.Start)
 	m.released = w.Start + m.sizeMs
+	for k := range m.held {
+		if k.window < m.released {
+			delete(m.held, k) // parts whose last part never came (refused): their window is released
+		}
+	}
 	// Observations short of the next window's end are not needed again.
 	i := 0
 	for i < len(m.passes)-1 && m.passes[i].end < m.released+m.sizeMs {
@@ -537,7 +573,7 @@ func (m *Merger) Lagging() []int {
 // partition idle now, or the offset after the last record fed when there
 // is none; -1 before any record.
 func (m *Merger) CommitPoint() int64 {
-	c := m.end
+	c := m.heldFrom(m.end)
 	for _, w := range m.pending {
 		if w.firstOffset < c {
 			c = w.firstOffset
@@ -587,6 +623,9 @@ type Window struct {
 	sums []float64
 	// dropped sums the merged Partials' Dropped per histogram (nil: none).
 	dropped []int64
+	// keys holds, per selecting histogram, the merged Partials' keyed
+	// cells (merge_keys.go; nil: none).
+	keys []*keyMerge
 	// state is, per source partition, whether its Partial of the window
 	// was read (partAbsent, partMerged, partForeign); digest the merged one's
 	// cellDigest sum. Both nil in an empty Window (no Partial read).

@@ -1,6 +1,7 @@
 package partial
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -33,12 +34,27 @@ func benchPartials() []*Partial {
 // every partition p, added, the window's merged cells read back (the
 // releaser's Counts calls) and the window released.
 func benchMerge(b *testing.B, next func(i, p int) *Partial) {
-	m, err := NewMerger(benchParts, 1000, 0, Layout{Bins: []int{benchBins}, Groups: []int{benchGroups}}, "")
+	var dst []float64
+	var sum float64
+	benchWindows(b, Layout{Bins: []int{benchBins}, Groups: []int{benchGroups}}, next, func(w *Window) {
+		for g := range benchGroups {
+			dst = w.Counts(0, g, dst)
+			sum += dst[0]
+		}
+	})
+	if sum == 0 {
+		b.Fatal("no counts merged")
+	}
+}
+
+// benchWindows runs b.N windows of layout: window i's Partials are
+// next(i, p) for every partition p, added, the window read (read) and
+// released.
+func benchWindows(b *testing.B, layout Layout, next func(i, p int) *Partial, read func(w *Window)) {
+	m, err := NewMerger(benchParts, 1000, 0, layout, "")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var dst []float64
-	var sum float64
 	off := int64(0)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -57,10 +73,7 @@ func benchMerge(b *testing.B, next func(i, p int) *Partial) {
 		if !ok {
 			b.Fatalf("window %d not complete", start)
 		}
-		for g := range benchGroups {
-			dst = w.Counts(0, g, dst)
-			sum += dst[0]
-		}
+		read(w)
 		m.Released(w)
 	}
 	b.StopTimer()
@@ -68,9 +81,6 @@ func benchMerge(b *testing.B, next func(i, p int) *Partial) {
 	// loaded machine the wall clock (ns/op) counts the time other
 	// processes held the cores; this does not.
 	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
-	if sum == 0 {
-		b.Fatal("no counts merged")
-	}
 }
 
 // BenchmarkMerge100x10000 merges one window per op, from decoded
@@ -116,4 +126,58 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchKeyedPartials are one window's Partials of a selecting histogram
+// of benchBins bins: each of the 100 partitions has 10,000 keys of 16
+// bytes, one user and one event each; shift is how far partition p's keys
+// are from p−1's (10,000: disjoint, a window of 10⁶ keys; 100: ~20,000
+// keys, most in every partition).
+func benchKeyedPartials(shift int) []*Partial {
+	ps := make([]*Partial, benchParts)
+	c := make([]float64, benchBins)
+	for p := range ps {
+		k := KeyedCell{H: 0, Bins: benchBins}
+		for g := range benchGroups {
+			clear(c)
+			c[g%benchBins] = 1
+			k.Append(fmt.Sprintf("group-key-%06d", p*shift+g), 1, c)
+		}
+		ps[p] = &Partial{V: Version, WindowMs: 1000, Partition: p, Partitions: benchParts, Next: 1000, Keyed: []KeyedCell{k}}
+	}
+	return ps
+}
+
+// BenchmarkDecodeMergeKeys100x10000 (issue 30): per op, one window's 100
+// Arrow record values of 10,000 keys each are decoded (DecodeForMerge),
+// merged, every merged key read back (Window.Key, the releaser's) and the
+// window released.
+func BenchmarkDecodeMergeKeys100x10000(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		shift int
+	}{{"shared", 100}, {"disjoint", benchGroups}} {
+		b.Run(tc.name, func(b *testing.B) {
+			vals := make([][]byte, benchParts)
+			for p, pt := range benchKeyedPartials(tc.shift) {
+				vals[p] = pt.Encode()
+			}
+			var dst []float64
+			keys := 0
+			benchWindows(b, Layout{Bins: []int{benchBins}, Groups: []int{0}, Selects: []bool{true}}, func(_, p int) *Partial {
+				pt, err := DecodeForMerge(vals[p])
+				if err != nil {
+					b.Fatal(err)
+				}
+				return pt
+			}, func(w *Window) {
+				keys = w.Keys(0)
+				for k := range keys {
+					_, _, dst = w.Key(0, k, dst)
+				}
+			})
+			b.ReportMetric(float64(keys), "keys")
+			b.ReportMetric(float64(len(vals[0])), "record-bytes")
+		})
+	}
 }

@@ -32,7 +32,7 @@ func (m *Merger) sum(w *Window, p *Partial) {
 		}
 		digest += mix64(h)
 	}
-	w.digest[p.Partition] = digest
+	w.digest[p.Partition] = digest + m.sumKeyed(w, p)
 	for _, d := range p.Dropped {
 		if d.H >= len(m.layout.Bins) {
 			continue // not a histogram of this layout
@@ -121,7 +121,7 @@ func partialDigest(p *Partial) uint64 {
 	for k := range cs.len() {
 		digest += cellDigest(cs.at(k))
 	}
-	return digest
+	return digest + keyedDigest(p)
 }
 
 // cellSeed and cellStep are cellDigest's start and step (Add inlines the

@@ -165,6 +165,16 @@ type Partial struct {
 	// Partials of older bounders (the share then counts their
 	// partitions' drops as 0).
 	Dropped []DropCell `json:"dropped,omitempty"`
+	// Keyed lists, per selecting histogram (group_by without groups) whose
+	// window ends with this one, the group keys the partition tracked
+	// with their distinct users and counts (keyed.go). Only the Arrow
+	// encoding carries them; absent from the Partials of older bounders.
+	Keyed []KeyedCell `json:"-"`
+	// Part and Parts: the Partial is written as Parts records, this one
+	// its Part-th (parts.go); 0 and 0 (or 1) for a Partial of one record,
+	// as every older bounder wrote.
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
 	// cols holds the count cells instead of Counts in a Partial
 	// DecodeForMerge read from the Arrow encoding (cells.go).
 	cols *countColumns
@@ -178,7 +188,8 @@ type DropCell struct {
 	N int64 `json:"n"`
 }
 
-// Total is the sum of the Partial's counts (bounded contributions).
+// Total is the sum of the Partial's counts (bounded contributions), its
+// keyed cells' included.
 func (p *Partial) Total() float64 {
 	var n float64
 	cs := p.cells()
@@ -188,12 +199,17 @@ func (p *Partial) Total() float64 {
 			n += v
 		}
 	}
+	for j := range p.Keyed {
+		for _, v := range p.Keyed[j].counts {
+			n += v
+		}
+	}
 	return n
 }
 
 // Key is the partials topic record key: "w/<window start>/p/<partition>".
 func (p *Partial) Key() []byte {
-	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition))
+	return []byte("w/" + strconv.FormatInt(p.WindowStart, 10) + "/p/" + strconv.Itoa(p.Partition) + partSuffix(p.Part, p.Parts))
 }
 
 // DecodePartial decodes a partials topic record value — the Arrow
@@ -221,6 +237,12 @@ func decodePartial(b []byte, columns bool) (*Partial, error) {
 		return nil, Refuse(ReasonDecode, "partial of window %d partition %d: previous window %s, first window %d", p.WindowStart, p.Partition, fmtPrev(p.Prev), p.First)
 	}
 	if err := checkValues(&p); err != nil {
+		return nil, err
+	}
+	if err := checkParts(&p); err != nil {
+		return nil, err
+	}
+	if err := checkKeyed(&p); err != nil {
 		return nil, err
 	}
 	return &p, nil

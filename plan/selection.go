@@ -167,7 +167,7 @@ func SelectionWarnings(cfg *config.Config, p *Plan) []config.Warning {
 	}
 	n95 := th.UsersAt(0.95)
 	if e >= float64(n95) {
-		return nil
+		return out
 	}
 	fix := ""
 	if cfg.Contribution.MaxWindowsPerUser == 0 {

@@ -39,7 +39,7 @@ func WriteArrow(dir string, u *ledger.Unit) error {
 	}
 	b := array.NewRecordBuilder(memory.DefaultAllocator, ReleaseSchema)
 	defer b.Release()
-	for _, m := range u.Messages {
+	for _, m := range ReleaseMessages(u) {
 		var r Release
 		if err := json.Unmarshal(m.Value, &r); err != nil {
 			return fmt.Errorf("arrow output: decode release: %w", err)

@@ -1,5 +1,7 @@
 package release
 
+import "github.com/dpstage/stage/ledger"
+
 // # Unlisted groups (issue 30)
 //
 // A histogram with group_by and no listed groups (config.Histogram.Selects)
@@ -71,4 +73,18 @@ type Selection struct {
 	Delta    float64 `json:"delta"`
 	// Withheld: the window's key-count test withheld the selection.
 	Withheld bool `json:"withheld,omitempty"`
+}
+
+// ReleaseMessages are the messages of u that are releases: all of a
+// released unit's but, for a selecting histogram's (u.Selection set), the
+// leading status message that names the selected groups. None for a unit
+// that is not released.
+func ReleaseMessages(u *ledger.Unit) []ledger.Message {
+	if u.Status != ledger.StatusReleased {
+		return nil
+	}
+	if u.Selection != nil && len(u.Messages) > 0 {
+		return u.Messages[1:]
+	}
+	return u.Messages
 }

@@ -70,6 +70,10 @@ func totalDeltaNote(total float64) string {
 // PrintStatus renders a status message (a release that was not made).
 func (p *Printer) PrintStatus(s *Status) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s.Status == StatusGroupsSelected {
+		fmt.Fprintf(p.w, "\n%s   window %s → %s   groups selected: %d %v (%s)\n", s.Histogram, s.WindowStart, s.WindowEnd, len(s.Groups), s.Groups, s.Message)
+		return
+	}
 	fmt.Fprintf(p.w, "\n%s   window %s → %s   NOT RELEASED: %s\n", s.Histogram, s.WindowStart, s.WindowEnd, s.Message)
-	p.mu.Unlock()
 }

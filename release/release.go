@@ -39,6 +39,10 @@ type Options struct {
 	// OnExhausted, when set, is called for every budget_exhausted unit
 	// recorded (metrics).
 	OnExhausted func()
+	// OnSelection, when set, is called with a selecting histogram's name
+	// and the group keys its window tracked (private: operator metrics
+	// only) each time a selection is drawn.
+	OnSelection func(histogram string, trackedKeys int)
 }
 
 // Releaser draws, charges and records the units of closed windows. It is
@@ -53,6 +57,7 @@ type Releaser struct {
 	printer  *Printer
 	now      func() time.Time
 	onExh    func()
+	onSel    func(string, int)
 	sizeMs   int64
 	periodMs int64
 	// since limits which windows a histogram releases (SetSince); nil:
@@ -67,6 +72,10 @@ type Releaser struct {
 	// goroutine and by Refusals from status readers).
 	resvMu sync.Mutex
 	resv   map[string]recordedReservation
+
+	// sel is the selection of unlisted groups (selected.go); nil when no
+	// histogram selects.
+	sel *selector
 }
 
 // New returns a Releaser.
@@ -76,7 +85,7 @@ func New(opts Options) (*Releaser, error) {
 	}
 	r := &Releaser{
 		cfg: opts.Config, plan: opts.Plan, ledger: opts.Ledger, book: opts.Book, rng: opts.Rand,
-		log: opts.Log, printer: opts.Printer, now: opts.Now, onExh: opts.OnExhausted,
+		log: opts.Log, printer: opts.Printer, now: opts.Now, onExh: opts.OnExhausted, onSel: opts.OnSelection,
 		sizeMs:   opts.Config.Window.Size.D().Milliseconds(),
 		periodMs: opts.Config.Privacy.Budget.Period.D().Milliseconds(),
 	}
@@ -85,6 +94,10 @@ func New(opts Options) (*Releaser, error) {
 	}
 	if r.now == nil {
 		r.now = time.Now
+	}
+	var err error
+	if r.sel, err = newSelector(opts.Plan, opts.Plan.Neighbour, opts.Config.Selection.KeySampleRate); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -229,15 +242,22 @@ func (r *Releaser) RecordAdmitted(ctx context.Context, w int64, counts Counts, a
 		u := r.newUnit(hist.Name, start, end)
 		var c budget.Charge
 		var err error
-		if hist.IsAverage() {
+		switch {
+		case hist.IsAverage():
 			c, err = r.averageUnit(u, h, avgs, charges)
-		} else {
+		case hist.Selects():
+			var cs []budget.Charge
+			cs, err = r.selectUnit(u, h, counts, charges) // selected.go
+			if err == nil {
+				charges = append(charges, cs...)
+			}
+		default:
 			c, err = r.countUnit(u, h, counts, charges)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if u.Status == ledger.StatusReleased && u.CoveredBy == "" {
+		if !hist.Selects() && u.Status == ledger.StatusReleased && u.CoveredBy == "" {
 			charges = append(charges, c)
 		}
 		units = append(units, u)
@@ -444,6 +464,15 @@ func (r *Releaser) recordWindow(ctx context.Context, units []*ledger.Unit, charg
 // and returns the charge (zero when refused). Nothing is recorded yet
 // (Record records the whole window).
 func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []budget.Charge) (budget.Charge, error) {
+	return r.countUnitOf(u, h, counts, pending, pending, nil)
+}
+
+// countUnitOf is countUnit with the groups to release chosen by pick,
+// called once the charge is accepted and before anything is drawn (nil:
+// every declared group; selected.go). A refusal's status states the
+// period's spend with refusedPending (the window's charges without those
+// the refusal cancels).
+func (r *Releaser) countUnitOf(u *ledger.Unit, h int, counts Counts, pending, refusedPending []budget.Charge, pick func() (picked, error)) (budget.Charge, error) {
 	hist := r.cfg.Histograms[h]
 	w := u.WindowStart
 	cp := r.plan.Count.For(h)
@@ -454,11 +483,28 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 		if !errors.Is(err, budget.ErrBudgetExceeded) {
 			return budget.Charge{}, err
 		}
-		return budget.Charge{}, r.exhausted(u, err, pending)
+		return budget.Charge{}, r.exhausted(u, err, refusedPending)
 	}
 	order := cp.Mechanism.Spec().Order
 	params := cp.Mechanism.Params()
 	groups := hist.GroupNames()
+	countsOf := func(g int, dst []float64) []float64 { return counts.Counts(h, g, dst) }
+	var sel *Selection
+	if pick != nil {
+		p, err := pick()
+		if err != nil {
+			return budget.Charge{}, err
+		}
+		m, err := statusMessage(p.status, total, r.totalDelta(total.LimitDelta), period, r.periodMs)
+		if err != nil {
+			return budget.Charge{}, err
+		}
+		u.Messages = append(u.Messages, m)
+		if r.printer != nil {
+			r.printer.PrintStatus(p.status)
+		}
+		groups, countsOf, sel = p.groups, p.counts, p.sel
+	}
 	u.Status = ledger.StatusReleased
 	if !covered {
 		u.Charge = toLedgerCurve(c.RDP)
@@ -489,7 +535,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 	}
 	totalRDP := r.plan.Totals.CountRDP(order) // 0 without charged totals
 	for g, group := range groups {
-		buf = counts.Counts(h, g, buf)
+		buf = countsOf(g, buf)
 		iv, tot, err := draw.draw(r.rng, buf, out, alpha, grid)
 		if err != nil {
 			return budget.Charge{}, fmt.Errorf("release %s/%s@%s: %w", hist.Name, group, RFC3339(w), err)
@@ -508,6 +554,7 @@ func (r *Releaser) countUnit(u *ledger.Unit, h int, counts Counts, pending []bud
 			Coverage:       coverage(counts, r.incompleteAt(w)),
 			Intervals:      iv,
 			Total:          tot,
+			Selection:      sel,
 			Privacy: Privacy{
 				Order:            order,
 				RDPEpsilon:       releaseRDP(cp, order),

@@ -272,7 +272,7 @@ func TestRefusedChargeIsBudgetExhausted(t *testing.T) {
 	}
 }
 
-func mustPlan(t *testing.T, cfg *config.Config) *plan.Plan {
+func mustPlan(t testing.TB, cfg *config.Config) *plan.Plan {
 	t.Helper()
 	p, err := plan.DerivePlan(cfg)
 	if err != nil {

@@ -22,6 +22,30 @@ type Plan struct {
 	Curve budget.Curve
 	// Orders is the grid the curve is on.
 	Orders []float64
+
+	// noiseArg and keyNoiseArg are the arguments of Noiser that give the
+	// samplers of Threshold.Sigma and KeySigma (Noisers): Noiser rounds σ²
+	// up, so Noiser(Threshold.Sigma) may give a slightly larger σ.
+	noiseArg, keyNoiseArg float64
+}
+
+// Noisers returns the samplers of the plan's threshold: noise of
+// N_Z(0, Threshold.Sigma²) and, with a key limit, keyNoise of
+// N_Z(0, Threshold.KeySigma²) (nil without). Their σ are exactly the
+// threshold's, as Keys requires.
+func (p Plan) Noisers() (noise, keyNoise mechanism.CountNoiser, err error) {
+	if noise, err = Noiser(p.noiseArg); err != nil {
+		return nil, nil, err
+	}
+	if p.Threshold.KeyLimit > 0 {
+		if keyNoise, err = Noiser(p.keyNoiseArg); err != nil {
+			return nil, nil, err
+		}
+	}
+	if noise.Params().Sigma != p.Threshold.Sigma || (keyNoise != nil && keyNoise.Params().Sigma != p.Threshold.KeySigma) {
+		return nil, nil, fmt.Errorf("selection: the samplers' σ differ from the plan's (%v, %v)", p.Threshold.Sigma, p.Threshold.KeySigma)
+	}
+	return noise, keyNoise, nil
 }
 
 // Calibrate returns the selection of a period p with l0 keys per user per
@@ -108,8 +132,9 @@ func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64, k
 	sigma := n.Params().Sigma
 	budgetW := f * delta / float64(p.DeltaUnits) // δ_w allowed per window
 	th := Threshold{Sigma: sigma, L0: l0}
+	keyArg := KeySigmaFor(keyLimit, sigma, l0)
 	if keyLimit > 0 {
-		kn, err := Noiser(KeySigmaFor(keyLimit, sigma, l0))
+		kn, err := Noiser(keyArg)
 		if err != nil {
 			return Plan{}, err
 		}
@@ -140,7 +165,7 @@ func calibrateSplit(eps, delta, f float64, l0 int, p Period, orders []float64, k
 	if err != nil {
 		return Plan{}, err
 	}
-	return Plan{Threshold: th, Period: p, Guarantee: g, Curve: c, Orders: orders}, nil
+	return Plan{Threshold: th, Period: p, Guarantee: g, Curve: c, Orders: orders, noiseArg: hi, keyNoiseArg: keyArg}, nil
 }
 
 // Noiser is the exact discrete Gaussian sampler of N_Z(0, σ'²), σ' ≥ sigma

@@ -1,7 +1,6 @@
 package selection
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -100,53 +99,23 @@ var ErrOverLimit = errors.New("selection: the window's distinct group keys are o
 // order, so a seeded rng (tests only) gives the same selection for the
 // same counts wherever they were counted.
 func (t *Table) Select(th Threshold, noise, keyNoise mechanism.CountNoiser, rng *mechanism.Rand) ([]string, error) {
-	if err := th.Check(); err != nil {
+	keys := make([]string, 0, len(t.counts))
+	for k := range t.counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	users := make([]int64, len(keys))
+	for i, k := range keys {
+		users[i] = int64(t.counts[k])
+	}
+	idx, err := Keys(th, noise, keyNoise, rng, keys, users)
+	if err != nil {
 		return nil, err
 	}
-	if s := noise.Params().Sigma; s != th.Sigma {
-		return nil, fmt.Errorf("selection: the sampler's σ %v is not the threshold's %v", s, th.Sigma)
+	out := make([]string, len(idx))
+	for j, i := range idx {
+		out[j] = keys[i]
 	}
-	if th.KeyLimit > 0 {
-		if s := keyNoise.Params().Sigma; s != th.KeySigma {
-			return nil, fmt.Errorf("selection: the key sampler's σ %v is not the threshold's %v", s, th.KeySigma)
-		}
-		v, err := keyNoise.NoisyCount(rng, float64(len(t.counts)))
-		if err != nil {
-			return nil, err
-		}
-		if v >= float64(th.KeyLimit) {
-			return nil, ErrOverLimit
-		}
-	}
-	// The draws go in the order of (keyHash, key): fixed by the keys alone
-	// (the map's iteration order is random), and cheaper to sort than the
-	// keys themselves.
-	type entry struct {
-		h   uint64
-		key string
-		c   int32
-	}
-	es := make([]entry, 0, len(t.counts))
-	for k, c := range t.counts {
-		es = append(es, entry{keyHash(k), k, c})
-	}
-	slices.SortFunc(es, func(a, b entry) int {
-		if a.h != b.h {
-			return cmp.Compare(a.h, b.h)
-		}
-		return strings.Compare(a.key, b.key)
-	})
-	var out []string
-	for _, e := range es {
-		v, err := noise.NoisyCount(rng, float64(e.c))
-		if err != nil {
-			return nil, err
-		}
-		if v >= float64(th.T) {
-			out = append(out, e.key)
-		}
-	}
-	slices.Sort(out)
 	return out, nil
 }
 

@@ -114,6 +114,22 @@ func (l *Log) windowRecords(units []*ledger.Unit, spentAfter ledger.Curve, adm *
 			approx.Releases += max(u.Approx.Releases, 1)
 			addedApprox = true
 		}
+		if sc := u.Selection; sc != nil && sc.Reservation != "" {
+			// The period's selection reservation (issue 30): in the
+			// period's (ε, δ) part and its reservations, like the above.
+			if sc.Approx == nil {
+				return nil, fmt.Errorf("%s: selection reservation %q without its charge", u.Histogram, sc.Reservation)
+			}
+			if _, ok := l.st.reservations[p][sc.Reservation]; ok || resv[sc.Reservation] {
+				return nil, fmt.Errorf("%s: period reservation %q is already recorded", u.Histogram, sc.Reservation)
+			}
+			resv[sc.Reservation] = true
+			recs = append(recs, newRecord(reservationRecordKey(p, sc.Reservation), u.Key()))
+			approx.Epsilon = budget.AddUp(approx.Epsilon, sc.Approx.Epsilon)
+			approx.Delta = budget.AddUp(approx.Delta, sc.Approx.Delta)
+			approx.Releases += max(sc.Approx.Releases, 1)
+			addedApprox = true
+		}
 	}
 	if limitChanged {
 		r, err := jsonRecord(periodRecordKey(prefixLimit, p), &limit)

@@ -119,11 +119,15 @@ func (w *Writer) planEmit(e Emission) txnPlan {
 		return &kgo.Record{Topic: w.cfg.ProgressTopic, Partition: p, Key: key, Value: value}
 	}
 	recs := make([]*kgo.Record, 0, 2+len(e.Admitted)+len(e.Tombstones))
-	val := e.Partial.Encode
 	if w.cfg.PartialsJSON {
-		val = e.Partial.EncodeJSON
+		recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: e.Partial.Key(), Value: e.Partial.EncodeJSON()})
+	} else {
+		// A Partial whose keys exceed a record goes in parts, in order
+		// (partial/parts.go).
+		for _, q := range e.Partial.Split(partial.MaxRecordBytes) {
+			recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: q.Key(), Value: q.Encode()})
+		}
 	}
-	recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: e.Partial.Key(), Value: val()})
 	for _, a := range e.Admitted {
 		if e.Snapshot != nil && a.View > 0 {
 			continue // written after the checkpoint's first part, below
