@@ -427,10 +427,10 @@ func (a *Aggregator) part(h int, ev *decode.Event) (b, g int, ok bool) {
 	}
 	b, g = int(ev.Bins[e]), int(ev.Groups[e])
 	l := &a.hists[h]
-	if l.keyed {
-		return b, 0, b >= 0 && b < l.nBins && e < len(ev.Keys) && ev.Keys[e] != nil
+	if b >= 0 && b < l.nBins && g >= 0 && g < l.nGroups {
+		return b, g, true // a listed histogram's part (a selecting one has no groups)
 	}
-	return b, g, b >= 0 && b < l.nBins && g >= 0 && g < l.nGroups
+	return b, 0, l.keyed && b >= 0 && b < l.nBins && e < len(ev.Keys) && ev.Keys[e] != nil
 }
 
 // Add bounds ev's histogram parts for the user and the window starting at

@@ -560,3 +560,41 @@ func TestKeyedSpecErrors(t *testing.T) {
 		t.Error("too many bins accepted")
 	}
 }
+
+// TestKeyedConcurrentStress: 3,000 users over four goroutines, a cap of 300
+// (evictions often queued for a shard another goroutine holds), 200 keys:
+// the keys are the definition's and, once the queues are done, the
+// dictionaries hold exactly the tracked users' kept keys — an evicted
+// user's keys are let go whichever goroutine removes its record.
+func TestKeyedConcurrentStress(t *testing.T) {
+	r := rand.New(rand.NewPCG(38, 39))
+	s := keyedSpec(2, 2, 300)
+	users := make([]uint64, 3000)
+	for i := range users {
+		users[i] = mix64(uint64(i)+77) | 1
+	}
+	evs := make([]kev, 30000)
+	for i := range evs {
+		evs[i] = kev{user: users[r.IntN(len(users))], t: int64(r.IntN(50)), bin: int32(r.IntN(3)), key: fmt.Sprint("k", r.IntN(200)), device: int32(r.IntN(2))}
+	}
+	want := fmt.Sprint(keyedReference(s, evs, nil))
+	wantHeld := heldReference(s, evs)
+	for trial := range 3 {
+		a := mustNew(t, s)
+		o := feedKeyed(a, evs, 4, r)
+		if held := a.keysHeld(0, 0); held != wantHeld {
+			t.Fatalf("trial %d: %d keys held, the tracked users keep %d", trial, held, wantHeld)
+		}
+		wc, err := a.Close(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(keyedOf(t, wc)); got != want {
+			t.Fatalf("trial %d: keys differ from the definition", trial)
+		}
+		if total := wc.Total(0) + wc.Total(1); int64(o.Counted-o.Displaced)-wc.Displaced() != total {
+			t.Fatalf("trial %d: outcome %+v, displaced %d, total %d", trial, o, wc.Displaced(), total)
+		}
+		wc.Release()
+	}
+}

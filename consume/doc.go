@@ -6,6 +6,12 @@
 // bound's admissions. A Session is one ownership's state; assemble.go is
 // the one place where the config becomes the aggregator's parameters.
 //
+// A histogram with group_by and no listed groups (config.Histogram.Selects,
+// issue 30) is counted per group key (aggregate.HistSpec.Selects): a closed
+// Boundary hands its keys, with their distinct users after bounding, to
+// the releaser by config index (Boundary.Keys and Key, release.Keyed),
+// which selects privately which of them are released.
+//
 // # Which events count
 //
 // Whether an event counts depends only on that event's own times (ground
