@@ -179,7 +179,7 @@ func (m *Merger) checkKeyedFit(p *Partial) error {
 		}
 		for i := range c.Len() {
 			if n := c.offs[i+1] - c.offs[i]; l.MaxKeyBytes > 0 && int(n) > l.MaxKeyBytes {
-				return p.refuseKey(c, i, fmt.Sprintf("%d bytes, longer than an event (events.max_message_bytes %d)", n, l.MaxKeyBytes))
+				return p.refuseKey(c, i, fmt.Sprintf("%d bytes, longer than a key may be (%d)", n, l.MaxKeyBytes))
 			}
 			var sum float64
 			for _, v := range c.counts[i*c.Bins : (i+1)*c.Bins] {

@@ -37,8 +37,8 @@ type Layout struct {
 	// without groups): its Partials carry keyed cells (keyed.go), never
 	// count cells (its Groups is 0).
 	Selects []bool
-	// MaxKeyBytes bounds a group key's length (events.max_message_bytes: a
-	// key is a field of one event); MaxEventsPerUser is
+	// MaxKeyBytes bounds a group key's length (what decode keeps);
+	// MaxEventsPerUser is
 	// max_events_per_user, MaxKeyUsers max_groups_per_user ×
 	// max_tracked_users: the most users a partition's keys of one
 	// histogram count in a window. 0: unchecked.
