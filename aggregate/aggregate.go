@@ -106,6 +106,17 @@
 // [Aggregator.Close] returns a window's counts for every declared
 // (histogram, group, bin), zeros included, so what is released never depends
 // on which keys appeared in the data.
+//
+// # Unlisted groups
+//
+// A histogram with group_by and no listed groups (HistSpec.Selects, issue
+// 30) is bounded by the same rule with the group's key (decode.Event.Keys)
+// for its index, ranked by a keyed hash of the key string with the user —
+// never by the order keys arrived in — and ties broken by the keys
+// themselves, so everything above holds for it word for word (keys.go).
+// Its keys, each with its distinct users after bounding and its counts,
+// are [WindowCounts.Keys]: which of them are released is decided by the
+// charged private selection (package selection), never here.
 package aggregate
 
 import (
@@ -153,7 +164,14 @@ type Spec struct {
 type HistSpec struct {
 	Name   string
 	Bins   []string // in output order
-	Groups []string // in output order; ["*"] for a histogram without group_by
+	Groups []string // in output order; ["*"] for a histogram without group_by; empty when Selects
+	// Selects: the histogram has group_by and no listed groups (issue 30):
+	// its parts' groups are their keys (decode.Event.Keys), bounded like
+	// listed groups (keys.go) and counted per key at the close
+	// ([WindowCounts.Keys]). A shard tracks at most 2³²⁻ᵇ − 1 keys of one
+	// window at a time (b the bits of the bin index): a part beyond that —
+	// only with hundreds of millions of keys held — is dropped_capacity.
+	Selects bool
 }
 
 // Outcome counts what happened to the histogram parts of one event passed to
@@ -198,6 +216,10 @@ type histLayout struct {
 	recOff         int  // the histogram's entries in a user record
 	slots          int  // group slots of m entries each
 	grouped        bool // the group bound binds: one group per slot
+	// keyed: the histogram selects its groups (HistSpec.Selects); an
+	// entry's group is a key id of the shard window's keyDict, below maxID.
+	keyed bool
+	maxID uint32
 }
 
 // window is the tracked-user state of one open window, shared by all shards.
@@ -225,6 +247,9 @@ type shardWindow struct {
 	// displaced counts the selected parts of users evicted from this
 	// shard's table before Close.
 	displaced int64
+	// dicts holds, per selecting histogram, the keys the records hold
+	// (keys.go); nil until one is needed.
+	dicts []*keyDict
 }
 
 // eviction is a user evicted from a window's tracked set whose record its
@@ -296,7 +321,14 @@ func New(spec Spec) (*Aggregator, error) {
 		} else if d := firstDup(h.Bins); d != "" {
 			errs = append(errs, fmt.Errorf("histograms[%d]: duplicate bin %q", i, d))
 		}
-		if len(h.Groups) == 0 {
+		if h.Selects {
+			if len(h.Groups) > 0 {
+				errs = append(errs, fmt.Errorf("histograms[%d]: a histogram that selects its groups lists none, got %d", i, len(h.Groups)))
+			}
+			if bits.Len(uint(max(len(h.Bins), 1)-1)) > maxKeyedBinBits {
+				errs = append(errs, fmt.Errorf("histograms[%d]: %d bins is too many for a histogram that selects its groups (at most %d)", i, len(h.Bins), 1<<maxKeyedBinBits))
+			}
+		} else if len(h.Groups) == 0 {
 			errs = append(errs, fmt.Errorf("histograms[%d]: no groups (use [\"*\"] without group_by)", i))
 		} else if d := firstDup(h.Groups); d != "" {
 			errs = append(errs, fmt.Errorf("histograms[%d]: duplicate group %q", i, d))
@@ -350,8 +382,11 @@ func New(spec Spec) (*Aggregator, error) {
 	for _, h := range spec.Histograms {
 		l := histLayout{nBins: len(h.Bins), nGroups: len(h.Groups), cellOff: a.nCells, recOff: a.recLen, slots: 1,
 			binBits: uint(bits.Len(uint(len(h.Bins) - 1)))}
-		if spec.MaxGroupsPerUser < l.nGroups {
+		if spec.MaxGroupsPerUser < l.nGroups || h.Selects {
 			l.slots, l.grouped = spec.MaxGroupsPerUser, true
+		}
+		if h.Selects {
+			l.keyed, l.maxID = true, uint32(1)<<(32-l.binBits)-1
 		}
 		if n := l.slots * spec.MaxEventsPerUser; n > maxRecordEntries-entries || n < 0 {
 			return nil, fmt.Errorf("aggregate: invalid spec: a user record would hold more than %d entries (max_events_per_user × max_groups_per_user per histogram): lower them", maxRecordEntries)
@@ -392,6 +427,9 @@ func (a *Aggregator) part(h int, ev *decode.Event) (b, g int, ok bool) {
 	}
 	b, g = int(ev.Bins[e]), int(ev.Groups[e])
 	l := &a.hists[h]
+	if l.keyed {
+		return b, 0, b >= 0 && b < l.nBins && e < len(ev.Keys) && ev.Keys[e] != nil
+	}
 	return b, g, b >= 0 && b < l.nBins && g >= 0 && g < l.nGroups
 }
 
@@ -436,8 +474,7 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 		if key > w.tau.Load() {
 			// Evicted by a user with a smaller hash since (the eviction's
 			// removal is still queued): remove the record now.
-			sw.displaced += int64(a.selectedParts(sw.users.record(slot)))
-			sw.users.remove(slot)
+			a.removeRecord(sw, slot)
 			s.mu.Unlock()
 			o.DroppedCapacity = parts
 			return o
@@ -472,6 +509,10 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 		}
 		l := &a.hists[h]
 		r := rec[l.recOff : l.recOff+l.slots*a.m]
+		if l.keyed {
+			a.addKeyed(sw, h, l, r, ev.User, ek, ev.Keys[a.evIdx[h]], b, &o)
+			continue
+		}
 		x := entry(l, ek, g, b)
 		// The common case of an active user, inline: one slot, full, its
 		// group g, and x ranks after all of it.
@@ -481,7 +522,7 @@ func (a *Aggregator) Add(windowStart int64, ev *decode.Event) (o Outcome) {
 		}
 		// Groups are ranked by the histogram's index in the event (its
 		// config index), whichever Aggregator counts it.
-		a.bound(a.evIdx[h], l, r, ev.User, x, g, &o)
+		a.bound(a.evIdx[h], l, r, ev.User, x, g, &o, nil)
 	}
 	s.mu.Unlock()
 	return o
@@ -563,7 +604,15 @@ func (a *Aggregator) removeUser(s *shard, w *window, key uint64) {
 	if !found {
 		return
 	}
-	sw.displaced += int64(a.selectedParts(sw.users.record(slot)))
+	a.removeRecord(sw, slot)
+}
+
+// removeRecord removes the user record at slot of sw (its shard's mu held),
+// counting its selected parts as displaced and letting go of its keys.
+func (a *Aggregator) removeRecord(sw *shardWindow, slot int) {
+	rec := sw.users.record(slot)
+	sw.displaced += int64(a.selectedParts(rec))
+	a.unrefRecord(sw, rec)
 	sw.users.remove(slot)
 }
 
@@ -608,123 +657,6 @@ func (a *Aggregator) openShardWindow(s *shard, start int64) *shardWindow {
 	sw.w = w
 	s.wins[start] = sw
 	return sw
-}
-
-// Close removes the window's state and returns its counts: for every
-// declared (histogram, group, bin), zeros included, also for a window that
-// never saw an event, the parts selected from its tracked users. The caller
-// must Release the result.
-func (a *Aggregator) Close(windowStart int64) (*WindowCounts, error) {
-	return a.close(windowStart, nil)
-}
-
-// CloseAdmitted is Close for a window under the cross-window bound
-// (contribution.max_windows_per_user, see Admissions): admit is called
-// once for every user of the window with a part to count — the window's
-// eligible users, whatever the per-window bounds kept of them — from the
-// calling goroutine, in no particular order; only the selected parts of the
-// users it admits are counted. The selected parts of the others are
-// reported by [WindowCounts.NotAdmitted]. Typically admit is
-// [Admissions.Admit] for the window's period, recording the admitted users.
-func (a *Aggregator) CloseAdmitted(windowStart int64, admit func(user uint64) bool) (*WindowCounts, error) {
-	if admit == nil {
-		return nil, errors.New("aggregate: close admitted: nil admit")
-	}
-	return a.close(windowStart, admit)
-}
-
-func (a *Aggregator) close(windowStart int64, admit func(uint64) bool) (*WindowCounts, error) {
-	end := windowStart + a.spec.WindowSize.Milliseconds()
-	if end < windowStart {
-		return nil, fmt.Errorf("aggregate: window start %d: end overflows int64", windowStart)
-	}
-	// Detach the window first, so that a (misplaced) concurrent Add on a
-	// shard already swept below starts a fresh window instead of touching
-	// this one, and admit nobody any more.
-	a.mu.Lock()
-	w := a.windows[windowStart]
-	delete(a.windows, windowStart)
-	a.mu.Unlock()
-	if w != nil {
-		w.mu.Lock()
-		w.closed = true
-		heap := w.heap[:0]
-		w.heap = nil
-		w.mu.Unlock()
-		a.tracked.Add(-w.users.Load())
-		a.mu.Lock()
-		if cap(heap) > cap(a.spare) {
-			a.spare = heap
-		}
-		a.mu.Unlock()
-	}
-	counts := make([]int64, a.nCells)
-	var displaced, notAdmitted int64
-	notAdmittedBy := make([]int64, len(a.hists))
-	cur := make([]int, a.maxSlots)
-	for i := range a.shards {
-		s := &a.shards[i]
-		s.mu.Lock()
-		if s.npend.Load() != 0 {
-			a.removeEvicted(s)
-		}
-		if sw := s.wins[windowStart]; sw != nil {
-			d, n := a.count(sw, counts, cur, admit, notAdmittedBy)
-			displaced += sw.displaced + d
-			notAdmitted += n
-			delete(s.wins, windowStart)
-			if s.last == sw {
-				s.last = nil
-			}
-			sw.w, sw.displaced = nil, 0
-			if len(s.free) < maxFree {
-				sw.users.reset()
-				s.free = append(s.free, sw)
-			}
-		}
-		s.mu.Unlock()
-	}
-	// Every Add that could reach w's records did so holding a shard lock
-	// taken above, so its writes happen before count read them.
-	wc, err := a.build(windowStart, end, counts, displaced)
-	if err != nil {
-		return nil, err
-	}
-	wc.notAdmitted, wc.notAdmittedBy = notAdmitted, notAdmittedBy
-	return wc, nil
-}
-
-// count adds the selected parts of sw's tracked users that admit admits
-// (all when admit is nil) to counts, and returns the number of selected
-// parts of its users no longer tracked and of those not admitted (s.mu
-// held); it adds the latter per histogram to notAdmittedBy.
-func (a *Aggregator) count(sw *shardWindow, counts []int64, cur []int, admit func(uint64) bool, notAdmittedBy []int64) (displaced, notAdmitted int64) {
-	tau := sw.w.tau.Load()
-	t := sw.users
-	for i := 0; i < len(t.words); i += t.stride {
-		key := t.words[i]
-		if key == 0 {
-			continue
-		}
-		rec := t.words[i+1 : i+t.stride]
-		if key > tau {
-			displaced += int64(a.selectedParts(rec))
-			continue
-		}
-		if admit != nil && !admit(key) {
-			for h := range a.hists {
-				n := int64(a.selectedPartsOf(h, rec))
-				notAdmittedBy[h] += n
-				notAdmitted += n
-			}
-			continue
-		}
-		for h := range a.hists {
-			l := &a.hists[h]
-			a.countSelected(l, rec[l.recOff:l.recOff+l.slots*a.m], cur, counts)
-		}
-	}
-	return displaced, notAdmitted
 }
 
 // Reset drops every open window and all bounding state, and frees the memory

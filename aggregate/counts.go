@@ -8,7 +8,11 @@ import (
 )
 
 // Schema is the schema of every WindowCounts record: one row per declared
-// (histogram, group, bin), in declared histogram, group, bin order.
+// (histogram, group, bin), in declared histogram, group, bin order; then,
+// for the histograms that select their groups (in Spec order), one row
+// per (tracked key, bin), keys in ascending byte order, the key in the
+// group column (WindowCounts.Keys: those rows are private until the
+// selection has chosen which of them to release).
 var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: "histogram", Type: arrow.BinaryTypes.String},
 	{Name: "group", Type: arrow.BinaryTypes.String},
@@ -36,12 +40,24 @@ type WindowCounts struct {
 	// notAdmittedBy: notAdmitted per histogram (Spec order); nil after
 	// Close.
 	notAdmittedBy []int64
+	// keyed: per histogram (Spec order; nil when none selects) the tracked
+	// keys of a selecting one, their users, and the offset of their counts
+	// in counts.
+	keyed []keyedWindow
+}
+
+// keyedWindow is a selecting histogram's keys in a closed window.
+type keyedWindow struct {
+	keys  []string
+	users []int64
+	off   int // counts of key i: counts[off+i·nBins : off+(i+1)·nBins]
 }
 
 // build makes the record of a window; counts nil means all zeros. displaced
 // is the number of parts of users evicted from the window that were counted
-// on arrival.
-func (a *Aggregator) build(start, end int64, counts []int64, displaced int64) (*WindowCounts, error) {
+// on arrival. keyed (nil, or one per histogram) are the selecting
+// histograms' keys.
+func (a *Aggregator) build(start, end int64, counts []int64, displaced int64, keyed []keyedCounts) (*WindowCounts, error) {
 	b := array.NewRecordBuilder(a.spec.Mem, Schema)
 	defer b.Release()
 	hb := b.Field(0).(*array.StringBuilder)
@@ -50,30 +66,53 @@ func (a *Aggregator) build(start, end int64, counts []int64, displaced int64) (*
 	eb := b.Field(3).(*array.TimestampBuilder)
 	bb := b.Field(4).(*array.StringBuilder)
 	cb := b.Field(5).(*array.Int64Builder)
-	b.Reserve(a.nCells)
+	rows := a.nCells
+	for h, k := range keyed {
+		rows += len(k.keys) * a.hists[h].nBins
+	}
+	b.Reserve(rows)
+	row := func(hist, group, bin string, c int64) {
+		hb.Append(hist)
+		gb.Append(group)
+		sb.Append(arrow.Timestamp(start))
+		eb.Append(arrow.Timestamp(end))
+		bb.Append(bin)
+		cb.Append(c)
+	}
 	for h, hs := range a.spec.Histograms {
 		l := a.hists[h]
 		for g, group := range hs.Groups {
 			for bin, name := range hs.Bins {
-				hb.Append(hs.Name)
-				gb.Append(group)
-				sb.Append(arrow.Timestamp(start))
-				eb.Append(arrow.Timestamp(end))
-				bb.Append(name)
 				c := int64(0)
 				if counts != nil {
 					c = counts[l.cellOff+g*l.nBins+bin]
 				}
-				cb.Append(c)
+				row(hs.Name, group, name, c)
+			}
+		}
+	}
+	var kw []keyedWindow
+	if keyed != nil {
+		kw = make([]keyedWindow, len(keyed))
+		off := a.nCells
+		for h, k := range keyed {
+			hs := a.spec.Histograms[h]
+			kw[h] = keyedWindow{keys: k.keys, users: k.users, off: off}
+			off += len(k.counts)
+			for i, key := range k.keys {
+				for bin, name := range hs.Bins {
+					row(hs.Name, key, name, k.counts[i*len(hs.Bins)+bin])
+				}
 			}
 		}
 	}
 	rec := b.NewRecord()
-	if rec.NumRows() != int64(a.nCells) {
+	if rec.NumRows() != int64(rows) {
 		rec.Release()
-		return nil, fmt.Errorf("aggregate: built %d rows, want %d", rec.NumRows(), a.nCells)
+		return nil, fmt.Errorf("aggregate: built %d rows, want %d", rec.NumRows(), rows)
 	}
 	return &WindowCounts{
+		keyed:     kw,
 		start:     start,
 		end:       end,
 		hists:     a.hists,
@@ -113,7 +152,42 @@ func (w *WindowCounts) Total(h int) int64 {
 	for _, c := range w.counts[l.cellOff : l.cellOff+l.nGroups*l.nBins] {
 		n += c
 	}
+	if h < len(w.keyed) {
+		k := w.keyed[h]
+		for _, c := range w.counts[k.off : k.off+len(k.keys)*l.nBins] {
+			n += c
+		}
+	}
 	return n
+}
+
+// Keys is the number of histogram h's tracked keys in the window (an index
+// of the Spec's Histograms): 0 for a histogram that does not select its
+// groups. With Key, WindowCounts is a release.Keyed by Spec index.
+func (w *WindowCounts) Keys(h int) int {
+	w.live()
+	if h < len(w.keyed) {
+		return len(w.keyed[h].keys)
+	}
+	return 0
+}
+
+// Key returns histogram h's i-th key in ascending byte order (0 ≤ i <
+// Keys(h)), its distinct users — the tracked (and, under CloseAdmitted,
+// admitted) users with at least one selected part in it, so at least 1 —
+// and appends its count vector, in declared bin order, to dst[:0].
+// Out-of-range indices panic. All of it is private.
+func (w *WindowCounts) Key(h, i int, dst []float64) (key string, users int64, counts []float64) {
+	w.live()
+	if h >= len(w.keyed) || i < 0 || i >= len(w.keyed[h].keys) {
+		panic(fmt.Sprintf("aggregate: key %d of histogram %d out of range [0, %d)", i, h, w.Keys(h)))
+	}
+	k, nb := w.keyed[h], w.hists[h].nBins
+	dst = dst[:0]
+	for _, c := range w.counts[k.off+i*nb : k.off+(i+1)*nb] {
+		dst = append(dst, float64(c))
+	}
+	return k.keys[i], k.users[i], dst
 }
 
 // Start is the window's start, Unix ms (inclusive).

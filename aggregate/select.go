@@ -107,8 +107,10 @@ func used(s []uint64) int {
 // displaced group with max_groups_per_user ≥ 2 can do): the sum of Counted
 // minus Displaced over a user's parts is always the number selected.
 //
-// x is the part's entry (see entry).
-func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g int, o *Outcome) {
+// x is the part's entry (see entry). kd is nil for a listed histogram; for
+// one that selects its groups (keys.go) g is a key id of kd, groups are
+// ranked by their keys and the slots' holders counted in kd.
+func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g int, o *Outcome, kd *keyDict) {
 	m := a.m
 	if l.slots == 1 {
 		// One slot: the user's m smallest parts (in its one group, when the
@@ -116,13 +118,17 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		s := r[:m]
 		if l.grouped && s[0] != 0 {
 			if sg := entryGroup(s[0], l.binBits); sg != g {
-				if groupBefore(GroupHash(user, h, sg), sg, GroupHash(user, h, g), g) {
+				if rankedBefore(kd, user, h, sg, g) {
 					o.DroppedUserGroups++
 					return
 				}
 				o.Displaced += used(s) // the slot's group is displaced
 				clear(s)
+				kd.unref(sg)
 			}
+		}
+		if s[0] == 0 {
+			kd.ref(g)
 		}
 		if last := s[m-1]; last != 0 {
 			if x >= last {
@@ -170,27 +176,43 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		insertSorted(s, x)
 	case free:
 		r[gi*m] = x
+		kd.ref(g)
 	default:
 		// Every slot holds another group: g replaces the last-ranked of
 		// them if it ranks before it. A group out of the slots can never
 		// come back: every group ranked before it is still there.
-		gh := GroupHash(user, h, g)
-		var wh uint64
 		wg := -1
-		for j := 0; j < l.slots; j++ {
-			sg := entryGroup(r[j*m], l.binBits)
-			if sh := GroupHash(user, h, sg); wg < 0 || groupBefore(wh, wg, sh, sg) {
-				gi, wh, wg = j, sh, sg
+		if kd != nil {
+			// By the keys' ranks (keys.go).
+			for j := 0; j < l.slots; j++ {
+				if sg := entryGroup(r[j*m], l.binBits); wg < 0 || kd.before(user, h, wg, sg) {
+					gi, wg = j, sg
+				}
 			}
-		}
-		if groupBefore(wh, wg, gh, g) {
-			o.DroppedUserGroups++
-			return
+			if kd.before(user, h, wg, g) {
+				o.DroppedUserGroups++
+				return
+			}
+		} else {
+			gh := GroupHash(user, h, g)
+			var wh uint64
+			for j := 0; j < l.slots; j++ {
+				sg := entryGroup(r[j*m], l.binBits)
+				if sh := GroupHash(user, h, sg); wg < 0 || groupBefore(wh, wg, sh, sg) {
+					gi, wh, wg = j, sh, sg
+				}
+			}
+			if groupBefore(wh, wg, gh, g) {
+				o.DroppedUserGroups++
+				return
+			}
 		}
 		s := r[gi*m : (gi+1)*m]
 		after -= used(s)
 		clear(s)
 		s[0] = x
+		kd.unref(wg)
+		kd.ref(g)
 	}
 	// Counted iff fewer than m kept parts rank strictly before x. (A kept
 	// entry equal to x is the same part of an identical event, necessarily
@@ -198,7 +220,7 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 	below := 0
 	for j := 0; j < l.slots && r[j*m] != 0 && below < m; j++ {
 		for _, e := range r[j*m : (j+1)*m] {
-			if e == 0 || e >= x {
+			if e == 0 || (kd == nil && e >= x) || (kd != nil && !kd.less(e, x, l.binBits)) {
 				break
 			}
 			below++
@@ -212,6 +234,15 @@ func (a *Aggregator) bound(h int, l *histLayout, r []uint64, user, x uint64, g i
 		o.DroppedUserEvents++
 	}
 	o.Displaced += min(m, before) + c - min(m, after)
+}
+
+// rankedBefore reports whether group g1 ranks before g2 for user in
+// histogram h: by GroupHash for a listed histogram (kd nil), by key.
+func rankedBefore(kd *keyDict, user uint64, h, g1, g2 int) bool {
+	if kd == nil {
+		return groupBefore(GroupHash(user, h, g1), g1, GroupHash(user, h, g2), g2)
+	}
+	return kd.before(user, h, g1, g2)
 }
 
 // countSelected adds to counts (a window's count vector) the parts the rule
@@ -232,23 +263,34 @@ func (a *Aggregator) countSelected(l *histLayout, r []uint64, cur []int, counts 
 	cur = cur[:l.slots]
 	clear(cur)
 	for range m {
-		best := -1
-		var bx uint64
-		for j := range cur {
-			if cur[j] >= m {
-				continue
-			}
-			if e := r[j*m+cur[j]]; e != 0 && (best < 0 || e < bx) {
-				best, bx = j, e
-			}
-		}
-		if best < 0 {
+		bx, ok := nextSelected(r, cur, m, nil, l.binBits)
+		if !ok {
 			return
 		}
-		cur[best]++
 		g, b := entryCell(bx, l.binBits)
 		counts[l.cellOff+g*l.nBins+b]++
 	}
+}
+
+// nextSelected takes the next entry of the selection from the slots of
+// record r (m entries each; cur[j]: slot j's entries taken so far): the
+// smallest untaken one — by the keys' order when kd is not nil — and
+// advances its slot; ok is false when none is left.
+func nextSelected(r []uint64, cur []int, m int, kd *keyDict, binBits uint) (bx uint64, ok bool) {
+	best := -1
+	for j := range cur {
+		if cur[j] >= m {
+			continue
+		}
+		if e := r[j*m+cur[j]]; e != 0 && (best < 0 || (kd == nil && e < bx) || (kd != nil && kd.less(e, bx, binBits))) {
+			best, bx = j, e
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	cur[best]++
+	return bx, true
 }
 
 // trackedHeap is a max-heap of the keys of a window's tracked users.

@@ -21,7 +21,7 @@ func AggregateSpec(cfg *config.Config) aggregate.Spec {
 		WindowSize:       cfg.Window.Size.D(),
 	}
 	for _, h := range cfg.Histograms {
-		s.Histograms = append(s.Histograms, aggregate.HistSpec{Name: h.Name, Bins: slices.Clone(h.Bins), Groups: h.GroupNames()})
+		s.Histograms = append(s.Histograms, aggregate.HistSpec{Name: h.Name, Bins: slices.Clone(h.Bins), Groups: h.GroupNames(), Selects: h.Selects()})
 	}
 	return s
 }

@@ -23,7 +23,7 @@ func TestAggregateSpec(t *testing.T) {
 	if s.WindowSize != time.Minute || s.MaxEventsPerUser != 2 || s.MaxGroupsPerUser != 1 || s.MaxTrackedUsers != 10 {
 		t.Fatalf("spec %+v", s)
 	}
-	if got := fmt.Sprint(s.Histograms); got != "[{pages [a b] [US DE]} {devices [m d] [*]}]" {
+	if got := fmt.Sprint(s.Histograms); got != "[{pages [a b] [US DE] false} {devices [m d] [*] false}]" {
 		t.Fatalf("histograms %s", got)
 	}
 	if _, err := aggregate.New(s); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/node"
+	"github.com/dpstage/stage/release"
 	"github.com/dpstage/stage/window"
 )
 
@@ -329,9 +330,31 @@ type closedSet struct {
 // Counts is the count vector of (config histogram h, group g); h must be a
 // histogram whose window ends at the Boundary.
 func (b *Boundary) Counts(h, g int, dst []float64) []float64 {
+	c, i := b.countsOf(h)
+	return c.Counts(i, g, dst)
+}
+
+// Keys is the number of tracked keys of config histogram h (0 unless it
+// selects its groups): with Key, Boundary is a release.Keyed by config
+// index. h must be a histogram whose window ends at the Boundary.
+func (b *Boundary) Keys(h int) int {
+	c, i := b.countsOf(h)
+	return c.Keys(i)
+}
+
+// Key is config histogram h's i-th tracked key, its distinct users after
+// bounding and its counts (aggregate.WindowCounts.Key).
+func (b *Boundary) Key(h, i int, dst []float64) (key string, users int64, counts []float64) {
+	c, j := b.countsOf(h)
+	return c.Key(j, i, dst)
+}
+
+// countsOf returns the closed counts holding config histogram h and its
+// index there.
+func (b *Boundary) countsOf(h int) (*aggregate.WindowCounts, int) {
 	for _, c := range b.sets {
 		if i := slices.Index(c.set.hists, h); i >= 0 {
-			return c.counts.Counts(i, g, dst)
+			return c.counts, i
 		}
 	}
 	panic(fmt.Sprintf("consume: histogram %d has no window ending at this Boundary", h))
@@ -410,3 +433,11 @@ func (b *Boundary) Release() {
 		c.counts.Release()
 	}
 }
+
+// Boundary and the aggregator's window counts hand the selecting
+// histograms' keys to the releaser (issue 30): by config index and by Spec
+// index respectively.
+var (
+	_ release.Keyed = (*Boundary)(nil)
+	_ release.Keyed = (*aggregate.WindowCounts)(nil)
+)

@@ -37,9 +37,18 @@ type Event struct {
 	User uint64
 	// Bins[h] is the bin index of histogram h, or -1 when its part is dropped.
 	Bins []int32
-	// Groups[h] is the group index of histogram h (0 when it has no group_by),
-	// or -1 when its part is dropped.
+	// Groups[h] is the group index of histogram h (0 when it has no group_by,
+	// and for a histogram that selects its groups: see Keys), or -1 when its
+	// part is dropped.
 	Groups []int32
+	// Keys[h] is the group key of histogram h when it selects its groups
+	// (group_by and no listed groups, config.Histogram.Selects) and its part
+	// is not dropped: the group_by value's bytes (a string's unescaped
+	// content, a number's or boolean's text, as bins are matched), at most
+	// MaxKeyBytes long, possibly empty but never nil. Nil for any other
+	// histogram or a dropped part. Valid until the next Decode into the
+	// Event (copy it to keep it).
+	Keys [][]byte
 	// Drops[h] says why histogram h's part was dropped, ReasonNone otherwise.
 	Drops []Reason
 	// Vectors[h] is nil for a count histogram. For an average histogram it
@@ -57,6 +66,7 @@ type Event struct {
 	slots   []span   // per distinct field: where its value is in the message
 	ext     [][]byte // per distinct field: the bytes of an ext span
 	scratch []byte   // for escaped values longer than the stack buffer
+	keyBuf  []byte   // the bytes of Keys (MaxKeyBytes per selecting histogram)
 }
 
 type histogram struct {
@@ -69,6 +79,9 @@ type histogram struct {
 	bins      map[string]int32
 	overflow  int32 // overflow bin index, -1 if none
 	groups    map[string]int32
+	// selects: group_by without listed groups; the part carries its key
+	// (Event.Keys) when the key is sampled and at most MaxKeyBytes long.
+	selects bool
 	// binList and groupList are the declared bins and groups when there
 	// are at most smallDomain of them (nil otherwise): such a domain is
 	// matched by comparing lengths and bytes, cheaper than hashing the value
@@ -119,6 +132,11 @@ type Decoder struct {
 	// partition of partitions (WithPartitionCheck, partition.go).
 	part                  Partitioner
 	partition, partitions int
+	// keyRate is keyhash.Threshold(selection.key_sample_rate): a selecting
+	// histogram's key is kept iff keyhash.Sampled(keyhash.Sum(key), keyRate).
+	keyRate uint64
+	// keyBytes is MaxKeyBytes × the number of selecting histograms.
+	keyBytes int
 
 	// The record fields ($key, $timestamp, $header.<name>): their slots,
 	// -1 when not configured.
@@ -234,10 +252,20 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 			}
 			hs.overflow = o
 		}
-		if h.GroupBy != "" {
-			if len(h.Groups) == 0 {
-				return nil, fmt.Errorf("decode: histograms[%d] has group_by and no groups: the private selection of unlisted groups is planned (stage validate, stage plan) but the running stage does not count unlisted groups yet (issue 30): list the public groups in histograms[%d].groups", i, i)
+		if h.GroupBy != "" && len(h.Groups) == 0 {
+			// Unlisted groups (issue 30): the key is the value itself.
+			rate := cfg.Selection.KeySampleRate
+			if rate == 0 {
+				rate = config.DefaultKeySampleRate // a config not through Load's defaults
 			}
+			if !(rate > 0 && rate <= 1) {
+				return nil, fmt.Errorf("decode: selection.key_sample_rate must be in (0, 1], got %v", rate)
+			}
+			d.keyRate = keyThreshold(rate)
+			hs.groupSlot, hs.selects = slot(h.GroupBy), true
+			d.maxValue = max(d.maxValue, MaxKeyBytes)
+			d.keyBytes += MaxKeyBytes
+		} else if h.GroupBy != "" {
 			hs.groupSlot = slot(h.GroupBy)
 			hs.groups = make(map[string]int32, len(h.Groups))
 			for j, g := range h.Groups {
@@ -283,6 +311,7 @@ func (d *Decoder) NewEvent() *Event {
 	ev := &Event{
 		Bins:    make([]int32, n),
 		Groups:  make([]int32, n),
+		Keys:    make([][]byte, n),
 		Drops:   make([]Reason, n),
 		Vectors: make([][]float64, n),
 		slots:   make([]span, len(d.fields)),
@@ -302,6 +331,9 @@ func (d *Decoder) NewEvent() *Event {
 	}
 	if d.scratchSz > 0 {
 		ev.scratch = make([]byte, d.scratchSz)
+	}
+	if d.keyBytes > 0 {
+		ev.keyBuf = make([]byte, 0, d.keyBytes)
 	}
 	return ev
 }
@@ -345,7 +377,7 @@ func (d *Decoder) run(msg []byte, rec *Record, ev *Event) Reason {
 	r := d.decode(msg, rec, ev)
 	if r != ReasonNone {
 		for h := range ev.Bins {
-			ev.Bins[h], ev.Groups[h], ev.Drops[h] = -1, -1, ReasonNone
+			ev.Bins[h], ev.Groups[h], ev.Drops[h], ev.Keys[h] = -1, -1, ReasonNone, nil
 		}
 	}
 	return r
@@ -353,7 +385,7 @@ func (d *Decoder) run(msg []byte, rec *Record, ev *Event) Reason {
 
 // fits reports whether ev has the shape of this decoder's events.
 func (d *Decoder) fits(ev *Event) bool {
-	if len(ev.Bins) != len(d.hists) || len(ev.Groups) != len(d.hists) ||
+	if len(ev.Bins) != len(d.hists) || len(ev.Groups) != len(d.hists) || len(ev.Keys) != len(d.hists) || cap(ev.keyBuf) < d.keyBytes ||
 		len(ev.Drops) != len(d.hists) || len(ev.Vectors) != len(d.hists) ||
 		len(ev.slots) != len(d.fields) || len(ev.ext) != len(d.fields) || len(ev.scratch) < d.scratchSz {
 		return false
@@ -533,9 +565,10 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 	}
 
 	// Histograms.
+	ev.keyBuf = ev.keyBuf[:0]
 	for h := range d.hists {
 		hs := &d.hists[h]
-		ev.Bins[h], ev.Groups[h], ev.Drops[h] = -1, -1, ReasonNone
+		ev.Bins[h], ev.Groups[h], ev.Drops[h], ev.Keys[h] = -1, -1, ReasonNone, nil
 		if hs.average {
 			ev.Drops[h] = vector(msg, ev.slots[hs.binSlot], ev.Vectors[h])
 			continue
@@ -570,6 +603,17 @@ func (d *Decoder) extract(msg []byte, ev *Event) Reason {
 			}
 			if r != ReasonNone {
 				ev.Drops[h] = r
+				continue
+			}
+			if hs.selects {
+				if r := d.keep(v); r != ReasonNone {
+					ev.Drops[h] = r
+					continue
+				}
+				// Its own copy: v may be in tmp, which the next field reuses.
+				n := len(ev.keyBuf)
+				ev.keyBuf = append(ev.keyBuf, v...)
+				ev.Bins[h], ev.Groups[h], ev.Keys[h] = b, 0, ev.keyBuf[n:len(ev.keyBuf):len(ev.keyBuf)]
 				continue
 			}
 			if g, ok = lookup(hs.groupList, hs.groups, v); !ok {

@@ -55,7 +55,7 @@ func TestNewErrors(t *testing.T) {
 		"no bins":          func(c *config.Config) { c.Histograms[1].Bins = nil },
 		"duplicate bin":    func(c *config.Config) { c.Histograms[1].Bins = []string{"a", "a"} },
 		"overflow missing": func(c *config.Config) { c.Histograms[1].OverflowBin = "zzz" },
-		"no groups":        func(c *config.Config) { c.Histograms[1].GroupBy = "x" },
+		"key sample rate":  func(c *config.Config) { c.Histograms[1].GroupBy, c.Selection.KeySampleRate = "x", 1.5 },
 		"duplicate group":  func(c *config.Config) { c.Histograms[0].Groups = []string{"US", "US"} },
 		"unknown kind":     func(c *config.Config) { c.Histograms[1].Kind = "median" },
 		"average overflow": func(c *config.Config) {
@@ -778,11 +778,22 @@ func FuzzDecode(f *testing.F) {
 	// whole message alike, whatever levels it follows.
 	dn := mustNew(nestedConfig("json", []string{"home", "search", "cart"}))
 	evn := dn.NewEvent()
+	// And through a decoder whose histograms 0 and 2 select their groups.
+	dk := mustNew(keyedConfig(0.5))
+	evk := dk.NewEvent()
 	malformed := func(r Reason) bool { return r == ReasonBadJSON || r == ReasonInvalidUTF8 || r == ReasonOversized }
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		rn := dn.Decode(msg, evn)
 		checkShape(t, dn, rn, evn)
 		r := d.Decode(msg, ev)
+		rk := dk.Decode(msg, evk)
+		checkShape(t, dk, rk, evk)
+		if rk != r {
+			t.Fatalf("%q: keyed decoder %v, flat decoder %v", msg, rk, r)
+		}
+		if r == ReasonNone {
+			checkKeysAgainstListed(t, cfg, ev, evk)
+		}
 		if malformed(r) != malformed(rn) {
 			t.Fatalf("%q: flat decoder %v, nested decoder %v", msg, r, rn)
 		}

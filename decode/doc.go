@@ -67,6 +67,14 @@
 //     declared values. A number matches only in the spelling it was declared
 //     in ("1.0" does not match a bin "1"). null or absent is missing_field;
 //     an object or array is wrong_type (for that histogram only).
+//   - Group keys (group_by without listed groups: the histogram selects its
+//     groups, issue 30): the group field's text as above is the key
+//     ([Event.Keys], group index 0), unmatched. A key longer than
+//     [MaxKeyBytes] is key_too_long; a key whose public hash (package
+//     internal/lib/keyhash, a function of the key alone) is not below
+//     selection.key_sample_rate·2⁶⁴ is unsampled_key (never released, so
+//     never counted); the empty string is a key like any other. Both drop
+//     that histogram's part only.
 //   - Vector fields (the field of a histogram of kind average): a JSON array
 //     of exactly len(bins) JSON numbers, one per bin in config order, each
 //     non-negative and finite as parsed to float64 (-0, and negative numbers

@@ -2,7 +2,11 @@ package decode
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+
+	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/lib/keyhash"
 	"time"
 
 	"github.com/hamba/avro/v2"
@@ -40,15 +44,64 @@ func checkShape(t *testing.T, d *Decoder, r Reason, ev *Event) {
 			continue
 		}
 		b, g := ev.Bins[h], ev.Groups[h]
-		if (b == -1) != (g == -1) || b < -1 || int(b) >= len(hs.bins) || g < -1 || (hs.groupSlot >= 0 && int(g) >= len(hs.groups)) {
+		if (b == -1) != (g == -1) || b < -1 || int(b) >= len(hs.bins) || g < -1 || (hs.groupSlot >= 0 && !hs.selects && int(g) >= len(hs.groups)) {
 			t.Fatalf("histogram %d: bin %d group %d out of range", h, b, g)
 		}
+		checkKey(t, d, h, ev)
 		if (b == -1) != (r != ReasonNone || ev.Drops[h] != ReasonNone) {
 			t.Fatalf("histogram %d: bin %d with drop %v (event %v)", h, b, ev.Drops[h], r)
 		}
 	}
 	if r == ReasonNone && (ev.TimeMs < MinTimeMs || ev.TimeMs > MaxTimeMs) {
 		t.Fatalf("time %d out of range", ev.TimeMs)
+	}
+}
+
+// checkKey checks histogram h's key: present (not nil, at most MaxKeyBytes,
+// sampled) iff the histogram selects and its part is kept, with group 0.
+func checkKey(t *testing.T, d *Decoder, h int, ev *Event) {
+	t.Helper()
+	k, kept := ev.Keys[h], ev.Bins[h] >= 0
+	if !d.hists[h].selects || !kept {
+		if k != nil {
+			t.Fatalf("histogram %d: key %q on a part that has none", h, k)
+		}
+		return
+	}
+	if k == nil || len(k) > MaxKeyBytes || ev.Groups[h] != 0 || !keyhash.Sampled(keyhash.Sum(k), d.keyRate) {
+		t.Fatalf("histogram %d: key %q (%d bytes), group %d", h, k, len(k), ev.Groups[h])
+	}
+}
+
+// keyedTwin decodes what a fuzzer decodes with histogram 0 selecting its
+// groups (no listed groups, every key sampled).
+type keyedTwin struct {
+	d  *Decoder
+	ev *Event
+}
+
+func newKeyedTwin(cfg *config.Config) keyedTwin {
+	kc := *cfg
+	kc.Histograms = slices.Clone(cfg.Histograms)
+	kc.Histograms[0].Groups = nil
+	d := mustNew(&kc)
+	return keyedTwin{d, d.NewEvent()}
+}
+
+// check: the twin's outcome is well formed and the listed decoder's (r,
+// ev, of cfg) for the whole event; where the listed decoder found a
+// listed group of histogram 0, the twin's key is that group's name.
+func (k keyedTwin) check(t *testing.T, msg []byte, cfg *config.Config, r Reason, ev *Event) {
+	t.Helper()
+	rk := k.d.Decode(msg, k.ev)
+	checkShape(t, k.d, rk, k.ev)
+	if rk != r {
+		t.Fatalf("keyed decoder %v, listed decoder %v", rk, r)
+	}
+	if g := ev.Groups[0]; r == ReasonNone && g >= 0 {
+		if want := cfg.Histograms[0].Groups[g]; string(k.ev.Keys[0]) != want || k.ev.Bins[0] != ev.Bins[0] {
+			t.Fatalf("listed group %q bin %d; key %q (%v) bin %d", want, ev.Bins[0], k.ev.Keys[0], k.ev.Drops[0], k.ev.Bins[0])
+		}
 	}
 }
 
@@ -68,10 +121,12 @@ func FuzzDecodeAvro(f *testing.F) {
 	d := mustNew(cfg)
 	ev := d.NewEvent()
 	page := d.hists[0]
+	twin := newKeyedTwin(cfg)
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		msg := wire(7, payload)
 		r := d.Decode(msg, ev)
 		checkShape(t, d, r, ev)
+		twin.check(t, msg, cfg, r, ev)
 		if r != ReasonNone {
 			return
 		}
@@ -124,9 +179,11 @@ func FuzzDecodeProtobuf(f *testing.F) {
 	d := mustNew(cfg)
 	ev := d.NewEvent()
 	md := fd.Messages().ByName("Event")
+	twin := newKeyedTwin(cfg)
 	f.Fuzz(func(t *testing.T, framed []byte) {
 		r := d.Decode(wire(3, framed), ev)
 		checkShape(t, d, r, ev)
+		twin.check(t, wire(3, framed), cfg, r, ev)
 		if len(framed) == 0 || framed[0] != 0 { // only index [0] is checked against the reference
 			return
 		}

@@ -113,6 +113,17 @@ const (
 	// counted as a drop nor written to the dead-letter topic.
 	ReasonSchemaUnavailable
 
+	// The group keys of a histogram that selects its groups (group_by and
+	// no listed groups; one histogram's part, declared last so that the
+	// values above keep their numbers).
+
+	// ReasonUnsampledKey: the group key is not sampled
+	// (selection.key_sample_rate: a public hash of the key alone is above
+	// the rate's threshold); such a key is never released.
+	ReasonUnsampledKey
+	// ReasonKeyTooLong: the group key is longer than [MaxKeyBytes].
+	ReasonKeyTooLong
+
 	// NumReasons is the number of reasons, ReasonNone included: Reason
 	// values are below it.
 	NumReasons
@@ -164,7 +175,14 @@ var reasonNames = [NumReasons]string{
 	ReasonUnknownSchemaID:   "unknown_schema_id",
 	ReasonUndecodable:       "undecodable",
 	ReasonSchemaUnavailable: "schema_registry_unavailable",
+
+	ReasonUnsampledKey: "unsampled_key",
+	ReasonKeyTooLong:   "key_too_long",
 }
+
+// KeyReasons are the drops of a selecting histogram's group keys (one
+// histogram's part), for registering metrics up front like AllReasons.
+var KeyReasons = []Reason{ReasonUnsampledKey, ReasonKeyTooLong}
 
 // SchemaReasons are the drops of the schema-encoded formats (whole event),
 // for registering metrics up front like AllReasons.
@@ -197,9 +215,11 @@ func (r Reason) Bound() (string, bool) {
 }
 
 // PerHistogram reports whether r can only ever drop one histogram's part of
-// an event: missing_field, out_of_domain, unknown_group, bad_vector.
+// an event: missing_field, out_of_domain, unknown_group, bad_vector,
+// unsampled_key, key_too_long.
 // (wrong_type is whole-event when Decode returns it and per-histogram in
 // [Event.Drops].)
 func (r Reason) PerHistogram() bool {
-	return r == ReasonMissingField || r == ReasonOutOfDomain || r == ReasonUnknownGroup || r == ReasonBadVector
+	return r == ReasonMissingField || r == ReasonOutOfDomain || r == ReasonUnknownGroup || r == ReasonBadVector ||
+		r == ReasonUnsampledKey || r == ReasonKeyTooLong
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dpstage/stage/decode"
@@ -81,6 +82,35 @@ type Stats struct {
 	// dropped counts drops by reason (decode reasons, the window rule's,
 	// bounding outcomes); a reason is "seen" once its count is above 0.
 	dropped [decode.NumReasons]atomic.Int64
+
+	// selMu guards selKeys: per selecting histogram's name, the group keys
+	// tracked in its last closed window (private; NoteSelectionKeys).
+	selMu   sync.Mutex
+	selKeys map[string]int
+}
+
+// NoteSelectionKeys records the group keys a selecting histogram tracked
+// in the window whose selection was just drawn (release.Options.
+// OnSelection): private, for the operator's capacity metric.
+func (s *Stats) NoteSelectionKeys(histogram string, keys int) {
+	s.selMu.Lock()
+	if s.selKeys == nil {
+		s.selKeys = map[string]int{}
+	}
+	s.selKeys[histogram] = keys
+	s.selMu.Unlock()
+}
+
+// SelectionKeys returns a copy of the keys tracked in each selecting
+// histogram's last selected window (absent before its first).
+func (s *Stats) SelectionKeys() map[string]int {
+	s.selMu.Lock()
+	defer s.selMu.Unlock()
+	out := make(map[string]int, len(s.selKeys))
+	for h, n := range s.selKeys {
+		out[h] = n
+	}
+	return out
 }
 
 func newStats() *Stats { return &Stats{} }

@@ -56,6 +56,10 @@ func (s *Stage) Plan() *plan.Plan { return s.n.Plan }
 // Stats counts what the stage did (every drop by reason).
 func (s *Stage) Stats() *Stats { return s.n.Stats }
 
+// SelectionKeys is, per selecting histogram, the group keys tracked in its
+// last selected window (private; httpapi.SelectionKeysSource).
+func (s *Stage) SelectionKeys() map[string]int { return s.n.Stats.SelectionKeys() }
+
 // Readiness returns the current readiness conditions (/readyz).
 func (s *Stage) Readiness() Readiness { return s.n.Readiness() }
 

@@ -39,6 +39,10 @@ type Options struct {
 	// OnExhausted, when set, is called for every budget_exhausted unit
 	// recorded (metrics).
 	OnExhausted func()
+	// OnSelection, when set, is called with a selecting histogram's name
+	// and the group keys its window tracked (private: operator metrics
+	// only) each time a selection is drawn.
+	OnSelection func(histogram string, trackedKeys int)
 }
 
 // Releaser draws, charges and records the units of closed windows. It is
@@ -53,6 +57,7 @@ type Releaser struct {
 	printer  *Printer
 	now      func() time.Time
 	onExh    func()
+	onSel    func(string, int)
 	sizeMs   int64
 	periodMs int64
 	// since limits which windows a histogram releases (SetSince); nil:
@@ -80,7 +85,7 @@ func New(opts Options) (*Releaser, error) {
 	}
 	r := &Releaser{
 		cfg: opts.Config, plan: opts.Plan, ledger: opts.Ledger, book: opts.Book, rng: opts.Rand,
-		log: opts.Log, printer: opts.Printer, now: opts.Now, onExh: opts.OnExhausted,
+		log: opts.Log, printer: opts.Printer, now: opts.Now, onExh: opts.OnExhausted, onSel: opts.OnSelection,
 		sizeMs:   opts.Config.Window.Size.D().Milliseconds(),
 		periodMs: opts.Config.Privacy.Budget.Period.D().Milliseconds(),
 	}

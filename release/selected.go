@@ -216,6 +216,9 @@ func (r *Releaser) pick(u *ledger.Unit, h int, keyed Keyed) (picked, error) {
 		WindowStart: RFC3339(u.WindowStart),
 		WindowEnd:   RFC3339(u.WindowEnd),
 	}
+	if r.onSel != nil {
+		r.onSel(hist.Name, n)
+	}
 	idx, err := selection.Keys(th, r.sel.noise, r.sel.keyNoise, r.rng, keys, users)
 	switch {
 	case errors.Is(err, selection.ErrOverLimit):

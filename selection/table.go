@@ -3,11 +3,10 @@ package selection
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
-	"github.com/dpstage/stage/internal/lib/siphash"
+	"github.com/dpstage/stage/internal/lib/keyhash"
 	"github.com/dpstage/stage/mechanism"
 )
 
@@ -44,16 +43,12 @@ func NewTable(rate float64) (*Table, error) {
 	if !(rate > 0 && rate <= 1) {
 		return nil, fmt.Errorf("selection: the key sample rate must be in (0, 1], got %v", rate)
 	}
-	r := uint64(math.MaxUint64)
-	if rate < 1 {
-		r = uint64(rate * (1 << 64))
-	}
-	return &Table{counts: make(map[string]int32), rate: r}, nil
+	return &Table{counts: make(map[string]int32), rate: keyhash.Threshold(rate)}, nil
 }
 
 // Sampled reports whether key is tracked: a function of the key alone.
 func (t *Table) Sampled(key string) bool {
-	return t.rate == math.MaxUint64 || keyHash(key) < t.rate
+	return keyhash.Sampled(keyHash(key), t.rate)
 }
 
 // Add applies one user's change to key's distinct users: d = +1 when the
@@ -124,11 +119,7 @@ func (t *Table) Select(th Threshold, noise, keyNoise mechanism.CountNoiser, rng 
 	return out, nil
 }
 
-// sampleKey is the public SipHash key of keyHash: sampling is a public
-// rule (anyone can tell which keys are tracked), and a function of the
-// key alone; the key only spreads attacker-chosen keys evenly.
-var sampleKey = siphash.Key{K0: 0x7365_6c65_6374_696f, K1: 0x6e2d_6b65_7973_3330}
-
 // keyHash is the public hash of a group key that decides its sampling and
-// the order of Select's draws: SipHash-2-4 under sampleKey.
-func keyHash(key string) uint64 { return sampleKey.String(key) }
+// the order of Select's draws (package keyhash, shared with the decoder,
+// which drops the parts of unsampled keys).
+func keyHash(key string) uint64 { return keyhash.String(key) }

@@ -147,14 +147,14 @@ func Plan(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "stage plan: histogram %s: %v\n", h.Name, err)
 			return 1
 		}
-		groups := len(h.Groups)
-		if groups == 0 {
-			groups = 1
+		groups := fmt.Sprintf("%d group(s)", max(len(h.Groups), 1))
+		if h.Selects() {
+			groups = fmt.Sprintf("the groups of %s selected per window", h.GroupBy)
 		}
 		if basis != "" {
 			basis = fmt.Sprintf("; N = %d events per release: %s", hns[0], basis)
 		}
-		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %d group(s) — one release per group per window of %s%s; \"uniform\" scores %.3g on the flat prior%s\n",
+		fmt.Fprintf(stdout, "\nhistogram %q: %d bins, %s — one release per group per window of %s%s; \"uniform\" scores %.3g on the flat prior%s\n",
 			h.Name, d, groups, h.WindowSize(cfg.Window.Size).D(), viewShare(pl, i), plan.UniformL2(d), basis)
 		var hrows []planRow
 		for _, p := range pts {

@@ -100,6 +100,7 @@ func TestAlertRules(t *testing.T) {
 		"dpstage_window_bound_blind",                                 // a window-bound blind view
 		"dpstage_schema_registry_held_partitions",                    // a Schema Registry hold
 		"dpstage_source_broker_time_regressions_beyond_margin_total", // broker-time regressions beyond the margin
+		"dpstage_selection_withheld_total",                           // a window's group selection withheld (issue 30)
 	} {
 		if !used[m] {
 			t.Errorf("no alert rule reads %s", m)

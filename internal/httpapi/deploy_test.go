@@ -254,7 +254,9 @@ func TestComposeMonitoring(t *testing.T) {
 		httpapi.MetricIncompleteWindows,
 		// the distributed mode and the Schema Registry (issue 31)
 		httpapi.MetricPartials, httpapi.MetricPartialGaps, httpapi.MetricPartialDataLoss, httpapi.MetricPartialsLSOHeld,
-		httpapi.MetricRegistryHeld, httpapi.MetricRegistryRetries, httpapi.MetricBrokerTimeRegressionsBeyond, httpapi.MetricBuildInfo} {
+		httpapi.MetricRegistryHeld, httpapi.MetricRegistryRetries, httpapi.MetricBrokerTimeRegressionsBeyond, httpapi.MetricBuildInfo,
+		// the groups selected per window and the withheld windows (issue 30)
+		httpapi.MetricGroupsSelected, httpapi.MetricSelectionWithheld} {
 		if !queried[m] {
 			t.Errorf("the dashboard does not show %s", m)
 		}

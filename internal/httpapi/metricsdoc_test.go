@@ -16,6 +16,7 @@ import (
 
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
 )
@@ -82,6 +83,7 @@ func (f fullSource) Budget() []pipeline.BudgetStatus {
 }
 func (f fullSource) BrokerTimeRegressions() map[int]int64             { return nil }
 func (f fullSource) BrokerTimeRegressionsBeyondMargin() map[int]int64 { return nil }
+func (f fullSource) SelectionKeys() map[string]int                    { return map[string]int{"devices_by_page": 0} }
 func (f fullSource) WindowBound() []aggregate.WindowShare {
 	return []aggregate.WindowShare{{Histogram: "pages", Closed: true}, {Histogram: "devices"}}
 }
@@ -138,16 +140,55 @@ func scrape(t *testing.T, h http.Handler) map[string]*served {
 // with zero counts (registered at zero: alerts need no absent()).
 func TestMetricsReference(t *testing.T) {
 	doc := readMetricsDoc(t)
-	cfg, err := config.Load(filepath.Join("..", "..", "examples", "quickstart.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	seen := map[string]bool{}
+	served := map[string]bool{} // by some config in the distributed mode
+	// quickstart lists its groups; unlisted-groups has a histogram that
+	// selects its groups (the selection's metrics).
+	for _, example := range []string{"quickstart.yaml", "unlisted-groups.yaml"} {
+		cfg, err := config.Load(filepath.Join("..", "..", "examples", example))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := plan.DerivePlan(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		referenceServed(t, doc, cfg, p, seen, served)
 	}
-	p, err := plan.DerivePlan(cfg)
-	if err != nil {
-		t.Fatal(err)
+	for name, d := range doc {
+		if d.typ == "counter" && !served[name] {
+			t.Errorf("counter %s is not served by a stage with zero counts: register it at zero", name)
+		}
 	}
 
-	seen := map[string]bool{}
+	ch := make(chan *prometheus.Desc, 256)
+	newStageCollector(func() Source { return nil }, true).Describe(ch)
+	(&releasedCollector{}).Describe(ch)
+	(&selectionMetrics{}).Describe(ch)
+	close(ch)
+	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range ch {
+		m := fq.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no fqName in %s", d)
+		}
+		seen[m[1]] = true
+		if _, ok := doc[m[1]]; !ok {
+			t.Errorf("the stage describes %s, which docs/metrics.md does not list", m[1])
+		}
+	}
+	for name := range doc {
+		if !seen[name] {
+			t.Errorf("docs/metrics.md lists %s, which the stage neither describes nor serves", name)
+		}
+	}
+}
+
+// referenceServed checks what /metrics serves for cfg in both modes
+// against doc, and records the names in seen, and those served in the
+// distributed mode in served.
+func referenceServed(t *testing.T, doc map[string]docMetric, cfg *config.Config, p *plan.Plan, seen, servedDist map[string]bool) {
+	t.Helper()
 	for _, distributed := range []bool{false, true} {
 		c := *cfg
 		c.Kafka.Distributed.Enabled = distributed
@@ -156,6 +197,12 @@ func TestMetricsReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		web.Attach(fullSource{fakeSource{&pipeline.Stats{}}, p})
+		for _, h := range web.selMetrics.hists {
+			// A window whose selection was published: the gauge of the
+			// groups selected is served from then on.
+			web.OnRelease(&ledger.Unit{Messages: []ledger.Message{{Value: []byte(`{"status":"groups_selected","release_id":"x","histogram":"` +
+				h + `","window_start":"2026-01-01T00:00:00Z","window_end":"2026-01-01T00:00:05Z","groups":["home"]}`)}}}, time.Second)
+		}
 		got := scrape(t, web.OperatorHandler())
 		for name, s := range got {
 			seen[name] = true
@@ -177,32 +224,9 @@ func TestMetricsReference(t *testing.T) {
 			}
 		}
 		if distributed {
-			for name, d := range doc {
-				if d.typ == "counter" && got[name] == nil {
-					t.Errorf("counter %s is not served by a stage with zero counts: register it at zero", name)
-				}
+			for name := range got {
+				servedDist[name] = true
 			}
-		}
-	}
-
-	ch := make(chan *prometheus.Desc, 256)
-	newStageCollector(func() Source { return nil }, true).Describe(ch)
-	(&releasedCollector{}).Describe(ch)
-	close(ch)
-	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for d := range ch {
-		m := fq.FindStringSubmatch(d.String())
-		if m == nil {
-			t.Fatalf("no fqName in %s", d)
-		}
-		seen[m[1]] = true
-		if _, ok := doc[m[1]]; !ok {
-			t.Errorf("the stage describes %s, which docs/metrics.md does not list", m[1])
-		}
-	}
-	for name := range doc {
-		if !seen[name] {
-			t.Errorf("docs/metrics.md lists %s, which the stage neither describes nor serves", name)
 		}
 	}
 }

@@ -70,6 +70,7 @@ import (
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/pipeline"
 	"github.com/dpstage/stage/plan"
+	"github.com/dpstage/stage/release"
 )
 
 // Source is what the server reads from the stage; *pipeline.Stage
@@ -103,6 +104,10 @@ type Options struct {
 	// started_at, which the page uses to mark the window in progress at
 	// the start). Default: the time New is called.
 	StartedAt time.Time
+	// SelectedReleases is how many release messages the store keeps of a
+	// histogram that selects its groups, over all its groups (the oldest
+	// windows' go first). Default History × 50.
+	SelectedReleases int
 }
 
 // Server serves the endpoints. Create it with New, feed it with OnRelease,
@@ -122,6 +127,11 @@ type Server struct {
 	page      []byte       // the embedded dashboard
 	pageCSP   string       // its Content-Security-Policy (hashes of its inline script and style)
 	layout    []byte       // /api/layout, computed once
+	history   int          // Options.History
+	// plannedSelection is the plan's selection of the selecting
+	// histograms (public config), nil without one.
+	plannedSelection *release.Selection
+	selMetrics       *selectionMetrics
 
 	src atomic.Pointer[sourceBox] // the stage, once attached
 }
@@ -152,6 +162,21 @@ func New(opts Options) (*Server, error) {
 	s.operator = newToken(opts.Config.HTTP.OperatorToken, "http.operator_token")
 	s.reg, s.latency = newRegistry(s.source, opts.Config.Kafka.Distributed.Enabled)
 	s.reg.MustRegister(newReleasedCollector(s.store, opts.Config)) // the released values, for Grafana
+	s.history = opts.History
+	s.selMetrics = newSelectionMetrics(opts.Config, s.source)
+	s.reg.MustRegister(s.selMetrics)
+	if opts.SelectedReleases <= 0 {
+		opts.SelectedReleases = 50 * opts.History
+	}
+	for _, name := range s.selMetrics.hists {
+		s.store.limitReleases(name, opts.SelectedReleases)
+	}
+	if opts.Config.Selecting() {
+		if opts.Plan == nil {
+			opts.Plan, _ = plan.DerivePlan(opts.Config) // the stage refuses a config without a plan
+		}
+		s.plannedSelection = planSelection(opts.Config, opts.Plan)
+	}
 	page, csp, err := loadPage()
 	if err != nil {
 		return nil, err
@@ -166,7 +191,7 @@ func New(opts Options) (*Server, error) {
 	if opts.StartedAt.IsZero() {
 		opts.StartedAt = time.Now()
 	}
-	lay := newLayout(opts.Config, planned)
+	lay := newLayout(opts.Config, planned, s.plannedSelection)
 	lay.StartedAt = opts.StartedAt.UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
 	s.layout, err = json.Marshal(lay)
 	if err != nil {
@@ -193,6 +218,7 @@ func (s *Server) source() Source {
 // republished after a restart, which report 0).
 func (s *Server) OnRelease(u *ledger.Unit, closeToPublish time.Duration) {
 	s.store.Observe(u)
+	s.selMetrics.observe(u)
 	if closeToPublish > 0 {
 		s.latency.Observe(closeToPublish.Seconds())
 	}
@@ -297,6 +323,7 @@ func (s *Server) publicRoutes() http.Handler {
 	mux.Handle("GET /api/releases", s.public.auth(http.HandlerFunc(s.releases)))
 	mux.Handle("GET /api/budget", s.public.auth(http.HandlerFunc(s.budget)))
 	mux.Handle("GET /api/layout", s.public.auth(http.HandlerFunc(s.layoutHandler)))
+	mux.Handle("GET /api/selections", s.public.auth(http.HandlerFunc(s.selections)))
 	mux.Handle("GET /{$}", s.public.auth(http.HandlerFunc(s.index)))
 	return securityHeaders(mux)
 }
@@ -492,7 +519,10 @@ func (s *Server) declared(hist, group string) bool {
 		if hist != "" && h.Name != hist {
 			continue
 		}
-		if group == "" {
+		if group == "" || h.Selects() {
+			// A selecting histogram's groups are open-ended: any name is
+			// answered from the store, so that a group never selected
+			// answers as one selected long ago (no trace either way).
 			return true
 		}
 		for _, g := range h.GroupNames() {
@@ -621,12 +651,18 @@ type LayoutHistogram struct {
 	// privacy.expected_windows_per_user): public config only, never the
 	// data.
 	Planned *PlannedView `json:"planned,omitempty"`
+	// Selection is set when the histogram selects its groups (group_by
+	// without groups; Groups is then empty): the plan's selection
+	// parameters in words (public config). /api/selections lists the
+	// selected groups per window.
+	Selection *SelectionView `json:"selection,omitempty"`
+	Selects   bool           `json:"selects,omitempty"`
 }
 
 // newLayout is /api/layout for cfg, with the planned views (config index
 // → prediction; nil without them). A function of the public
 // configuration only.
-func newLayout(cfg *config.Config, planned map[int]*PlannedView) Layout {
+func newLayout(cfg *config.Config, planned map[int]*PlannedView, sel *release.Selection) Layout {
 	l := Layout{
 		WindowSeconds: cfg.Window.Size.D().Seconds(),
 		Mechanism:     cfg.Privacy.Mechanism,
@@ -643,6 +679,12 @@ func newLayout(cfg *config.Config, planned map[int]*PlannedView) Layout {
 			lh.MaxWindowsPerUser, lh.WindowsPerPeriod = k, int(cfg.Privacy.Budget.Period/size)
 		}
 		lh.Planned = planned[i]
+		if h.Selects() {
+			lh.Groups, lh.Selects = []string{}, true
+			if sel != nil {
+				lh.Selection = newSelectionView(*sel)
+			}
+		}
 		l.Histograms = append(l.Histograms, lh)
 	}
 	return l

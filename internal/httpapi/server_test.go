@@ -44,7 +44,7 @@ func TestBearerToken(t *testing.T) {
 	basic := func(user, pw string) string {
 		return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pw))
 	}
-	for _, path := range []string{"/", "/api/releases", "/api/budget", "/api/layout"} {
+	for _, path := range []string{"/", "/api/releases", "/api/budget", "/api/layout", "/api/selections"} {
 		for _, tc := range []struct {
 			authz string
 			code  int

@@ -18,10 +18,14 @@ import (
 type Store struct {
 	perSeries int
 
-	mu sync.Mutex // guards series and version
+	mu sync.Mutex // guards series, capped, held and version
 	// series maps a message key to its messages, sorted by window start,
 	// newest first, at most perSeries long.
 	series map[string][]stored
+	// capped bounds the release messages kept of a histogram whose groups
+	// are selected (limitReleases): its keys are open-ended, so perSeries
+	// alone would not bound the store. held counts them.
+	capped, held map[string]int
 	// version counts changes; it is the ETag of /api/releases.
 	version uint64
 }
@@ -33,6 +37,7 @@ type stored struct {
 	releaseID   string
 	histogram   string
 	group       string // "" for a status message
+	release     bool   // a release (it has a group), not a status message
 	windowStart time.Time
 }
 
@@ -49,7 +54,20 @@ func NewStore(perSeries int) *Store {
 	if perSeries < 1 {
 		perSeries = 1
 	}
-	return &Store{perSeries: perSeries, series: make(map[string][]stored)}
+	return &Store{perSeries: perSeries, series: make(map[string][]stored), capped: map[string]int{}, held: map[string]int{}}
+}
+
+// limitReleases bounds the release messages kept of histogram, over all
+// its groups, to n (at least perSeries): a histogram that selects its
+// groups (group_by without groups) has a series per group ever selected,
+// which nothing else bounds. Past n the oldest window's releases go first
+// (within a window, the last group in byte order): the store keeps whole
+// recent windows. Which releases are kept depends on the released
+// messages only (public).
+func (s *Store) limitReleases(histogram string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.capped[histogram] = max(n, s.perSeries)
 }
 
 // Observe records the messages of a published unit (Options.OnRelease of the
@@ -74,12 +92,13 @@ func (s *Store) Add(value []byte) {
 	e := stored{raw: slices.Clone(value), releaseID: h.ReleaseID, histogram: h.Histogram, windowStart: ws}
 	key := h.Histogram
 	if h.Group != nil {
-		e.group = *h.Group
+		e.group, e.release = *h.Group, true
 		key += "/" + e.group
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	list := s.series[key]
+	before := len(list)
 	if i := slices.IndexFunc(list, func(o stored) bool { return o.releaseID == e.releaseID }); i >= 0 {
 		list[i] = e
 	} else {
@@ -93,7 +112,42 @@ func (s *Store) Add(value []byte) {
 		}
 	}
 	s.series[key] = list
+	if n, ok := s.capped[e.histogram]; ok && e.release {
+		s.held[e.histogram] += len(list) - before
+		for s.held[e.histogram] > n {
+			s.evictOldest(e.histogram)
+		}
+	}
 	s.version++
+}
+
+// evictOldest drops the oldest release of histogram: the earliest window,
+// and in it the group last in byte order. s.mu is held.
+func (s *Store) evictOldest(histogram string) {
+	var key string
+	var old stored
+	for k, list := range s.series {
+		if len(list) == 0 {
+			continue
+		}
+		last := list[len(list)-1]
+		if last.histogram != histogram || !last.release {
+			continue // another histogram's, or a status series
+		}
+		if key == "" || last.windowStart.Before(old.windowStart) || last.windowStart.Equal(old.windowStart) && last.group > old.group {
+			key, old = k, last
+		}
+	}
+	if key == "" {
+		s.held[histogram] = 0
+		return
+	}
+	if list := s.series[key][:len(s.series[key])-1]; len(list) > 0 {
+		s.series[key] = list
+	} else {
+		delete(s.series, key)
+	}
+	s.held[histogram]--
 }
 
 // Query returns up to limit messages, newest window first (ties by
@@ -133,6 +187,23 @@ func (s *Store) Query(histogram, group string, limit int) ([]json.RawMessage, ui
 		out[i] = e.raw
 	}
 	return out, v
+}
+
+// Statuses returns up to limit status messages of histogram (not its
+// releases), newest window first.
+func (s *Store) Statuses(histogram string, limit int) []json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []json.RawMessage
+	for _, e := range s.series[histogram] {
+		if len(out) == limit {
+			break
+		}
+		if e.histogram == histogram && !e.release {
+			out = append(out, e.raw)
+		}
+	}
+	return out
 }
 
 // Version counts the changes so far.

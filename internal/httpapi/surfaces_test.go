@@ -60,7 +60,7 @@ func TestSurfacesApart(t *testing.T) {
 	defer op.Close()
 	bearer := func(tok string) string { return "Bearer " + tok }
 
-	publicRoutes := []string{"/", "/api/releases", "/api/releases?histogram=pages&group=US&limit=1000", "/api/budget", "/api/layout", "/healthz", "/readyz"}
+	publicRoutes := []string{"/", "/api/releases", "/api/releases?histogram=pages&group=US&limit=1000", "/api/budget", "/api/layout", "/api/selections", "/healthz", "/readyz"}
 	for _, path := range publicRoutes {
 		code, _, body := get(t, pub.URL+path, bearer(pubTok))
 		if code != 200 && !(path == "/readyz" && code == 503) {
@@ -103,7 +103,7 @@ func TestSurfacesApart(t *testing.T) {
 			t.Errorf("operator /metrics lacks the consumed count:\n%s", body)
 		}
 	}
-	for _, path := range []string{"/", "/api/releases", "/api/budget", "/api/layout"} {
+	for _, path := range []string{"/", "/api/releases", "/api/budget", "/api/layout", "/api/selections"} {
 		if code, _, _ := get(t, op.URL+path, bearer(opTok)); code != 404 {
 			t.Errorf("operator %s: %d, want 404 (the public surface is on http.address)", path, code)
 		}

@@ -1,0 +1,33 @@
+package decode
+
+import "github.com/dpstage/stage/internal/lib/keyhash"
+
+// The group keys of a histogram that selects its groups (group_by and no
+// listed groups, issue 30): see Event.Keys and the package doc.
+
+// MaxKeyBytes is the longest group key a histogram that selects its groups
+// counts: a longer group_by value drops the histogram's part (key_too_long).
+// Keys are held per tracked user until the window closes (package
+// aggregate), so the limit bounds their memory; a dashboard group is a
+// short name, not a document.
+const MaxKeyBytes = 512
+
+// keep says whether a selecting histogram's key v is counted: ReasonNone,
+// or why its part is dropped — longer than MaxKeyBytes (key_too_long), or
+// not sampled (unsampled_key: its public hash is not below the sample
+// rate's threshold; a function of the key alone, package keyhash). An empty
+// key is a key like any other (an empty string is a value the producer
+// sent, as "" is a bin value that can be declared); an absent or null field
+// is missing_field.
+func (d *Decoder) keep(v []byte) Reason {
+	if len(v) > MaxKeyBytes {
+		return ReasonKeyTooLong
+	}
+	if !keyhash.Sampled(keyhash.Sum(v), d.keyRate) {
+		return ReasonUnsampledKey
+	}
+	return ReasonNone
+}
+
+// keyThreshold is keyhash.Threshold: the decoder's sampling threshold.
+func keyThreshold(rate float64) uint64 { return keyhash.Threshold(rate) }
