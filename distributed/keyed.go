@@ -19,3 +19,8 @@ import (
 func keyedCell(b *consume.Boundary, h, bins int) *partial.KeyedCell {
 	return partial.KeyedFrom(b, h, bins)
 }
+
+// partialSplitBytes, when > 0, is the record size beyond which a bounder
+// writes a Partial in parts (tests: partial.Partial.Split; 0:
+// partial.MaxRecordBytes).
+var partialSplitBytes int
