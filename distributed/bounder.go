@@ -369,7 +369,7 @@ func (b *bounder) runWorker(ctx context.Context, p int) error {
 	w, err := kafkapartial.OpenWriter(ctx, kafkapartial.WriterConfig{
 		Brokers: s.Brokers, PartialsTopic: cfg.Kafka.PartialsTopic(), ProgressTopic: cfg.Kafka.ProgressTopic(),
 		Partition: p, TransactionalID: cfg.Kafka.BoundTransactionalID(p), ClientOpts: s.Kgo,
-		TransactionTimeout: cfg.Kafka.Distributed.Txn(), PartialsJSON: cfg.Kafka.Distributed.PartialsFormat == config.PartialsJSON,
+		TransactionTimeout: cfg.Kafka.Distributed.Txn(), PartialsJSON: cfg.Kafka.Distributed.PartialsFormat == config.PartialsJSON, SplitBytes: partialSplitBytes,
 	})
 	if err != nil {
 		return err

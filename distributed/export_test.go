@@ -25,3 +25,9 @@ func RunBounders(ctx context.Context, n *node.Node, fail func(error), started fu
 	}
 	return s.runBounders(ctx)
 }
+
+// The package's tests write every Partial with keys in parts, about one
+// key a part (partial.Partial.Split: 4096 bytes is below its slack), so
+// that a selecting histogram's test (TestFeatureSelectedGroups) merges
+// parts through the releaser; Partials without keys are never split.
+func init() { partialSplitBytes = 4096 }

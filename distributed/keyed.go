@@ -1,8 +1,7 @@
 package distributed
 
 import (
-	"fmt"
-
+	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/partial"
 )
 
@@ -17,12 +16,11 @@ import (
 
 // keyedCell is histogram h's (config index, bins counts per key) keyed
 // cell of the boundary's closed windows; nil when it tracked no key.
-func keyedCell(b any, h, bins int) *partial.KeyedCell {
-	src, ok := b.(partial.KeySource)
-	if !ok {
-		// Not reachable from stage run, which refuses selecting histograms
-		// until the counting of unlisted groups lands (internal/cli).
-		panic(fmt.Sprintf("distributed: the closed window (%T) does not give histogram %d's group keys", b, h))
-	}
-	return partial.KeyedFrom(src, h, bins)
+func keyedCell(b *consume.Boundary, h, bins int) *partial.KeyedCell {
+	return partial.KeyedFrom(b, h, bins)
 }
+
+// partialSplitBytes, when > 0, is the record size beyond which a bounder
+// writes a Partial in parts (tests: partial.Partial.Split; 0:
+// partial.MaxRecordBytes).
+var partialSplitBytes int

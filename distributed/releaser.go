@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
+	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/lib/retry"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/ledger/kafkalog"
@@ -622,11 +623,11 @@ func (s *stage) layout() partial.Layout {
 		}
 		l.Selects = append(l.Selects, h.Selects())
 	}
-	// A selecting histogram's keyed cells (partial/keyed.go): a key is a
-	// field of one event; a partition's keys count each tracked user in at
-	// most max_groups_per_user keys.
+	// A selecting histogram's keyed cells (partial/keyed.go): decode keeps
+	// keys of at most decode.MaxKeyBytes; a partition's keys count each
+	// tracked user in at most max_groups_per_user keys.
 	c := &s.Cfg.Contribution
-	l.MaxKeyBytes, l.MaxEventsPerUser = s.Cfg.Events.MaxMessageBytes, c.MaxEventsPerUser
+	l.MaxKeyBytes, l.MaxEventsPerUser = decode.MaxKeyBytes, c.MaxEventsPerUser
 	l.MaxKeyUsers = float64(c.MaxGroupsPerUser) * float64(c.MaxTrackedUsers)
 	return l
 }

@@ -260,7 +260,8 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 		signed bool
 	}{"kind": {fbTypeInt, 8, false}, "h": {fbTypeInt, 32, true}, "g": {fbTypeInt, 32, true}, "user": {fbTypeInt, 64, false}, "values": {fbTypeList, 0, false}}
 	at := map[string]arrowColumn{}
-	var keyCol *arrowColumn // optional: only a Partial with keyed cells has it
+	var keyCol arrowColumn // optional: only a Partial with keyed cells has it
+	hasKey := false
 	for _, c := range cols {
 		w, known := want[c.name]
 		if c.name == "key" {
@@ -269,7 +270,7 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 				bits   int32
 				signed bool
 			}{fbTypeBinary, 0, false}, true
-			keyCol = &c
+			keyCol, hasKey = c, true
 		}
 		if !known {
 			continue
@@ -307,7 +308,7 @@ func fillCells(p *Partial, cols []arrowColumn, rb *fbBatch, body []byte, columns
 		return Refuse(ReasonDecode, "partial: arrow buffers shorter than their rows, or misaligned")
 	}
 	var kc keyColumn
-	if keyCol != nil {
+	if hasKey {
 		kc.offs, ok1 = fixed[int32](rb.buffer(body, keyCol.buf+1), n+1)
 		kc.data = rb.buffer(body, keyCol.buf+2)
 		if !ok1 {

@@ -62,7 +62,9 @@ func (c *KeyedCell) Key(i int) (key string, users int64, counts []float64) {
 }
 
 // Append adds a key after the others (keys must come in ascending byte
-// order, each once; DecodePartial refuses the Partial otherwise).
+// order, each once; DecodePartial refuses the Partial otherwise). A cell
+// holds at most 2 GiB of key bytes (int32 offsets, as Arrow's binary
+// column): 4·10⁶ keys of decode's longest, 512 bytes.
 func (c *KeyedCell) Append(key string, users int64, counts []float64) {
 	if len(c.offs) == 0 {
 		c.offs = append(c.offs, 0)
@@ -97,10 +99,6 @@ func KeyedFrom(src KeySource, h, bins int) *KeyedCell {
 	}
 	return c
 }
-
-// MaxKeyedBytes bounds a KeyedCell's keys (bytes in all, 2^31 − 1: the
-// Arrow encoding's int32 offsets). Keys beyond are not encodable.
-const MaxKeyedBytes = 1<<31 - 1
 
 // checkKeyed checks what a Partial's KeyedCells make checkable whatever
 // the config: one cell per histogram, keys strictly ascending, users ≥ 1, counts whole numbers whose sum is at least the
@@ -179,7 +177,7 @@ func (m *Merger) checkKeyedFit(p *Partial) error {
 		}
 		for i := range c.Len() {
 			if n := c.offs[i+1] - c.offs[i]; l.MaxKeyBytes > 0 && int(n) > l.MaxKeyBytes {
-				return p.refuseKey(c, i, fmt.Sprintf("%d bytes, longer than an event (events.max_message_bytes %d)", n, l.MaxKeyBytes))
+				return p.refuseKey(c, i, fmt.Sprintf("%d bytes, longer than a key may be (%d)", n, l.MaxKeyBytes))
 			}
 			var sum float64
 			for _, v := range c.counts[i*c.Bins : (i+1)*c.Bins] {

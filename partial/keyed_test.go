@@ -320,37 +320,54 @@ func TestKeyedDigest(t *testing.T) {
 	}
 }
 
-// TestKeyedSpilled: keyed cells of a Partial past the sums limit are read
-// again with its counts (Reread), and merge as if never spilled.
+// TestKeyedSpilled: keyed cells of a Partial past the sums limit, or past
+// the keyed cells' bytes limit (SetKeyBytesLimit), are read again with its
+// counts (Reread) once their window is next, and merge as if never
+// spilled; the next window always holds its own.
 func TestKeyedSpilled(t *testing.T) {
-	m, _ := NewMerger(1, testSize, 0, keyedLayout, "")
-	m.SetSumsLimit(1)
-	ps := []*Partial{}
-	for w := range 3 {
-		ps = append(ps, &Partial{V: Version, WindowStart: int64(w) * testSize, WindowMs: testSize, Partition: 0, Partitions: 1, Next: int64(w+1) * testSize,
-			Keyed: []KeyedCell{keyedOf(1, 2, map[string]keyRow{fmt.Sprint("w", w): {1, []float64{float64(w + 1), 0}}})}})
-	}
-	for i, p := range ps {
-		if _, err := m.Add(p, int64(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for w := range 3 {
-		if off, ok := m.Reread(); ok {
-			for i := int(off); i < len(ps); i++ {
-				if _, err := m.Add(ps[i], int64(i)); err != nil {
+	for _, tc := range []struct {
+		name  string
+		limit func(m *Merger)
+	}{{"sums", func(m *Merger) { m.SetSumsLimit(1) }}, {"key bytes", func(m *Merger) { m.SetKeyBytesLimit(1) }}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _ := NewMerger(1, testSize, 0, keyedLayout, "")
+			tc.limit(m)
+			ps := []*Partial{}
+			for w := range 3 {
+				ps = append(ps, &Partial{V: Version, WindowStart: int64(w) * testSize, WindowMs: testSize, Partition: 0, Partitions: 1, Next: int64(w+1) * testSize,
+					Keyed: []KeyedCell{keyedOf(1, 2, map[string]keyRow{fmt.Sprint("w", w): {1, []float64{float64(w + 1), 0}}})}})
+			}
+			for i, p := range ps {
+				if _, err := m.Add(p, int64(i)); err != nil {
 					t.Fatal(err)
 				}
 			}
-		}
-		win, ok := m.Next()
-		if !ok {
-			t.Fatalf("window %d not complete", w)
-		}
-		if k, u, c := win.Key(1, 0, nil); win.Keys(1) != 1 || k != fmt.Sprint("w", w) || u != 1 || c[0] != float64(w+1) {
-			t.Fatalf("window %d: %d keys, %q %d %v", w, win.Keys(1), k, u, c)
-		}
-		m.Released(win)
+			if m.Summed(testSize, 0) || !m.Summed(0, 0) {
+				t.Fatalf("summed: window 0 %v, window 1 %v; want the next window only", m.Summed(0, 0), m.Summed(testSize, 0))
+			}
+			rereads := 0
+			for w := range 3 {
+				if off, ok := m.Reread(); ok {
+					rereads++
+					for i := int(off); i < len(ps); i++ {
+						if _, err := m.Add(ps[i], int64(i)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				win, ok := m.Next()
+				if !ok {
+					t.Fatalf("window %d not complete", w)
+				}
+				if k, u, c := win.Key(1, 0, nil); win.Keys(1) != 1 || k != fmt.Sprint("w", w) || u != 1 || c[0] != float64(w+1) {
+					t.Fatalf("window %d: %d keys, %q %d %v", w, win.Keys(1), k, u, c)
+				}
+				m.Released(win)
+			}
+			if rereads != 2 {
+				t.Errorf("%d re-reads, want 2 (windows 1 and 2 spilled)", rereads)
+			}
+		})
 	}
 }
 

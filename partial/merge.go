@@ -37,8 +37,8 @@ type Layout struct {
 	// without groups): its Partials carry keyed cells (keyed.go), never
 	// count cells (its Groups is 0).
 	Selects []bool
-	// MaxKeyBytes bounds a group key's length (events.max_message_bytes: a
-	// key is a field of one event); MaxEventsPerUser is
+	// MaxKeyBytes bounds a group key's length (what decode keeps);
+	// MaxEventsPerUser is
 	// max_events_per_user, MaxKeyUsers max_groups_per_user ×
 	// max_tracked_users: the most users a partition's keys of one
 	// histogram count in a window. 0: unchecked.
@@ -170,6 +170,13 @@ type Layout struct {
 // ahead of the slowest, not by the partials' size: before issue 22 every
 // Partial was kept whole until its window was released.
 //
+// Selecting histograms' keys (merge_keys.go) grow with the data, not
+// the layout: the windows after the next one hold them only while the
+// pending windows' keys are under DefaultKeyBytes ([Merger.SetKeyBytesLimit]),
+// counted as the Partials' keyed cells' sizes (keyedBytes); past it a
+// Partial of such a window is spilled and read again, as past the sums
+// limit. The next window always holds its own (it is released from them).
+//
 // Average histograms' kept users (AverageCell) are not summed: the
 // releaser keeps each Partial's cells until its window is released — only
 // while [Merger.Summed] says its counts are held, so they too are dropped
@@ -236,6 +243,9 @@ type Merger struct {
 	// held are the earlier parts of Partials written in several records,
 	// until their last part (parts.go).
 	held map[partKey]*heldParts
+	// keyBytes is the size of the keyed cells merged into the pending
+	// windows (merge_keys.go), keyLimit its limit (SetKeyBytesLimit).
+	keyBytes, keyLimit int64
 }
 
 // DefaultSumsBytes bounds the running sums the pending windows hold
@@ -264,7 +274,7 @@ func NewMerger(n int, sizeMs, resume int64, layout Layout, config string) (*Merg
 	}
 	return &Merger{n: n, sizeMs: sizeMs, layout: layout, offs: offs, cells: cells, config: config, next: next, idle: make([]bool, n), idleAt: make([]int64, n), idleSeen: make([]time.Time, n),
 		included: included, first: make([]int64, n), resume: resume, released: resume, pending: map[int64]*Window{}, end: -1,
-		limit: max(4, DefaultSumsBytes/max(8*(cells+n*layout.AverageCells), 1))}, nil
+		limit: max(4, DefaultSumsBytes/max(8*(cells+n*layout.AverageCells), 1)), keyLimit: DefaultKeyBytes}, nil
 }
 
 // pass is one observation of the live frontier: it reached end at at.
@@ -538,6 +548,7 @@ func (m *Merger) Released(w *Window) {
 		}
 	}
 	delete(m.pending, w.Start)
+	m.keyBytes -= w.keyBytes
 	m.released = w.Start + m.sizeMs
 	for k := range m.held {
 		if k.window < m.released {
@@ -624,8 +635,9 @@ type Window struct {
 	// dropped sums the merged Partials' Dropped per histogram (nil: none).
 	dropped []int64
 	// keys holds, per selecting histogram, the merged Partials' keyed
-	// cells (merge_keys.go; nil: none).
-	keys []*keyMerge
+	// cells (merge_keys.go; nil: none); keyBytes their size as added.
+	keys     []*keyMerge
+	keyBytes int64
 	// state is, per source partition, whether its Partial of the window
 	// was read (partAbsent, partMerged, partForeign); digest the merged one's
 	// cellDigest sum. Both nil in an empty Window (no Partial read).

@@ -181,3 +181,29 @@ func BenchmarkDecodeMergeKeys100x10000(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSplitEncodeKeys100000 (issue 30): a bounder's side of one
+// window with 100,000 keys of 16 bytes and 5 bins in one partition: the
+// Partial split into parts (Split) and every part encoded, per op.
+func BenchmarkSplitEncodeKeys100000(b *testing.B) {
+	k := KeyedCell{H: 0, Bins: benchBins}
+	c := make([]float64, benchBins)
+	for g := range 100000 {
+		clear(c)
+		c[g%benchBins] = 1
+		k.Append(fmt.Sprintf("group-key-%06d", g), 1, c)
+	}
+	pt := &Partial{V: Version, WindowMs: 1000, Partition: 0, Partitions: 1, Next: 1000, Keyed: []KeyedCell{k}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	parts, size := 0, 0
+	for i := 0; i < b.N; i++ {
+		ps := pt.Split(MaxRecordBytes)
+		parts, size = len(ps), 0
+		for _, q := range ps {
+			size += len(q.Encode())
+		}
+	}
+	b.ReportMetric(float64(parts), "parts")
+	b.ReportMetric(float64(size), "bytes")
+}

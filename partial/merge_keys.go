@@ -21,12 +21,14 @@ import (
 // of keys would cost a hash and a lookup per entry, a string per
 // distinct key, and a sort of the distinct keys at the end.
 //
-// Memory: the runs of a window within the sums limit hold, per key entry,
-// its bytes, 8 bytes of offset, 8 of users and 8 per bin; keys several
-// partitions share are held once per run until their runs merge. It is
-// not in the sums limit's figure (which is the layout's fixed cells): it
-// grows with the window's keys, which the bounders' key sampling
-// (selection.key_sample_rate) bounds — and a Partial is one Kafka record.
+// Memory: the runs of a window hold, per key entry, its bytes, 8 bytes of
+// offset, 8 of users and 8 per bin; keys several partitions share are held
+// once per run until their runs merge, and the last cell added points
+// into its record until the next one comes. The windows after the next
+// one hold keys only while the pending windows' keyed cells are under
+// DefaultKeyBytes (Merger, "Memory"); the next window holds all of its
+// own, which its bounders' key sampling (selection.key_sample_rate)
+// bounds.
 
 // keyRun is a sorted run of keys: key i is data[offs[i]:offs[i+1]], with
 // users[i] and counts[i·bins:(i+1)·bins]; parts is how many Partials'
@@ -198,8 +200,27 @@ func (m *Merger) sumKeyed(w *Window, p *Partial) uint64 {
 			w.keys[c.H] = &keyMerge{bins: c.Bins}
 		}
 		w.keys[c.H].add(c)
+		n := keyedBytes(c)
+		w.keyBytes += n
+		m.keyBytes += n
 	}
 	return keyedDigest(p)
+}
+
+// DefaultKeyBytes bounds the keyed cells the windows after the next one
+// hold (Merger, "Memory"): 256 MiB.
+const DefaultKeyBytes = 256 << 20
+
+// SetKeyBytesLimit sets how many bytes of keyed cells the pending windows
+// after the next one may hold (NewMerger sets DefaultKeyBytes); past it, a
+// Partial of such a window is spilled (read again once its window is
+// next: Reread).
+func (m *Merger) SetKeyBytesLimit(b int64) { m.keyLimit = b }
+
+// keyedBytes is a keyed cell's size as the Merger holds it: per key its
+// bytes, its offset, its users and its counts.
+func keyedBytes(c *KeyedCell) int64 {
+	return int64(c.keyBytes() + c.Len()*(16+8*c.Bins))
 }
 
 // keyedDigest is the digest of p's keyed cells (partialDigest's part):

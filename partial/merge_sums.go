@@ -10,7 +10,7 @@ import (
 // holdsSums reports whether the window starting at start is within the
 // sums limit.
 func (m *Merger) holdsSums(start int64) bool {
-	return start < m.released+int64(m.limit)*m.sizeMs
+	return start < m.released+int64(m.limit)*m.sizeMs && (start == m.released || m.keyBytes < m.keyLimit)
 }
 
 // sum adds p's counts to w's sums, and sets its partition's digest, in

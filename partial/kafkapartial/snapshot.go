@@ -1,6 +1,7 @@
 package kafkapartial
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 
@@ -124,7 +125,7 @@ func (w *Writer) planEmit(e Emission) txnPlan {
 	} else {
 		// A Partial whose keys exceed a record goes in parts, in order
 		// (partial/parts.go).
-		for _, q := range e.Partial.Split(partial.MaxRecordBytes) {
+		for _, q := range e.Partial.Split(cmp.Or(w.cfg.SplitBytes, partial.MaxRecordBytes)) {
 			recs = append(recs, &kgo.Record{Topic: w.cfg.PartialsTopic, Partition: 0, Key: q.Key(), Value: q.Encode()})
 		}
 	}

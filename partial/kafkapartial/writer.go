@@ -79,6 +79,9 @@ type WriterConfig struct {
 	// versions (partial.Partial.EncodeJSON) rather than Arrow
 	// (kafka.distributed.partials_format json: an upgrade's first roll).
 	PartialsJSON bool
+	// SplitBytes is the record size a Partial is split into parts beyond
+	// (partial.Partial.Split); 0: partial.MaxRecordBytes (tests set less).
+	SplitBytes int
 	// ClientOpts are extra kgo options (TLS, SASL, logging). They must not
 	// change the isolation level, partitioner or transactional id.
 	ClientOpts []kgo.Opt
