@@ -114,7 +114,8 @@ func (s *Node) RepublishPending(ctx context.Context) error {
 // feeds, so they can exceed the messages consumed (dpstage_events_* and
 // dpstage_contributions_* in docs/metrics.md). A decoder drop (bad_json,
 // missing_user, …) is one per message; missing_field, out_of_domain,
-// unknown_group, bad_vector and wrong_type are one per histogram part.
+// unknown_group, unsampled_key, key_too_long, bad_vector and wrong_type are
+// one per histogram part.
 func (s *Node) LogProgress() {
 	s.Log.Info("progress",
 		zap.Int64("messages_consumed", s.Stats.Consumed.Load()),

@@ -201,8 +201,9 @@ func (r *Releaser) pick(u *ledger.Unit, h int, keyed Keyed) (picked, error) {
 	n := keyed.Keys(h)
 	keys := make([]string, n)
 	users := make([]int64, n)
+	var scratch []float64 // the counts are not needed to select
 	for i := range n {
-		keys[i], users[i], _ = keyed.Key(h, i, nil)
+		keys[i], users[i], scratch = keyed.Key(h, i, scratch)
 		if i > 0 && keys[i] <= keys[i-1] {
 			return picked{}, fmt.Errorf("release: histogram %s: the window's keys are not in ascending order (%q after %q)", hist.Name, keys[i], keys[i-1])
 		}

@@ -92,12 +92,13 @@ dpstage_contributions_dropped_by_bounding_total{bound="displaced"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="user_events"} 2
 dpstage_contributions_dropped_by_bounding_total{bound="user_groups"} 0
 dpstage_contributions_dropped_by_bounding_total{bound="windows"} 0
-# HELP dpstage_events_dropped_total Events (or, for missing_field, out_of_domain, unknown_group, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.
+# HELP dpstage_events_dropped_total Events (or, for missing_field, out_of_domain, unknown_group, unsampled_key, key_too_long, bad_vector and a histogram's wrong_type, one histogram's part of an event) dropped, by reason.
 # TYPE dpstage_events_dropped_total counter
 dpstage_events_dropped_total{reason="bad_json"} 1
 dpstage_events_dropped_total{reason="bad_time"} 0
 dpstage_events_dropped_total{reason="bad_vector"} 0
 dpstage_events_dropped_total{reason="invalid_utf8"} 0
+dpstage_events_dropped_total{reason="key_too_long"} 0
 dpstage_events_dropped_total{reason="late"} 1
 dpstage_events_dropped_total{reason="missing_field"} 0
 dpstage_events_dropped_total{reason="missing_time"} 0
@@ -109,6 +110,7 @@ dpstage_events_dropped_total{reason="undecodable"} 0
 dpstage_events_dropped_total{reason="unknown_group"} 1
 dpstage_events_dropped_total{reason="unknown_magic_byte"} 0
 dpstage_events_dropped_total{reason="unknown_schema_id"} 0
+dpstage_events_dropped_total{reason="unsampled_key"} 0
 dpstage_events_dropped_total{reason="wrong_partition"} 0
 dpstage_events_dropped_total{reason="wrong_type"} 0
 # HELP dpstage_ready 1 when the stage is ready (as /readyz), else 0.
