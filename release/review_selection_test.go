@@ -1,10 +1,15 @@
 package release_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/ledger"
+	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/release"
 )
 
@@ -46,5 +51,48 @@ func TestReviewSelectionKeyNamesWindowSizes(t *testing.T) {
 	t.Logf("2m: units %d, T %d, σ %v, key %s", pb.Selection.Selection.Period.Units, pb.Selection.Selection.Threshold.T, pb.Selection.Selection.Threshold.Sigma, kb)
 	if ka == kb {
 		t.Errorf("the selecting histogram moved from 1-minute to 2-minute windows (separate admissions) keeps the selection reservation key %s: its new selections would be covered by a reservation made for the old windows' K", ka)
+	}
+}
+
+// failingStore is a ledger whose window writes fail (a Kafka transaction
+// aborted, a fenced lead, a full disk): nothing is recorded.
+type failingStore struct{ *ledger.Ledger }
+
+func (failingStore) RecordWindowAdmitted(context.Context, []*ledger.Unit, ledger.Curve, *ledger.Admitted) error {
+	return errors.New("ledger write failed (test)")
+}
+
+// TestReviewSelectionNotPrintedBeforeRecorded (review of issue 30): the
+// window's selection — which groups passed — is a private output; it may
+// leave the process only once recorded with its charge (ground rules 3 and
+// 4). With `stage run --print` the Releaser printed the groups_selected
+// status while drawing, before the ledger write: a write that fails
+// leaves a selection on the terminal that was never charged, and the
+// boundary's retry draws and prints a second, independent one for the
+// same window.
+func TestReviewSelectionNotPrintedBeforeRecorded(t *testing.T) {
+	dir := t.TempDir()
+	cfg := selectConfig(t, dir, "")
+	led, err := ledger.Open(cfg.State.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	p := mustPlan(t, cfg)
+	book, err := release.NewBook(p, led)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	rel, err := release.New(release.Options{Config: cfg, Plan: p, Ledger: failingStore{led}, Book: book,
+		Rand: mechanism.NewSeededRand([32]byte{9}), Printer: release.NewPrinter(&out)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel.Record(0, bigAndSmall(), nil); err == nil {
+		t.Fatal("Record succeeded on a failing ledger")
+	}
+	if out.Len() > 0 {
+		t.Errorf("a window whose record failed (nothing charged) printed:\n%s", out.String())
 	}
 }
