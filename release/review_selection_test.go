@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,10 +68,14 @@ func (failingStore) RecordWindowAdmitted(context.Context, []*ledger.Unit, ledger
 // window's selection — which groups passed — is a private output; it may
 // leave the process only once recorded with its charge (ground rules 3 and
 // 4). With `stage run --print` the Releaser printed the groups_selected
-// status while drawing, before the ledger write: a write that fails
-// leaves a selection on the terminal that was never charged, and the
-// boundary's retry draws and prints a second, independent one for the
-// same window.
+// status while drawing, before the ledger write: a write that fails left
+// a selection on the terminal that was never charged, and the boundary's
+// retry drew and printed a second, independent one for the same window
+// (this test, with the Releaser's Printer option, printed the status of a
+// window whose record failed). The Releaser now prints nothing (it has no
+// printer); the node prints a unit once published (Printer.PrintUnit):
+// here, a failed record leaves nothing, and the recorded unit prints its
+// status — the recorded groups — then its releases.
 func TestReviewSelectionNotPrintedBeforeRecorded(t *testing.T) {
 	dir := t.TempDir()
 	cfg := selectConfig(t, dir, "")
@@ -83,16 +89,38 @@ func TestReviewSelectionNotPrintedBeforeRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
 	rel, err := release.New(release.Options{Config: cfg, Plan: p, Ledger: failingStore{led}, Book: book,
-		Rand: mechanism.NewSeededRand([32]byte{9}), Printer: release.NewPrinter(&out)})
+		Rand: mechanism.NewSeededRand([32]byte{9})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rel.Record(0, bigAndSmall(), nil); err == nil {
-		t.Fatal("Record succeeded on a failing ledger")
+	if units, err := rel.Record(0, bigAndSmall(), nil); err == nil || units != nil {
+		t.Fatalf("Record on a failing ledger: %d units, %v", len(units), err)
 	}
-	if out.Len() > 0 {
-		t.Errorf("a window whose record failed (nothing charged) printed:\n%s", out.String())
+	if _, ok, _ := led.Lookup("campaigns", 0); ok {
+		t.Fatal("a failed record left a unit")
+	}
+	f := newSelFixture(t, cfg, led, 9)
+	units, err := f.rel.Record(0, bigAndSmall(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	pr := release.NewPrinter(&out)
+	for _, u := range units {
+		pr.PrintUnit(u)
+	}
+	st, rels := selectionMessages(t, unitOf(t, units, "campaigns"))
+	got := out.String()
+	if want := fmt.Sprintf("groups selected: %d %v", len(st.Groups), st.Groups); !strings.Contains(got, want) {
+		t.Errorf("printed:\n%s\nwant the recorded status %q", got, want)
+	}
+	for g := range rels {
+		if !strings.Contains(got, "campaigns / "+g+" ") {
+			t.Errorf("printed:\n%s\nwant the release of %s", got, g)
+		}
+	}
+	if !strings.Contains(got, "devices / * ") {
+		t.Errorf("printed:\n%s\nwant the listed histogram's release", got)
 	}
 }
