@@ -124,3 +124,90 @@ func TestReviewSelectionNotPrintedBeforeRecorded(t *testing.T) {
 		t.Errorf("printed:\n%s\nwant the listed histogram's release", got)
 	}
 }
+
+// anyCounts is a window's counts for any histograms: histogram 0 selects
+// (the keys of bigAndSmall), every listed one counts {7, 3} in its one
+// group.
+type anyCounts struct{ keyedCounts }
+
+func (anyCounts) Counts(h, g int, dst []float64) []float64 { return append(dst[:0], 7, 3) }
+
+// reviewMoveConfig: a 10-minute period of 1-minute windows under
+// contribution.max_windows_per_user = 2; campaigns selects, in 1-minute
+// windows or (moved) in 2-minute windows of its own with K_h = 2;
+// devices is listed; six listed 5-minute views (K_h = 1) that have not
+// closed a window yet when the configuration changes leave room in the
+// period's budget for campaigns' new count reservation.
+func reviewMoveConfig(t *testing.T, dir string, moved bool) *config.Config {
+	t.Helper()
+	own := ""
+	if moved {
+		own = ", window: 2m, max_windows_per_user: 2"
+	}
+	views := ""
+	for i := range 6 {
+		views += fmt.Sprintf("  - {name: view%d, field: device, bins: [mobile, desktop], window: 5m, max_windows_per_user: 1}\n", i)
+	}
+	y := fmt.Sprintf(`
+kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
+events: {time_field: ts, user_field: user_id}
+window: {size: 1m, watermark: event, start: "2026-01-01T00:00:00Z"}
+contribution: {max_windows_per_user: 2, max_tracked_users: 0}
+histograms:
+  - {name: campaigns, field: page, bins: [home, cart], group_by: campaign%s}
+  - {name: devices, field: device, bins: [mobile, desktop]}
+%sprivacy:
+  mechanism: gaussian
+  neighbour: replace
+  budget: {epsilon: 1, delta: 1.0e-6, period: 10m}
+state: {dir: %q}
+`, own, views, dir)
+	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// TestReviewMovedSelectionNotCovered (review of issue 30): the sequence
+// behind TestReviewSelectionKeyNamesWindowSizes, end to end in the
+// Releaser. campaigns releases minutes 0 and 1 in 1-minute windows (its
+// first unit makes the period's selection reservation, for 2 windows a
+// user); the stage restarts with campaigns in 2-minute windows (K_h = 2,
+// a fresh admission state: consume.RestoreAdmissions keeps one per window
+// size). Its window [2m, 4m) must not be covered by the old reservation:
+// a user admitted to minutes 0 and 1 is admitted again to two 2-minute
+// windows, so the period's selections compose over 4 of a user's windows
+// against a charge for 2. (On main it was covered: its count charge, a new
+// view reservation, fits the room the unclosed views leave.)
+func TestReviewMovedSelectionNotCovered(t *testing.T) {
+	dir := t.TempDir()
+	a := reviewMoveConfig(t, dir, false)
+	led, err := ledger.Open(a.State.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	fa := newSelFixture(t, a, led, 1)
+	keyA := release.SelectionReservationKey(fa.plan.Neighbour, fa.plan.Selection)
+	for _, w := range []int64{0, minute} {
+		units, err := fa.rel.Record(w, anyCounts{bigAndSmall()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u := unitOf(t, units, "campaigns"); u.Status != ledger.StatusReleased || u.Selection == nil {
+			t.Fatalf("1-minute campaigns@%d: %s, selection %+v", w, u.Status, u.Selection)
+		}
+	}
+	b := reviewMoveConfig(t, dir, true)
+	fb := newSelFixture(t, b, led, 2)
+	units, err := fb.rel.Record(3*minute, anyCounts{bigAndSmall()}, nil) // the boundary at 4m: campaigns [2m, 4m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := unitOf(t, units, "campaigns")
+	t.Logf("2-minute campaigns@2m: %s, selection %+v (old reservation %s)", u.Status, u.Selection, keyA)
+	if u.Status == ledger.StatusReleased && u.Selection != nil && u.Selection.CoveredBy == keyA {
+		t.Errorf("campaigns moved to 2-minute windows (fresh admissions) released a selection covered by the 1-minute windows' reservation %s", keyA)
+	}
+}
