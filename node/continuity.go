@@ -75,7 +75,7 @@ func (s *Node) Attach(ctx context.Context, led ledger.Store) error {
 	}
 	s.Book.Store(book)
 	if s.Rel, err = release.New(release.Options{Config: s.Cfg, Plan: s.Plan, Ledger: led, Book: book, Rand: s.Rng,
-		Log: s.Log, Printer: s.Printer, Now: s.Now, OnExhausted: func() { s.Stats.Exhausted.Add(1) },
+		Log: s.Log, Now: s.Now, OnExhausted: func() { s.Stats.Exhausted.Add(1) },
 		OnSelection: s.Stats.NoteSelectionKeys}); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

@@ -33,7 +33,8 @@ type Options struct {
 	// Dialer and Transport carry TLS/SASL; nil for plain TCP.
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
-	// Printer, when set, renders every release for humans.
+	// Printer, when set, renders every published unit for humans: its
+	// status (a window not released, the groups selected) and releases.
 	Printer *release.Printer
 	// OnRelease, when set, is called after each unit is published (tests,
 	// metrics, the HTTP API) with the time from the watermark passing the

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -68,16 +67,10 @@ func (s *Node) PublishUnits(ctx context.Context, units []*ledger.Unit, passedAt 
 // published updates stats and views after u was acknowledged.
 func (s *Node) published(u *ledger.Unit, passedAt time.Time) {
 	if u.Status == ledger.StatusReleased {
-		rels := release.ReleaseMessages(u)
-		s.Stats.Releases.Add(int64(len(rels)))
-		if s.Printer != nil {
-			for _, m := range rels {
-				var r release.Release
-				if json.Unmarshal(m.Value, &r) == nil {
-					s.Printer.Print(&r)
-				}
-			}
-		}
+		s.Stats.Releases.Add(int64(len(release.ReleaseMessages(u))))
+	}
+	if s.Printer != nil {
+		s.Printer.PrintUnit(u) // only once recorded and published: never a draw that was not charged
 	}
 	if s.OnRel != nil {
 		var lat time.Duration

@@ -40,6 +40,12 @@ import (
 type SelectionPlan struct {
 	// Hists are the config indexes of the selecting histograms.
 	Hists []int
+	// Sizes are the selecting histograms' windows (parallel to Hists):
+	// each one's selections compose over the windows its window size's
+	// cross-window admissions let a user count in (one admission state per
+	// window size), so the period reservation's key names them
+	// (release.SelectionReservationKey).
+	Sizes []SelectionSize
 	// Epsilon and Delta are the period's budget for the selections
 	// (ε_sel, δ_sel); Selection.Guarantee is within it.
 	Epsilon, Delta float64
@@ -58,6 +64,13 @@ type SelectionPlan struct {
 	// batch selection run in every window, composed by basic composition
 	// within the same budget — the per-selection budget a stream gives it.
 	BatchShare selection.Batch
+}
+
+// SelectionSize is one selecting histogram's window: its length in ms,
+// its windows per period W_h and its cross-window bound K_h (0: off).
+type SelectionSize struct {
+	WindowMs   int64
+	Windows, K int
 }
 
 // planSelection calibrates the selections of cfg's selecting histograms
@@ -82,6 +95,7 @@ func planSelection(cfg *config.Config, hbounds []WindowBound, leftEps, leftDelta
 			return nil, err
 		}
 		sp.Hists = append(sp.Hists, i)
+		sp.Sizes = append(sp.Sizes, SelectionSize{WindowMs: h.WindowSize(cfg.Window.Size).D().Milliseconds(), Windows: w, K: hbounds[i].K})
 		per = per.Add(selection.NewPeriod(w, hbounds[i].K, replace))
 	}
 	per.Replace = replace

@@ -1,10 +1,13 @@
 package release
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/dpstage/stage/ledger"
 )
 
 // Printer writes a human-readable view of each release: bins with bars, the
@@ -65,6 +68,28 @@ func totalDeltaNote(total float64) string {
 		return ""
 	}
 	return fmt.Sprintf("; guarantee total δ=%.3g with user-hash collisions", total)
+}
+
+// PrintUnit renders a recorded, published unit: its status message (a
+// window not released, or a selecting histogram's groups_selected), then
+// its releases. The caller prints a unit only after it was recorded with
+// its charges (node: at publish), never while it is drawn: a record that
+// fails is drawn again, and the printed draw would be an uncharged second
+// one (TestReviewSelectionNotPrintedBeforeRecorded).
+func (p *Printer) PrintUnit(u *ledger.Unit) {
+	rels := ReleaseMessages(u)
+	for _, m := range u.Messages[:len(u.Messages)-len(rels)] {
+		var st Status
+		if json.Unmarshal(m.Value, &st) == nil && st.Status != "" {
+			p.PrintStatus(&st)
+		}
+	}
+	for _, m := range rels {
+		var r Release
+		if json.Unmarshal(m.Value, &r) == nil {
+			p.Print(&r)
+		}
+	}
 }
 
 // PrintStatus renders a status message (a release that was not made).

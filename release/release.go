@@ -31,9 +31,6 @@ type Options struct {
 	// Rand is the noise source (mechanism.NewRand in production).
 	Rand *mechanism.Rand
 	Log  *zap.Logger
-	// Printer, when set, shows budget_exhausted statuses as they are
-	// recorded.
-	Printer *Printer
 	// Now is the wall clock (RecordedAt). Default time.Now.
 	Now func() time.Time
 	// OnExhausted, when set, is called for every budget_exhausted unit
@@ -54,7 +51,6 @@ type Releaser struct {
 	book     *budget.Book
 	rng      *mechanism.Rand
 	log      *zap.Logger
-	printer  *Printer
 	now      func() time.Time
 	onExh    func()
 	onSel    func(string, int)
@@ -85,7 +81,7 @@ func New(opts Options) (*Releaser, error) {
 	}
 	r := &Releaser{
 		cfg: opts.Config, plan: opts.Plan, ledger: opts.Ledger, book: opts.Book, rng: opts.Rand,
-		log: opts.Log, printer: opts.Printer, now: opts.Now, onExh: opts.OnExhausted, onSel: opts.OnSelection,
+		log: opts.Log, now: opts.Now, onExh: opts.OnExhausted, onSel: opts.OnSelection,
 		sizeMs:   opts.Config.Window.Size.D().Milliseconds(),
 		periodMs: opts.Config.Privacy.Budget.Period.D().Milliseconds(),
 	}
@@ -499,10 +495,7 @@ func (r *Releaser) countUnitOf(u *ledger.Unit, h int, counts Counts, pending, re
 		if err != nil {
 			return budget.Charge{}, err
 		}
-		u.Messages = append(u.Messages, m)
-		if r.printer != nil {
-			r.printer.PrintStatus(p.status)
-		}
+		u.Messages = append(u.Messages, m) // printed once recorded and published (Printer.PrintUnit)
 		groups, countsOf, sel = p.groups, p.counts, p.sel
 	}
 	u.Status = ledger.StatusReleased
@@ -625,9 +618,6 @@ func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge)
 	r.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
 		zap.String("window_start", RFC3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
 		zap.Float64("budget_epsilon", total.LimitEpsilon), zap.Error(why))
-	if r.printer != nil {
-		r.printer.PrintStatus(&st)
-	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dpstage/stage/budget"
 	"github.com/dpstage/stage/ledger"
@@ -74,8 +76,11 @@ func newSelector(p *plan.Plan, neighbour string, keySampleRate float64) (*select
 
 // SelectionReservationKey names the period's selection reservation under
 // the calibration that fixes its cost: the neighbour relation, the
-// threshold (σ, T, l0, the key-count test), the period it composes and its
-// (ε, δ). Any change of them in the middle of a period makes a new key, and
+// threshold (σ, T, l0, the key-count test), the period it composes, the
+// selecting histograms' window sizes with their W and K (in v2: each
+// size's admissions are a separate state, so a selecting histogram moved
+// to another window size mid-period composes afresh even where Units is
+// unchanged; TestReviewSelectionKeyNamesWindowSizes) and its (ε, δ). Any change of them in the middle of a period makes a new key, and
 // so a new reservation charged in full (never less than the selections
 // cost; the same configuration after a restart gives the same key). The
 // hex of the first 16 bytes of a SHA-256 over a length-prefixed encoding
@@ -92,7 +97,7 @@ func SelectionReservationKey(neighbour string, sp *plan.SelectionPlan) string {
 		h.Write([]byte(s))
 	}
 	th, per := sp.Selection.Threshold, sp.Selection.Period
-	str("stage selection reservation v1")
+	str("stage selection reservation v2")
 	str(neighbour)
 	put(math.Float64bits(th.Sigma))
 	put(uint64(th.T))
@@ -105,6 +110,16 @@ func SelectionReservationKey(neighbour string, sp *plan.SelectionPlan) string {
 		put(1)
 	} else {
 		put(0)
+	}
+	sizes := slices.Clone(sp.Sizes) // the multiset: config order changes nothing
+	slices.SortFunc(sizes, func(a, b plan.SelectionSize) int {
+		return cmp.Or(cmp.Compare(a.WindowMs, b.WindowMs), cmp.Compare(a.Windows, b.Windows), cmp.Compare(a.K, b.K))
+	})
+	put(uint64(len(sizes)))
+	for _, z := range sizes {
+		put(uint64(z.WindowMs))
+		put(uint64(z.Windows))
+		put(uint64(z.K))
 	}
 	put(math.Float64bits(sp.Epsilon))
 	put(math.Float64bits(sp.Delta))
