@@ -169,8 +169,9 @@ type HistSpec struct {
 	// its parts' groups are their keys (decode.Event.Keys), bounded like
 	// listed groups (keys.go) and counted per key at the close
 	// ([WindowCounts.Keys]). A shard tracks at most 2³²⁻ᵇ − 1 keys of one
-	// window at a time (b the bits of the bin index): a part beyond that —
-	// only with hundreds of millions of keys held — is dropped_capacity.
+	// window at a time (b ≤ 8 the bits of the bin index: at most 256
+	// bins): a part beyond that — only with over a billion keys held in
+	// the window, past any memory (maxKeyedBinBits) — is dropped_capacity.
 	Selects bool
 }
 

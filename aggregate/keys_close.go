@@ -6,8 +6,15 @@ import (
 )
 
 // maxKeyedBinBits bounds the bin index bits of a selecting histogram, so
-// that an entry keeps at least 2²⁰ − 1 key ids per shard and window.
-const maxKeyedBinBits = 12
+// that an entry keeps at least 2²⁴ − 1 key ids per shard and window: a
+// part is refused for want of an id (dropped_capacity, which would make
+// whether it counts depend on other users' keys: a first-come cap) only
+// with over a billion keys held in one window over the 64 shards — about
+// 150 GB of key dictionary at BenchmarkKeyedBytesPerKey's 138 bytes a key,
+// beyond the memory the process can have. (12 bits, 4,096 bins, left
+// 2²⁰ − 1 ids: 67 million keys, about 9 GB, reachable; a review found it.)
+// config.MaxSelectingBins is the same bound, checked by stage validate.
+const maxKeyedBinBits = 8
 
 // keyAcc counts one selecting histogram's keys at a window's close: per
 // shard (by the shard dictionary's ids), then collected into rows.

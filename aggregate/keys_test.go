@@ -544,7 +544,7 @@ func TestKeyDictIDs(t *testing.T) {
 }
 
 // TestKeyedSpecErrors: a selecting histogram lists no groups and has at
-// most 2¹² bins.
+// most 2⁸ bins.
 func TestKeyedSpecErrors(t *testing.T) {
 	s := keyedSpec(1, 1, 0)
 	s.Histograms[0].Groups = []string{"x"}

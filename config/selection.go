@@ -1,5 +1,7 @@
 package config
 
+import "fmt"
+
 // Selection configures the private selection of unlisted groups (issue
 // 30; package selection): a histogram with group_by and no groups selects,
 // in each window, the group keys whose noisy count of distinct users
@@ -33,6 +35,11 @@ const (
 	DefaultMaxKeysPerWindow      = 1_000_000
 	DefaultKeySampleRate         = 1.0
 )
+
+// MaxSelectingBins is the most bins a histogram that selects its groups
+// may have (aggregate's maxKeyedBinBits: 8 bits of bin index beside 24 of
+// key id).
+const MaxSelectingBins = 256
 
 // Selects reports whether h selects its groups privately: group_by with
 // no listed groups.
@@ -69,6 +76,11 @@ func (k *checker) selection() {
 	k.atLeast1("selection.max_keys_per_window", s.MaxKeysPerWindow)
 	if !finite(s.KeySampleRate) || s.KeySampleRate <= 0 || s.KeySampleRate > 1 {
 		k.add("selection.key_sample_rate", "must be a finite number greater than 0 and at most 1 (1: every key)")
+	}
+	for i, h := range k.c.Histograms {
+		if h.Selects() && len(h.Bins) > MaxSelectingBins {
+			k.add(fmt.Sprintf("histograms[%d].bins", i), "%d bins: a histogram that selects its groups (group_by without groups) takes at most %d (its entries hold the key's id beside the bin; aggregate's maxKeyedBinBits); list the groups or merge bins", len(h.Bins), MaxSelectingBins)
+		}
 	}
 	if d := k.c.Kafka.Distributed; d.Enabled && d.PartialsFormat == PartialsJSON {
 		for i, h := range k.c.Histograms {
