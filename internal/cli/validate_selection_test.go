@@ -79,18 +79,3 @@ privacy:
 		}
 	}
 }
-
-// TestRunRefusesUnlistedGroups: until the running stage counts and selects
-// unlisted groups, `stage run` refuses a histogram with group_by and no
-// groups before it starts anything, saying what to do.
-func TestRunRefusesUnlistedGroups(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	y := "kafka:\n  brokers: [localhost:9092]\nhistograms:\n  - {name: pages, field: page, bins: [a, b], group_by: product}\nprivacy:\n  budget: {epsilon: 1}\nstate:\n  dir: " + t.TempDir() + "\n"
-	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	if code := Run([]string{"--config", path}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "list the public groups in histograms[0].groups") {
-		t.Fatalf("exit %d: %s", code, errb.String())
-	}
-}
