@@ -105,8 +105,33 @@ func seedEvents(start int64, windows int, sizes []int) (evs [][]byte, users []st
 	return evs, users
 }
 
-// seedRun is one mode's recorded units, window by window.
-type seedRun [][]*ledger.Unit
+// seedRun is one mode's recorded units, window by window, and what the
+// Releaser selected from (keys: each window's keyDump).
+type seedRun struct {
+	units [][]*ledger.Unit
+	keys  [][]string
+}
+
+// keyDump is every selecting histogram's keys in src with their distinct
+// users and counts, in src's order: the selection's input, compared
+// exactly between the modes (the releases show the users only through
+// the noisy selection, where a difference of a few users rarely shows).
+func keyDump(cfg *config.Config, src partial.KeySource) []string {
+	var out []string
+	var dst []float64
+	for h, hc := range cfg.Histograms {
+		if !hc.Selects() {
+			continue
+		}
+		for i := range src.Keys(h) {
+			var k string
+			var u int64
+			k, u, dst = src.Key(h, i, dst[:0])
+			out = append(out, fmt.Sprintf("%s/%s users %d counts %v", hc.Name, k, u, dst))
+		}
+	}
+	return out
+}
 
 // newSeedReleaser is a Releaser over a new bolt ledger in a temporary
 // directory, drawing from seed.
@@ -165,12 +190,13 @@ func runSingle(t *testing.T, seed byte, key siphash.Key, start int64, windows in
 		if err != nil {
 			t.Fatal(err)
 		}
+		out.keys = append(out.keys, keyDump(cfg, counts))
 		units, err := rel.Record(ws, counts, nil)
 		counts.Release()
 		if err != nil {
 			t.Fatalf("window %d: %v", w, err)
 		}
-		out = append(out, units)
+		out.units = append(out.units, units)
 	}
 	return out
 }
@@ -285,13 +311,14 @@ func runDistributed(t *testing.T, seed byte, key siphash.Key, start int64, windo
 		if !ok || mw.Start != ws {
 			t.Fatalf("window %d: merger gives no window, or another (%v)", w, ok)
 		}
+		out.keys = append(out.keys, keyDump(cfg, mw))
 		units, err := rel.RecordAdmitted(context.Background(), mw.Start, mw, avgs.means(mw), nil)
 		if err != nil {
 			t.Fatalf("window %d: %v", w, err)
 		}
 		m.Released(mw)
 		avgs.released(mw.Start)
-		out = append(out, units)
+		out.units = append(out.units, units)
 	}
 	if _, ok := m.Next(); ok {
 		t.Fatal("the merger has a window past the last")
@@ -299,26 +326,43 @@ func runDistributed(t *testing.T, seed byte, key siphash.Key, start int64, windo
 	return out
 }
 
-// withoutCoverage is message value v re-encoded without its top-level
-// "coverage" member, and that member (nil when absent).
+// withoutCoverage is message value v with its top-level "coverage"
+// member cut out byte for byte (the member's exact bytes and the comma
+// before it; v unchanged when it has none), and that member decoded (nil
+// when absent). Nothing else of v is re-encoded.
 func withoutCoverage(t *testing.T, v []byte) (rest []byte, cov *release.Coverage) {
 	t.Helper()
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(v, &m); err != nil {
 		t.Fatalf("message %s: %v", v, err)
 	}
-	if c, ok := m["coverage"]; ok {
-		cov = new(release.Coverage)
-		if err := json.Unmarshal(c, cov); err != nil {
-			t.Fatal(err)
-		}
-		delete(m, "coverage")
+	c, ok := m["coverage"]
+	if !ok {
+		return v, nil
 	}
-	rest, err := json.Marshal(m)
-	if err != nil {
+	cov = new(release.Coverage)
+	if err := json.Unmarshal(c, cov); err != nil {
 		t.Fatal(err)
 	}
-	return rest, cov
+	member := append([]byte(`,"coverage":`), c...)
+	if n := bytes.Count(v, member); n != 1 {
+		t.Fatalf("message %s: the coverage member %s found %d times, not once after another member", v, member, n)
+	}
+	return bytes.Replace(v, member, nil, 1), cov
+}
+
+// groupsOf is the groups a unit's groups_selected status names (nil
+// without one).
+func groupsOf(t *testing.T, u *ledger.Unit) []string {
+	t.Helper()
+	var st release.Status
+	if len(u.Messages) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(u.Messages[0].Value, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Groups
 }
 
 // selected is the run's selected groups by window and histogram (its
@@ -326,7 +370,7 @@ func withoutCoverage(t *testing.T, v []byte) (rest []byte, cov *release.Coverage
 func selected(t *testing.T, run seedRun) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	for _, units := range run {
+	for _, units := range run.units {
 		for _, u := range units {
 			var st release.Status
 			if err := json.Unmarshal(u.Messages[0].Value, &st); err != nil {
@@ -397,20 +441,31 @@ func TestSelectedSameSeedBothModes(t *testing.T) {
 // coverage aside (checked complete).
 func compareRuns(t *testing.T, seed byte, single, dist seedRun) {
 	t.Helper()
-	if len(single) != len(dist) {
-		t.Fatalf("seed %d: %d windows single-process, %d distributed", seed, len(single), len(dist))
+	if len(single.units) != len(dist.units) || len(single.keys) != len(dist.keys) {
+		t.Fatalf("seed %d: %d windows single-process, %d distributed", seed, len(single.units), len(dist.units))
+	}
+	for w := range single.keys {
+		if !slices.Equal(single.keys[w], dist.keys[w]) {
+			t.Fatalf("seed %d window %d: the selection's input differs:\nsingle-process %v\ndistributed    %v", seed, w, single.keys[w], dist.keys[w])
+		}
+		if len(single.keys[w]) == 0 {
+			t.Fatalf("seed %d window %d: no key to select from", seed, w)
+		}
 	}
 	msgs, covs := 0, 0
-	for w := range single {
-		s, d := single[w], dist[w]
+	for w := range single.units {
+		s, d := single.units[w], dist.units[w]
 		if len(s) != len(d) {
 			t.Fatalf("seed %d window %d: %d units single-process, %d distributed", seed, w, len(s), len(d))
 		}
 		for i := range s {
 			us, ud := s[i], d[i]
-			if us.Histogram != ud.Histogram || us.Status != ud.Status || !reflect.DeepEqual(us.Charge, ud.Charge) || !reflect.DeepEqual(us.Selection, ud.Selection) || len(us.Messages) != len(ud.Messages) {
-				t.Fatalf("seed %d window %d: unit %s %s charge %v with %d messages single-process, %s %s charge %v with %d distributed",
-					seed, w, us.Histogram, us.Status, us.Charge, len(us.Messages), ud.Histogram, ud.Status, ud.Charge, len(ud.Messages))
+			if us.Histogram != ud.Histogram || us.Status != ud.Status || len(us.Messages) != len(ud.Messages) {
+				t.Fatalf("seed %d window %d: unit %s %s with %d messages single-process, %s %s with %d distributed; groups selected %v and %v",
+					seed, w, us.Histogram, us.Status, len(us.Messages), ud.Histogram, ud.Status, len(ud.Messages), groupsOf(t, us), groupsOf(t, ud))
+			}
+			if !reflect.DeepEqual(us.Charge, ud.Charge) || !reflect.DeepEqual(us.Selection, ud.Selection) {
+				t.Errorf("seed %d window %d: unit %s charged differently in the two modes", seed, w, us.Histogram)
 			}
 			for j := range us.Messages {
 				ms, md := us.Messages[j], ud.Messages[j]
