@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/cputime"
 )
 
 // openKeyedWindow adds, to window 0 of a fresh aggregator of one selecting
@@ -73,11 +73,11 @@ func BenchmarkKeyedClose1M(b *testing.B) {
 		b.StopTimer()
 		a := openKeyedWindow(b, n, 1)
 		runtime.GC()
-		c0 := cpuTime()
+		c0 := cputime.Now()
 		b.StartTimer()
 		wc, err := a.Close(0)
 		b.StopTimer()
-		cpu += cpuTime() - c0
+		cpu += cputime.Now() - c0
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,12 +97,4 @@ func BenchmarkKeyedClose1M(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

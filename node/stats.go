@@ -1,6 +1,7 @@
 package node
 
 import (
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -106,11 +107,7 @@ func (s *Stats) NoteSelectionKeys(histogram string, keys int) {
 func (s *Stats) SelectionKeys() map[string]int {
 	s.selMu.Lock()
 	defer s.selMu.Unlock()
-	out := make(map[string]int, len(s.selKeys))
-	for h, n := range s.selKeys {
-		out[h] = n
-	}
-	return out
+	return maps.Clone(s.selKeys)
 }
 
 func newStats() *Stats { return &Stats{} }

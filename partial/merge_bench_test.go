@@ -2,9 +2,9 @@ package partial
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/dpstage/stage/internal/lib/cputime"
 )
 
 // benchParts, benchGroups and benchBins are the benchmarks' window: 100
@@ -58,7 +58,7 @@ func benchWindows(b *testing.B, layout Layout, next func(i, p int) *Partial, rea
 	off := int64(0)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Now()
 	for i := 0; i < b.N; i++ {
 		start := int64(i) * 1000
 		for p := range benchParts {
@@ -80,7 +80,7 @@ func benchWindows(b *testing.B, layout Layout, next func(i, p int) *Partial, rea
 	// The process's CPU time per op (GC workers included): on a shared,
 	// loaded machine the wall clock (ns/op) counts the time other
 	// processes held the cores; this does not.
-	b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64((cputime.Now()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 }
 
 // BenchmarkMerge100x10000 merges one window per op, from decoded
@@ -117,15 +117,6 @@ func BenchmarkDecodeMerge100x10000(b *testing.B) {
 			})
 		})
 	}
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchKeyedPartials are one window's Partials of a selecting histogram

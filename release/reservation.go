@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"math"
 	"slices"
 	"strconv"
@@ -45,16 +46,8 @@ func ReservationKey(histogram string, k int, neighbour string, c budget.Charge) 
 // the new window must be covered by a reservation of their own, not by
 // the one made under the old window.
 func ViewReservationKey(histogram string, windowMs int64, k int, neighbour string, c budget.Charge) string {
-	h := sha256.New()
-	var n [8]byte
-	put := func(v uint64) {
-		binary.BigEndian.PutUint64(n[:], v)
-		h.Write(n[:])
-	}
-	str := func(s string) {
-		put(uint64(len(s)))
-		h.Write([]byte(s))
-	}
+	kh := newKeyHasher()
+	put, str := kh.put, kh.str
 	str("stage period reservation v1")
 	str(histogram)
 	put(uint64(k))
@@ -71,8 +64,30 @@ func ViewReservationKey(histogram string, windowMs int64, k int, neighbour strin
 	}
 	put(math.Float64bits(c.Epsilon))
 	put(math.Float64bits(c.Delta))
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return kh.sum()
 }
+
+// keyHasher is the length-prefixed SHA-256 encoding of the reservation
+// keys: put a number, str a string (its length, then its bytes), sum the
+// hex of the first 16 bytes.
+type keyHasher struct {
+	h hash.Hash
+	n [8]byte
+}
+
+func newKeyHasher() *keyHasher { return &keyHasher{h: sha256.New()} }
+
+func (k *keyHasher) put(v uint64) {
+	binary.BigEndian.PutUint64(k.n[:], v)
+	k.h.Write(k.n[:])
+}
+
+func (k *keyHasher) str(s string) {
+	k.put(uint64(len(s)))
+	k.h.Write([]byte(s))
+}
+
+func (k *keyHasher) sum() string { return hex.EncodeToString(k.h.Sum(nil)[:16]) }
 
 // releaseRDP is one count release's (λ, ε)-RDP at order as charged: the
 // mechanism's curve plus, for a Dirichlet release rounded to the grid, the

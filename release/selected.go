@@ -2,9 +2,6 @@ package release
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,16 +83,8 @@ func newSelector(p *plan.Plan, neighbour string, keySampleRate float64) (*select
 // hex of the first 16 bytes of a SHA-256 over a length-prefixed encoding
 // (floats by their IEEE bits), like ViewReservationKey.
 func SelectionReservationKey(neighbour string, sp *plan.SelectionPlan) string {
-	h := sha256.New()
-	var n [8]byte
-	put := func(v uint64) {
-		binary.BigEndian.PutUint64(n[:], v)
-		h.Write(n[:])
-	}
-	str := func(s string) {
-		put(uint64(len(s)))
-		h.Write([]byte(s))
-	}
+	kh := newKeyHasher()
+	put, str := kh.put, kh.str
 	th, per := sp.Selection.Threshold, sp.Selection.Period
 	str("stage selection reservation v2")
 	str(neighbour)
@@ -123,7 +112,7 @@ func SelectionReservationKey(neighbour string, sp *plan.SelectionPlan) string {
 	}
 	put(math.Float64bits(sp.Epsilon))
 	put(math.Float64bits(sp.Delta))
-	return "selection-" + hex.EncodeToString(h.Sum(nil)[:16])
+	return "selection-" + kh.sum()
 }
 
 // selectionCharge checks the period's selection reservation for a unit of

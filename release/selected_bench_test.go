@@ -2,10 +2,10 @@ package release_test
 
 import (
 	"fmt"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dpstage/stage/internal/lib/cputime"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/release"
 )
@@ -37,9 +37,9 @@ func BenchmarkRecordSelecting1e6Keys(b *testing.B) {
 	var selected int
 	var cpu time.Duration
 	for i := range b.N {
-		c0 := cpuTime()
+		c0 := cputime.Now()
 		units, err := f.rel.Record(int64(i)*minute, kc, nil)
-		cpu += cpuTime() - c0
+		cpu += cputime.Now() - c0
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -51,14 +51,4 @@ func BenchmarkRecordSelecting1e6Keys(b *testing.B) {
 	}
 	b.ReportMetric(float64(selected), "selected")
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
-}
-
-// cpuTime is the process's user + system CPU time (the machine's load
-// inflates ns/op; CPU time does not count waiting for a core).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dpstage/stage/aggregate"
 	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/decode"
+	"github.com/dpstage/stage/internal/lib/cputime"
 	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/ledger"
 	"github.com/dpstage/stage/release"
@@ -67,7 +68,7 @@ func BenchmarkCloseSelecting1e6Keys(b *testing.B) {
 			}
 		}
 		runtime.GC()
-		c0 := cpuTime()
+		c0 := cputime.Now()
 		b.StartTimer()
 		counts, err := agg.Close(w)
 		if err != nil {
@@ -75,7 +76,7 @@ func BenchmarkCloseSelecting1e6Keys(b *testing.B) {
 		}
 		units, err := f.rel.Record(w, counts, nil)
 		b.StopTimer()
-		cpu += cpuTime() - c0
+		cpu += cputime.Now() - c0
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -5,10 +5,9 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/dpstage/stage/internal/lib/cputime"
 	"github.com/dpstage/stage/mechanism"
 )
 
@@ -228,16 +227,6 @@ func TestKeyLimit(t *testing.T) {
 	}
 }
 
-// cpuTime is the process's user + system CPU time (the machine's load
-// inflates ns/op; CPU time does not count waiting for a core).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkTable reports the bytes a key costs in the table (keys of 15
 // bytes, "product-NNNNNNN") and the time to close a window of 10⁶ keys of
 // which 1% pass (the key-count test on, at limit 2·10⁶).
@@ -272,7 +261,7 @@ func BenchmarkTable(b *testing.B) {
 	runtime.ReadMemStats(&after)
 	perKey := float64(after.HeapAlloc-before.HeapAlloc) / keys
 	rng := mechanism.NewSeededRand([32]byte{1})
-	cpu0 := cpuTime()
+	cpu0 := cputime.Now()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		sel, err := tab.Select(th, noise, ks, rng)
@@ -283,7 +272,7 @@ func BenchmarkTable(b *testing.B) {
 			b.Fatalf("%d selected, want about %d", len(sel), keys/100)
 		}
 	}
-	b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric((cputime.Now()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
 	b.ReportMetric(perKey, "bytes/key")
 	runtime.KeepAlive(names)
 }
