@@ -636,33 +636,7 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 		prev := win - s.SizeMs
 		pt.Prev = &prev
 	}
-	var dst []float64
-	for h, hc := range s.Cfg.Histograms {
-		if !endsAt(s, h, end) {
-			continue // its own window (histograms[].window) is still open: features.go
-		}
-		if hc.IsAverage() {
-			if c := averageCell(counts, h); c != nil {
-				pt.Averages = append(pt.Averages, *c)
-			}
-			continue
-		}
-		if hc.Selects() {
-			if c := keyedCell(counts, h, len(hc.Bins)); c != nil {
-				pt.Keyed = append(pt.Keyed, *c)
-			}
-			continue
-		}
-		for g := range max(1, len(hc.Groups)) {
-			dst = counts.Counts(h, g, dst[:0])
-			for _, c := range dst {
-				if c != 0 {
-					pt.Counts = append(pt.Counts, partial.Cell{H: h, G: g, Counts: append([]float64(nil), dst...)})
-					break
-				}
-			}
-		}
-	}
+	s.addCells(pt, counts, end)
 	for _, b := range counts.Bounds { // the window bound's drops, for the releaser's operator-side drop share
 		if b.Dropped > 0 {
 			pt.Dropped = append(pt.Dropped, partial.DropCell{H: b.H, N: b.Dropped})
@@ -709,6 +683,48 @@ func (b *bounder) emit(ctx context.Context, sess *consume.Session, st *boundStat
 	}
 	s.Stats.Commits.Add(1)
 	return nil
+}
+
+// closedCells is what a Partial's cells are read from: the closed
+// windows of one base boundary (*consume.Boundary), by config histogram
+// index.
+type closedCells interface {
+	Counts(h, g int, dst []float64) []float64
+	partial.KeySource
+	KeptUsers(h int) []aggregate.KeptUser
+}
+
+// addCells adds to pt the cells of every histogram whose window ends at
+// end: an average histogram's kept users, a selecting histogram's keys
+// (keyed.go), and every other histogram's nonzero count vectors by group.
+func (s *stage) addCells(pt *partial.Partial, counts closedCells, end int64) {
+	var dst []float64
+	for h, hc := range s.Cfg.Histograms {
+		if !endsAt(s, h, end) {
+			continue // its own window (histograms[].window) is still open: features.go
+		}
+		if hc.IsAverage() {
+			if c := averageCell(counts, h); c != nil {
+				pt.Averages = append(pt.Averages, *c)
+			}
+			continue
+		}
+		if hc.Selects() {
+			if c := keyedCell(counts, h, len(hc.Bins)); c != nil {
+				pt.Keyed = append(pt.Keyed, *c)
+			}
+			continue
+		}
+		for g := range max(1, len(hc.Groups)) {
+			dst = counts.Counts(h, g, dst[:0])
+			for _, c := range dst {
+				if c != 0 {
+					pt.Counts = append(pt.Counts, partial.Cell{H: h, G: g, Counts: append([]float64(nil), dst...)})
+					break
+				}
+			}
+		}
+	}
 }
 
 // logResume is the first window of an input partition without progress:

@@ -85,7 +85,7 @@ func countFrom(cfg *config.Config, st *boundState) int64 {
 
 // averageCell is the partial.AverageCell of average histogram h (config
 // index) in the boundary's windows; nil when no user was kept.
-func averageCell(b *consume.Boundary, h int) *partial.AverageCell {
+func averageCell(b closedCells, h int) *partial.AverageCell {
 	kept := b.KeptUsers(h)
 	if len(kept) == 0 {
 		return nil

@@ -1,7 +1,6 @@
 package distributed
 
 import (
-	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/partial"
 )
 
@@ -16,7 +15,7 @@ import (
 
 // keyedCell is histogram h's (config index, bins counts per key) keyed
 // cell of the boundary's closed windows; nil when it tracked no key.
-func keyedCell(b *consume.Boundary, h, bins int) *partial.KeyedCell {
+func keyedCell(b partial.KeySource, h, bins int) *partial.KeyedCell {
 	return partial.KeyedFrom(b, h, bins)
 }
 
