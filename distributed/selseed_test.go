@@ -16,11 +16,11 @@ import (
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/node"
 	"github.com/dpstage/stage/partial"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/release/releasetest"
 )
 
 // Issue 30's "the releases are the same as the single-process mode's for
@@ -138,23 +138,7 @@ func keyDump(cfg *config.Config, src partial.KeySource) []string {
 func newSeedReleaser(t *testing.T, seed byte, distributed bool) (*config.Config, *plan.Plan, *release.Releaser) {
 	t.Helper()
 	cfg := seedConfig(t, t.TempDir(), distributed)
-	p, err := plan.DerivePlan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(cfg.State.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = led.Close() })
-	book, err := release.NewBook(p, led)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := release.New(release.Options{Config: cfg, Plan: p, Ledger: led, Book: book, Rand: mechanism.NewSeededRand([32]byte{seed, 30})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rel, p, _ := releasetest.Releaser(t, cfg, nil, [32]byte{seed, 30})
 	return cfg, p, rel
 }
 

@@ -9,9 +9,9 @@ import (
 
 	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
 	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/release/releasetest"
 )
 
 // keyedCounts is a window's counts with keys for histogram 0 (campaigns,
@@ -59,11 +59,7 @@ privacy:
 %s
 state: {dir: %q}
 `, selection, dir)
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	return cfg
+	return releasetest.Config(t, y)
 }
 
 type selFixture struct {
@@ -75,15 +71,7 @@ type selFixture struct {
 
 func newSelFixture(t testing.TB, cfg *config.Config, led *ledger.Ledger, seed byte) *selFixture {
 	t.Helper()
-	p := mustPlan(t, cfg)
-	book, err := release.NewBook(p, led)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := release.New(release.Options{Config: cfg, Plan: p, Ledger: led, Book: book, Rand: mechanism.NewSeededRand([32]byte{seed})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rel, p, _ := releasetest.Releaser(t, cfg, led, [32]byte{seed})
 	return &selFixture{cfg: cfg, plan: p, led: led, rel: rel}
 }
 

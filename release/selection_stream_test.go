@@ -6,13 +6,12 @@ import (
 	"testing"
 
 	"github.com/dpstage/stage/aggregate"
-	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/consume"
 	"github.com/dpstage/stage/decode"
 	"github.com/dpstage/stage/internal/lib/siphash"
 	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/release/releasetest"
 )
 
 // TestSelectionStream is issue 30's acceptance stream: hourly windows, a
@@ -51,25 +50,9 @@ privacy:
   budget: {epsilon: 2, delta: 1.0e-6, period: 24h}
 state: {dir: %q}
 `, t.TempDir())
-	cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(cfg.State.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer led.Close()
-	p := mustPlan(t, cfg)
+	cfg := releasetest.Config(t, y)
+	rel, p, _ := releasetest.Releaser(t, cfg, nil, [32]byte{30})
 	th := p.Selection.Selection.Threshold
-	book, err := release.NewBook(p, led)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := release.New(release.Options{Config: cfg, Plan: p, Ledger: led, Book: book, Rand: mechanism.NewSeededRand([32]byte{30})})
-	if err != nil {
-		t.Fatal(err)
-	}
 	agg, err := aggregate.New(consume.AggregateSpec(cfg))
 	if err != nil {
 		t.Fatal(err)

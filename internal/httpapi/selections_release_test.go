@@ -9,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/httpapi"
-	"github.com/dpstage/stage/ledger"
-	"github.com/dpstage/stage/mechanism"
 	"github.com/dpstage/stage/plan"
-	"github.com/dpstage/stage/release"
+	"github.com/dpstage/stage/release/releasetest"
 )
 
 // windowKeys is a closed window's counts as the releaser gets them:
@@ -46,7 +43,7 @@ func (k windowKeys) Key(h, i int, dst []float64) (string, int64, []float64) {
 func releasedServer(t *testing.T) (*httpapi.Server, *plan.Plan) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+	cfg := releasetest.Config(t, fmt.Sprintf(`
 kafka: {brokers: ["127.0.0.1:1"], group_id: g, input_topic: in, output_topic: out}
 events: {time_field: ts, user_field: user_id}
 window: {size: 1m, watermark: event, start: "2026-01-01T00:00:00Z"}
@@ -59,27 +56,8 @@ privacy:
   budget: {epsilon: 1, delta: 1.0e-6, period: 5m}
 selection: {max_keys_per_window: 1000}
 state: {dir: %q}
-`, dir)), func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := plan.DerivePlan(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	led, err := ledger.Open(cfg.State.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { led.Close() })
-	book, err := release.NewBook(p, led)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := release.New(release.Options{Config: cfg, Plan: p, Ledger: led, Book: book, Rand: mechanism.NewSeededRand([32]byte{7})})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, dir))
+	rel, p, _ := releasetest.Releaser(t, cfg, nil, [32]byte{7})
 	srv, err := httpapi.New(httpapi.Options{Config: cfg, Plan: p})
 	if err != nil {
 		t.Fatal(err)
