@@ -491,7 +491,7 @@ func (r *Releaser) countUnitOf(u *ledger.Unit, h int, counts Counts, pending, re
 		if err != nil {
 			return budget.Charge{}, err
 		}
-		m, err := statusMessage(p.status, total, r.totalDelta(total.LimitDelta), period, r.periodMs)
+		m, err := r.statusMessage(p.status, total, period)
 		if err != nil {
 			return budget.Charge{}, err
 		}
@@ -591,30 +591,18 @@ func (r *Releaser) totalDelta(delta float64) float64 {
 func (r *Releaser) exhausted(u *ledger.Unit, why error, pending []budget.Charge) error {
 	u.Status = ledger.StatusBudgetExhausted
 	u.Approx = nil
-	st := Status{
-		Status:      string(ledger.StatusBudgetExhausted),
-		ReleaseID:   ReleaseID(u.Histogram, "", u.WindowStart),
-		Histogram:   u.Histogram,
-		WindowStart: RFC3339(u.WindowStart),
-		WindowEnd:   RFC3339(u.WindowEnd),
-		Message:     "privacy budget of the period exhausted: no release for this window; releases resume next period",
-	}
+	st := unitStatus(u, string(ledger.StatusBudgetExhausted))
+	st.Message = "privacy budget of the period exhausted: no release for this window; releases resume next period"
 	u.Charge, u.Reservation, u.CoveredBy, u.TopUp = ledger.Curve{}, "", "", nil
 	total, err := r.totalWith(u.Period, pending) // with the window's accepted charges
 	if err != nil {
 		return err
 	}
-	st.Privacy.SpentEpsilon = total.Epsilon
-	st.Privacy.BudgetEpsilon = total.LimitEpsilon
-	st.Privacy.Delta = total.LimitDelta
-	st.Privacy.TotalDelta = r.totalDelta(total.LimitDelta)
-	st.Privacy.PeriodStart = RFC3339(u.Period)
-	st.Privacy.PeriodEnd = RFC3339(u.Period + r.periodMs)
-	v, err := json.Marshal(&st)
+	m, err := r.statusMessage(st, total, u.Period)
 	if err != nil {
 		return err
 	}
-	u.Messages = []ledger.Message{{Key: []byte(u.Histogram), Value: v}}
+	u.Messages = []ledger.Message{m}
 	r.log.Warn("budget exhausted: release not made", zap.String("histogram", u.Histogram),
 		zap.String("window_start", RFC3339(u.WindowStart)), zap.Float64("spent_epsilon", st.Privacy.SpentEpsilon),
 		zap.Float64("budget_epsilon", total.LimitEpsilon), zap.Error(why))

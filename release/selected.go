@@ -214,13 +214,7 @@ func (r *Releaser) pick(u *ledger.Unit, h int, keyed Keyed) (picked, error) {
 	}
 	th := r.sel.sp.Selection.Threshold
 	pub := r.sel.public
-	st := &Status{
-		Status:      StatusGroupsSelected,
-		ReleaseID:   ReleaseID(hist.Name, "", u.WindowStart),
-		Histogram:   hist.Name,
-		WindowStart: RFC3339(u.WindowStart),
-		WindowEnd:   RFC3339(u.WindowEnd),
-	}
+	st := unitStatus(u, StatusGroupsSelected)
 	if r.onSel != nil {
 		r.onSel(hist.Name, n)
 	}
@@ -258,15 +252,26 @@ func (r *Releaser) pick(u *ledger.Unit, h int, keyed Keyed) (picked, error) {
 	}, nil
 }
 
-// statusMessage is the ledger message of a selection status, with the
-// period's spend after the unit's charges (total).
-func statusMessage(st *Status, total budget.Total, totalDelta float64, period, periodMs int64) (ledger.Message, error) {
+// unitStatus is a status message of unit u's (histogram, window).
+func unitStatus(u *ledger.Unit, status string) *Status {
+	return &Status{
+		Status:      status,
+		ReleaseID:   ReleaseID(u.Histogram, "", u.WindowStart),
+		Histogram:   u.Histogram,
+		WindowStart: RFC3339(u.WindowStart),
+		WindowEnd:   RFC3339(u.WindowEnd),
+	}
+}
+
+// statusMessage is the ledger message of status st of a unit of period,
+// stating the period's spend after the window's charges (total).
+func (r *Releaser) statusMessage(st *Status, total budget.Total, period int64) (ledger.Message, error) {
 	st.Privacy.SpentEpsilon = total.Epsilon
 	st.Privacy.BudgetEpsilon = total.LimitEpsilon
 	st.Privacy.Delta = total.LimitDelta
-	st.Privacy.TotalDelta = totalDelta
+	st.Privacy.TotalDelta = r.totalDelta(total.LimitDelta)
 	st.Privacy.PeriodStart = RFC3339(period)
-	st.Privacy.PeriodEnd = RFC3339(period + periodMs)
+	st.Privacy.PeriodEnd = RFC3339(period + r.periodMs)
 	v, err := json.Marshal(st)
 	if err != nil {
 		return ledger.Message{}, err
