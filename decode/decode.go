@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/dpstage/stage/config"
+	"github.com/dpstage/stage/internal/lib/keyhash"
 	"github.com/dpstage/stage/internal/lib/siphash"
 )
 
@@ -261,7 +262,7 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 			if !(rate > 0 && rate <= 1) {
 				return nil, fmt.Errorf("decode: selection.key_sample_rate must be in (0, 1], got %v", rate)
 			}
-			d.keyRate = keyThreshold(rate)
+			d.keyRate = keyhash.Threshold(rate)
 			hs.groupSlot, hs.selects = slot(h.GroupBy), true
 			d.maxValue = max(d.maxValue, MaxKeyBytes)
 			d.keyBytes += MaxKeyBytes

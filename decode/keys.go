@@ -1,6 +1,10 @@
 package decode
 
-import "github.com/dpstage/stage/internal/lib/keyhash"
+import (
+	"math"
+
+	"github.com/dpstage/stage/internal/lib/keyhash"
+)
 
 // The group keys of a histogram that selects its groups (group_by and no
 // listed groups, issue 30): see Event.Keys and the package doc.
@@ -23,11 +27,9 @@ func (d *Decoder) keep(v []byte) Reason {
 	if len(v) > MaxKeyBytes {
 		return ReasonKeyTooLong
 	}
-	if !keyhash.Sampled(keyhash.Sum(v), d.keyRate) {
+	// At rate 1 (the default) every key is sampled: no hash to compute.
+	if d.keyRate != math.MaxUint64 && !keyhash.Sampled(keyhash.Sum(v), d.keyRate) {
 		return ReasonUnsampledKey
 	}
 	return ReasonNone
 }
-
-// keyThreshold is keyhash.Threshold: the decoder's sampling threshold.
-func keyThreshold(rate float64) uint64 { return keyhash.Threshold(rate) }
