@@ -119,23 +119,24 @@
 //
 // # Group keys per window
 //
-// [Table] holds one (histogram, window)'s keys and their distinct-user
-// counts. A key is tracked iff a public hash of the key alone falls below
-// rate·2⁶⁴ (selection.key_sample_rate; ground rule 7: never which keys came
-// first, or how many), so a sampled key's count is exactly its count and
-// the analysis above holds for the sampled keys; a key not sampled is
-// never released (its cost is accuracy only: a group of any size is missed
-// with probability 1 − rate). The limit of keys per window
-// (selection.max_keys_per_window) is enforced when the window closes, by a
-// noisy test on the window's distinct keys F: the selection is withheld
-// iff F + Z_k ≥ limit, Z_k ~ N_Z(0, σ_k²), σ_k = max(limit/100, 3·√l0·σ)
-// ([KeySigmaFor]). One user changes F by at most l0 under either relation,
-// so the test adds λ·l0²/(2σ_k²) to every window's curve
-// ([Threshold.UnitRDP]), and a withheld window is a private output like a
-// selection. Refusing keys once a cap is reached would make which keys
-// count depend on which came first (and one user's keys could push out a
-// group of thousands: no bounded sensitivity), so the table never does:
-// its memory is the sampled keys some user of the window keeps, at most
-// rate × l0 × the window's users — the order of the bounder's own
-// per-user state.
+// The keys and their distinct users come from package aggregate (its
+// per-shard key dictionaries: a key is held while some tracked user's kept
+// groups include it, at most l0 × the window's tracked users keys) and, in
+// the distributed mode, from the merged partials; [Keys] draws the
+// selection. A key is tracked iff a public hash of the key alone falls
+// below rate·2⁶⁴ (selection.key_sample_rate, package keyhash, applied by
+// the decoder; ground rule 7: never which keys came first, or how many),
+// so a sampled key's count is exactly its count and the analysis above
+// holds for the sampled keys; a key not sampled is never released (its
+// cost is accuracy only: a group of any size is missed with probability
+// 1 − rate). The limit of keys per window (selection.max_keys_per_window)
+// is enforced when the window closes, by a noisy test on the window's
+// distinct keys F: the selection is withheld iff F + Z_k ≥ limit,
+// Z_k ~ N_Z(0, σ_k²), σ_k = max(limit/100, 3·√l0·σ) ([KeySigmaFor]). One
+// user changes F by at most l0 under either relation, so the test adds
+// λ·l0²/(2σ_k²) to every window's curve ([Threshold.UnitRDP]), and a
+// withheld window is a private output like a selection. Refusing keys once
+// a cap is reached would make which keys count depend on which came first
+// (and one user's keys could push out a group of thousands: no bounded
+// sensitivity), so the stage never does.
 package selection

@@ -2,12 +2,22 @@ package selection
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/dpstage/stage/internal/lib/keyhash"
 	"github.com/dpstage/stage/mechanism"
 )
+
+// ErrOverLimit is Keys's error when the window's key-count test withholds
+// its selection: nothing of the window's unlisted groups is released.
+var ErrOverLimit = errors.New("selection: the window's distinct group keys are over selection.max_keys_per_window; no group selected")
+
+// keyHash is the public hash of a group key that orders Keys's draws
+// (package keyhash, which also decides the decoder's key sampling).
+func keyHash(key string) uint64 { return keyhash.String(key) }
 
 // Keys draws one window's selection over keys with their distinct users
 // (users[i] is keys[i]'s count after bounding, ≥ 1; keys distinct): with

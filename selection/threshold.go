@@ -24,7 +24,7 @@ type Threshold struct {
 	T int64
 	// L0 is max_groups_per_user: the keys one user counts in per window.
 	L0 int
-	// KeyLimit and KeySigma are the window's key-count test (Table.Select):
+	// KeyLimit and KeySigma are the window's key-count test (Keys):
 	// the window's selection is withheld iff F + Z_k ≥ KeyLimit, F its
 	// distinct keys, Z_k ~ N_Z(0, KeySigma²). KeyLimit 0: no test.
 	KeyLimit int64

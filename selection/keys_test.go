@@ -2,8 +2,8 @@ package selection
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -13,10 +13,8 @@ import (
 
 // bounder is the test's model of package aggregate's group bound with
 // l0 = 1: a user's events count toward the group of smallest keyed rank
-// among the user's groups in the window, whatever their order, and the
-// table follows the user's kept group with ±1.
+// among the user's groups in the window, whatever their order.
 type bounder struct {
-	t    *Table
 	kept map[uint64]string
 }
 
@@ -27,18 +25,25 @@ func rank(user uint64, key string) uint64 {
 	return x ^ x>>29
 }
 
-func (b *bounder) event(user uint64, key string) error {
-	old, ok := b.kept[user]
-	if ok && (old == key || rank(user, old) < rank(user, key)) {
-		return nil
-	}
-	if ok {
-		if err := b.t.Add(old, -1); err != nil {
-			return err
-		}
+func (b *bounder) event(user uint64, key string) {
+	if old, ok := b.kept[user]; ok && (old == key || rank(user, old) < rank(user, key)) {
+		return
 	}
 	b.kept[user] = key
-	return b.t.Add(key, +1)
+}
+
+// counts are the window's keys, sorted, with their distinct users after
+// bounding: what the aggregator hands the releaser.
+func (b *bounder) counts() (keys []string, users []int64) {
+	n := map[string]int64{}
+	for _, k := range b.kept {
+		n[k]++
+	}
+	keys = slices.Sorted(maps.Keys(n))
+	for _, k := range keys {
+		users = append(users, n[k])
+	}
+	return keys, users
 }
 
 // TestSelectionStream: a stream whose windows have groups of 3, 30, 300
@@ -47,8 +52,6 @@ func (b *bounder) event(user uint64, key string) error {
 // over 60 windows with thresholds calibrated for a day of 24 windows at
 // δ = 10⁻⁶ under replace with K = 3: at ε = 0.5 (30 users: ~never) and at
 // ε = 2 (30 users: about a third of the windows). It checks that
-//   - the table holds each key's distinct users after bounding, as the
-//     reference (each user in its smallest-rank group) counts them;
 //   - each size's selection count matches Σ PassProbability within 5
 //     standard errors (false failure < 6·10⁻⁷ per size and scenario: 8
 //     comparisons, < 5·10⁻⁶);
@@ -78,11 +81,7 @@ func streamSelections(t *testing.T, th Threshold) {
 	expected, variance := map[int]float64{}, map[int]float64{} // Σ p and Σ p(1−p) over group-windows, by size
 	user := uint64(0)
 	for w := 0; w < windows; w++ {
-		tab, err := NewTable(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := &bounder{t: tab, kept: map[uint64]string{}}
+		b := &bounder{kept: map[uint64]string{}}
 		ref := map[string]int32{}
 		size := map[string]int{}
 		for _, n := range sizes {
@@ -95,14 +94,10 @@ func streamSelections(t *testing.T, th Threshold) {
 				for i := 0; i < n; i++ {
 					user++
 					best := key
-					if err := b.event(user, key); err != nil {
-						t.Fatal(err)
-					}
+					b.event(user, key)
 					if user%5 == 0 { // a second group of the same size class
 						k2 := keys[(g+1)%perSize]
-						if err := b.event(user, k2); err != nil {
-							t.Fatal(err)
-						}
+						b.event(user, k2)
 						if rank(user, k2) < rank(user, best) {
 							best = k2
 						}
@@ -111,23 +106,16 @@ func streamSelections(t *testing.T, th Threshold) {
 				}
 			}
 		}
-		for k, c := range ref {
-			if got := tab.Count(k); got != c {
-				t.Fatalf("window %d key %s: table %d users, reference %d", w, k, got, c)
-			}
-		}
-		if tab.Len() != len(ref) {
-			t.Fatalf("window %d: %d keys, reference %d", w, tab.Len(), len(ref))
-		}
-		sel, err := tab.Select(th, noise, nil, rng)
+		keys, users := b.counts()
+		idx, err := Keys(th, noise, nil, rng, keys, users)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.IsSorted(sel) {
+		if !slices.IsSorted(idx) {
 			t.Errorf("selection not sorted")
 		}
-		for _, k := range sel {
-			selected[size[k]]++
+		for _, i := range idx {
+			selected[size[keys[i]]]++
 		}
 		for k, c := range ref {
 			p := th.PassProbability(int64(c))
@@ -149,49 +137,6 @@ func streamSelections(t *testing.T, th Threshold) {
 	}
 }
 
-// TestTableSampling: a key's sampling depends on the key alone (the same
-// keys are sampled whatever else arrives and in whatever order), the rate
-// is met within 5 standard errors (false failure < 6·10⁻⁷), and a key not
-// sampled is never counted.
-func TestTableSampling(t *testing.T) {
-	a, _ := NewTable(0.25)
-	b, _ := NewTable(0.25)
-	const n = 100_000
-	in := 0
-	for i := 0; i < n; i++ {
-		k := fmt.Sprintf("product-%d", i)
-		if a.Sampled(k) {
-			in++
-		}
-		if err := a.Add(k, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := n - 1; i >= 0; i -= 3 { // another stream: fewer keys, reversed
-		k := fmt.Sprintf("product-%d", i)
-		if err := b.Add(k, 1); err != nil {
-			t.Fatal(err)
-		}
-		if (b.Count(k) > 0) != (a.Count(k) > 0) || (a.Count(k) > 0) != a.Sampled(k) {
-			t.Fatalf("key %s sampled differently", k)
-		}
-	}
-	if se := math.Sqrt(n * 0.25 * 0.75); math.Abs(float64(in)-n*0.25) > 5*se {
-		t.Errorf("%d of %d keys sampled at rate 0.25", in, n)
-	}
-	if a.Len() != in {
-		t.Errorf("table holds %d keys, %d sampled", a.Len(), in)
-	}
-	if err := a.Add("never-added", -1); err == nil && a.Sampled("never-added") {
-		t.Errorf("removing a user a key does not have was accepted")
-	}
-	for _, r := range []float64{0, -1, 1.5, math.NaN(), math.Inf(1)} {
-		if _, err := NewTable(r); err == nil {
-			t.Errorf("rate %v accepted", r)
-		}
-	}
-}
-
 // TestKeyLimit: the key-count test withholds a window's selection with
 // the probability of its noisy comparison — never below 10% under the
 // limit (probability < 10⁻²³), always 10% above it — and its σ_k enters
@@ -209,12 +154,12 @@ func TestKeyLimit(t *testing.T) {
 		keys     int
 		withheld bool
 	}{{900, false}, {1100, true}} {
-		tab, _ := NewTable(1)
-		for i := 0; i < tc.keys; i++ {
-			_ = tab.Add(fmt.Sprint(i), 1)
+		keys, users := make([]string, tc.keys), make([]int64, tc.keys)
+		for i := range keys {
+			keys[i], users[i] = fmt.Sprint(i), 1
 		}
 		for r := 0; r < 20; r++ {
-			_, err := tab.Select(th, noise, ks, rng)
+			_, err := Keys(th, noise, ks, rng, keys, users)
 			if (err == ErrOverLimit) != tc.withheld {
 				t.Fatalf("%d keys, limit %d: err %v", tc.keys, limit, err)
 			}
@@ -227,52 +172,40 @@ func TestKeyLimit(t *testing.T) {
 	}
 }
 
-// BenchmarkTable reports the bytes a key costs in the table (keys of 15
-// bytes, "product-NNNNNNN") and the time to close a window of 10⁶ keys of
-// which 1% pass (the key-count test on, at limit 2·10⁶).
-func BenchmarkTable(b *testing.B) {
-	const keys = 1_000_000
-	pl, err := Calibrate(1, 1e-6, 1, NewPeriod(24, 3, true), 2, 2*keys)
+// BenchmarkKeys is the selection's draw over a window of 10⁶ keys of
+// which 1% pass (the key-count test on, at limit 2·10⁶): what the
+// releaser adds to a window's close (release's BenchmarkRecordSelecting1e6Keys
+// has the releases and the ledger write too).
+func BenchmarkKeys(b *testing.B) {
+	const n = 1_000_000
+	pl, err := Calibrate(1, 1e-6, 1, NewPeriod(24, 3, true), 2, 2*n)
 	if err != nil {
 		b.Fatal(err)
 	}
 	th := pl.Threshold
-	noise, _ := Noiser(th.Sigma)
-	ks, _ := Noiser(th.KeySigma)
-	pass := int32(th.UsersAt(1 - 1e-12))
-	names := make([]string, keys)
-	for i := range names {
-		names[i] = fmt.Sprintf("product-%07d", i)
+	noise, ks, err := pl.Noisers()
+	if err != nil {
+		b.Fatal(err)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	tab, _ := NewTable(1)
-	for i, k := range names {
-		c := int32(1)
+	pass := th.UsersAt(1 - 1e-12)
+	keys, users := make([]string, n), make([]int64, n)
+	for i := range keys {
+		keys[i], users[i] = fmt.Sprintf("product-%07d", i), 1
 		if i%100 == 0 {
-			c = pass
-		}
-		if err := tab.Add(k, c); err != nil {
-			b.Fatal(err)
+			users[i] = pass
 		}
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	perKey := float64(after.HeapAlloc-before.HeapAlloc) / keys
 	rng := mechanism.NewSeededRand([32]byte{1})
 	cpu0 := cputime.Now()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		sel, err := tab.Select(th, noise, ks, rng)
+		sel, err := Keys(th, noise, ks, rng, keys, users)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(sel) < keys/100 || len(sel) > keys/100+10 {
-			b.Fatalf("%d selected, want about %d", len(sel), keys/100)
+		if len(sel) < n/100 || len(sel) > n/100+10 {
+			b.Fatalf("%d selected, want about %d", len(sel), n/100)
 		}
 	}
 	b.ReportMetric((cputime.Now()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
-	b.ReportMetric(perKey, "bytes/key")
-	runtime.KeepAlive(names)
 }
