@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/dpstage/stage/config"
-	"github.com/dpstage/stage/internal/lib/keyhash"
 	"github.com/dpstage/stage/internal/lib/siphash"
 )
 
@@ -255,14 +254,10 @@ func New(cfg *config.Config, key siphash.Key) (*Decoder, error) {
 		}
 		if h.GroupBy != "" && len(h.Groups) == 0 {
 			// Unlisted groups (issue 30): the key is the value itself.
-			rate := cfg.Selection.KeySampleRate
-			if rate == 0 {
-				rate = config.DefaultKeySampleRate // a config not through Load's defaults
+			var err error
+			if d.keyRate, err = sampleThreshold(cfg.Selection.KeySampleRate); err != nil {
+				return nil, err
 			}
-			if !(rate > 0 && rate <= 1) {
-				return nil, fmt.Errorf("decode: selection.key_sample_rate must be in (0, 1], got %v", rate)
-			}
-			d.keyRate = keyhash.Threshold(rate)
 			hs.groupSlot, hs.selects = slot(h.GroupBy), true
 			d.maxValue = max(d.maxValue, MaxKeyBytes)
 			d.keyBytes += MaxKeyBytes

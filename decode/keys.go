@@ -1,8 +1,10 @@
 package decode
 
 import (
+	"fmt"
 	"math"
 
+	"github.com/dpstage/stage/config"
 	"github.com/dpstage/stage/internal/lib/keyhash"
 )
 
@@ -32,4 +34,17 @@ func (d *Decoder) keep(v []byte) Reason {
 		return ReasonUnsampledKey
 	}
 	return ReasonNone
+}
+
+// sampleThreshold is the decoder's key sampling threshold for
+// selection.key_sample_rate (keyhash.Threshold); 0 is the default rate (a
+// config not through Load's defaults), a rate outside (0, 1] an error.
+func sampleThreshold(rate float64) (uint64, error) {
+	if rate == 0 {
+		rate = config.DefaultKeySampleRate
+	}
+	if !(rate > 0 && rate <= 1) {
+		return 0, fmt.Errorf("decode: selection.key_sample_rate must be in (0, 1], got %v", rate)
+	}
+	return keyhash.Threshold(rate), nil
 }
